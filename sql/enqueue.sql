@@ -1,0 +1,265 @@
+-- Producing jobs: jq.enqueue and jq.enqueue_many. Both run inside the caller's transaction, so
+-- a job commits or rolls back with the row that needed it (also from a trigger).
+
+-- Limits shared by both producers.
+CREATE FUNCTION jq.max_payload_bytes() RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 1048576 $$;
+COMMENT ON FUNCTION jq.max_payload_bytes() IS
+'Largest accepted payload: 1 MiB (1,048,576 bytes) as stored (pg_column_size of the jsonb). '
+'Larger payloads raise 54000 (program_limit_exceeded): keep big data in a table and enqueue its key.';
+
+-- When a job becomes due, from the run_at / delay arguments. NULL run_at and delay: now. A zero
+-- or negative delay means now; a past run_at keeps its place in the queue.
+CREATE FUNCTION jq._due_at(run_at timestamptz, delay interval, at timestamptz) RETURNS timestamptz
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF run_at IS NOT NULL THEN
+        IF delay IS NOT NULL THEN
+            RAISE EXCEPTION 'give run_at or delay, not both' USING ERRCODE = '22023';
+        END IF;
+        IF pg_catalog.isfinite(run_at) THEN
+            RETURN run_at;
+        END IF;
+        RAISE EXCEPTION 'run_at must be a finite timestamp, got %', run_at USING ERRCODE = '22023';
+    END IF;
+    IF delay IS NOT NULL AND delay > interval '0' THEN
+        RETURN at + delay;  -- an overflow raises 22008 (datetime_field_overflow)
+    END IF;
+    RETURN at;
+END $$;
+COMMENT ON FUNCTION jq._due_at(timestamptz, interval, timestamptz) IS
+'Internal: the due time of a new job. Errors: 22023 both given or infinite run_at, 22008 overflow.';
+
+-- The first problem with a job's fields, as (sqlstate, message), or NULLs when it is valid.
+-- One place for the rules, used by jq.enqueue (raises it) and jq.enqueue_many (raises it with
+-- the element's position).
+CREATE FUNCTION jq._job_problem(payload jsonb, kind text, max_attempts integer,
+                                idempotency_key text, OUT sqlstate text, OUT message text)
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF payload IS NULL THEN
+        sqlstate := '22004'; message := 'payload must not be SQL NULL (JSON null is accepted)';
+    ELSIF pg_catalog.pg_column_size(payload) > 1048576 THEN
+        sqlstate := '54000';
+        message := pg_catalog.format('payload of %s bytes exceeds the maximum of 1048576 bytes',
+                                     pg_catalog.pg_column_size(payload));
+    ELSIF kind IS NOT NULL AND (kind = '' OR pg_catalog.length(kind) > 200) THEN
+        sqlstate := '22023'; message := 'kind must have 1 to 200 characters';
+    ELSIF max_attempts IS NOT NULL AND max_attempts < 1 THEN
+        sqlstate := '22023';
+        message := pg_catalog.format('max_attempts must be at least 1, got %s', max_attempts);
+    ELSIF idempotency_key IS NOT NULL
+          AND (idempotency_key = '' OR pg_catalog.length(idempotency_key) > 512) THEN
+        sqlstate := '22023'; message := 'idempotency_key must have 1 to 512 characters';
+    END IF;
+END $$;
+COMMENT ON FUNCTION jq._job_problem(jsonb, text, integer, text) IS
+'Internal: (sqlstate, message) of the first invalid field of a job, or NULLs: 22004 SQL NULL '
+'payload, 54000 payload over jq.max_payload_bytes(), 22023 kind not 1-200 characters, '
+'max_attempts < 1, idempotency_key not 1-512 characters.';
+
+-- Normalises enqueue_many's input into one row per job, in array order. With specs, each
+-- element is an object whose fields override the call's arguments; run_at and delay replace
+-- the call's pair together; delay is an interval string or a number of seconds.
+CREATE FUNCTION jq._job_specs(payloads jsonb, specs boolean, def_kind text,
+                              def_run_at timestamptz, def_delay interval, def_priority integer,
+                              def_max_attempts integer)
+RETURNS TABLE (ord bigint, payload jsonb, kind text, run_at timestamptz, delay interval,
+               priority integer, max_attempts integer, idempotency_key text)
+LANGUAGE sql STABLE AS $$
+    SELECT e.ord,
+           CASE WHEN specs THEN coalesce(e.val -> 'payload', '{}'::jsonb) ELSE e.val END,
+           CASE WHEN specs AND e.val ? 'kind' THEN e.val ->> 'kind' ELSE def_kind END,
+           CASE WHEN specs AND (e.val ? 'run_at' OR e.val ? 'delay')
+                THEN (e.val ->> 'run_at')::timestamptz ELSE def_run_at END,
+           CASE WHEN specs AND (e.val ? 'run_at' OR e.val ? 'delay')
+                THEN CASE pg_catalog.jsonb_typeof(e.val -> 'delay')
+                         WHEN 'number' THEN pg_catalog.make_interval(secs => (e.val ->> 'delay')::float8)
+                         ELSE (e.val ->> 'delay')::interval END
+                ELSE def_delay END,
+           CASE WHEN specs AND e.val ? 'priority' THEN (e.val ->> 'priority')::integer ELSE def_priority END,
+           CASE WHEN specs AND e.val ? 'max_attempts' THEN (e.val ->> 'max_attempts')::integer
+                ELSE def_max_attempts END,
+           CASE WHEN specs THEN e.val ->> 'idempotency_key' END
+    FROM pg_catalog.jsonb_array_elements(payloads) WITH ORDINALITY AS e(val, ord)
+$$;
+COMMENT ON FUNCTION jq._job_specs(jsonb, boolean, text, timestamptz, interval, integer, integer) IS
+'Internal: one normalised row per element of jq.enqueue_many''s array, in order. Casts raise '
+'Postgres'' own errors (22P02, 22007, 22008).';
+
+CREATE FUNCTION jq.enqueue(
+    queue           text,
+    payload         jsonb DEFAULT '{}',
+    kind            text DEFAULT NULL,
+    run_at          timestamptz DEFAULT NULL,
+    delay           interval DEFAULT NULL,
+    priority        integer DEFAULT 0,
+    max_attempts    integer DEFAULT NULL,
+    idempotency_key text DEFAULT NULL
+) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now          timestamptz := pg_catalog.now();
+    v_max_attempts integer;
+    v_run_at       timestamptz;
+    v_id           bigint;
+    v_code         text;
+    v_message      text;
+BEGIN
+    SELECT t.max_attempts INTO v_max_attempts FROM jq.queues t WHERE t.name = enqueue.queue;
+    IF NOT FOUND THEN
+        PERFORM jq._unknown_queue(enqueue.queue);
+    END IF;
+    SELECT p.sqlstate, p.message INTO v_code, v_message
+    FROM jq._job_problem(enqueue.payload, enqueue.kind, enqueue.max_attempts,
+                         enqueue.idempotency_key) p;
+    IF v_code IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_code, MESSAGE = v_message;
+    END IF;
+    v_run_at := jq._due_at(enqueue.run_at, enqueue.delay, v_now);
+
+    IF enqueue.idempotency_key IS NULL THEN
+        INSERT INTO jq.jobs (queue, kind, state, priority, max_attempts, run_at, created_at, payload)
+        VALUES (enqueue.queue, coalesce(enqueue.kind, enqueue.queue),
+                CASE WHEN v_run_at > v_now THEN 'scheduled' ELSE 'ready' END::jq.job_state,
+                coalesce(enqueue.priority, 0), coalesce(enqueue.max_attempts, v_max_attempts),
+                v_run_at, v_now, enqueue.payload)
+        RETURNING id INTO v_id;
+        RETURN v_id;
+    END IF;
+
+    -- With a key: the unique partial index is the arbiter. ON CONFLICT waits for an
+    -- uncommitted holder of the same key; if it rolls back we insert, if it commits we
+    -- return its id. The loop covers the holder finishing between our two statements.
+    LOOP
+        INSERT INTO jq.jobs (queue, kind, state, priority, max_attempts, run_at, created_at,
+                             payload, idempotency_key)
+        VALUES (enqueue.queue, coalesce(enqueue.kind, enqueue.queue),
+                CASE WHEN v_run_at > v_now THEN 'scheduled' ELSE 'ready' END::jq.job_state,
+                coalesce(enqueue.priority, 0), coalesce(enqueue.max_attempts, v_max_attempts),
+                v_run_at, v_now, enqueue.payload, enqueue.idempotency_key)
+        ON CONFLICT (queue, idempotency_key)
+            WHERE idempotency_key IS NOT NULL AND state IN ('scheduled', 'ready', 'running')
+            DO NOTHING
+        RETURNING id INTO v_id;
+        IF v_id IS NOT NULL THEN
+            RETURN v_id;
+        END IF;
+        SELECT j.id INTO v_id FROM jq.jobs j
+        WHERE j.queue = enqueue.queue AND j.idempotency_key = enqueue.idempotency_key
+          AND j.state IN ('scheduled', 'ready', 'running');
+        IF v_id IS NOT NULL THEN
+            RETURN v_id;
+        END IF;
+    END LOOP;
+END $$;
+COMMENT ON FUNCTION jq.enqueue(text, jsonb, text, timestamptz, interval, integer, integer, text) IS
+'Enqueues one job in the caller''s transaction and returns its id. payload: any JSON value '
+'(object, array, scalar or JSON null; not SQL NULL), at most jq.max_payload_bytes(). kind: the '
+'name handlers dispatch on, default the queue name. run_at (timestamptz) or delay (interval) '
+'set when it becomes due; neither = now; a zero or negative delay = now; a past run_at keeps its '
+'place. priority: higher runs first (default 0). max_attempts: default the queue''s. '
+'idempotency_key: while a job with this key in this queue is scheduled, ready or running, '
+'returns that job''s id and changes nothing (safe under concurrency and rollback; under '
+'REPEATABLE READ a conflict with a newer row raises 40001, retry the transaction). '
+'Errors: 42704 unknown queue, 22004 NULL queue or payload, 22023 invalid name/kind/key/'
+'max_attempts/run_at, 22008 delay overflow, 54000 payload too large.';
+
+CREATE FUNCTION jq.enqueue_many(
+    queue        text,
+    payloads     jsonb,
+    kind         text DEFAULT NULL,
+    run_at       timestamptz DEFAULT NULL,
+    delay        interval DEFAULT NULL,
+    priority     integer DEFAULT 0,
+    max_attempts integer DEFAULT NULL,
+    specs        boolean DEFAULT false
+) RETURNS SETOF bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now          timestamptz := pg_catalog.now();
+    v_max_attempts integer;
+    v_bad          record;
+    r              record;
+BEGIN
+    SELECT t.max_attempts INTO v_max_attempts FROM jq.queues t WHERE t.name = enqueue_many.queue;
+    IF NOT FOUND THEN
+        PERFORM jq._unknown_queue(enqueue_many.queue);
+    END IF;
+    IF enqueue_many.payloads IS NULL OR pg_catalog.jsonb_typeof(enqueue_many.payloads) <> 'array' THEN
+        RAISE EXCEPTION 'payloads must be a JSON array' USING ERRCODE = '22023';
+    END IF;
+    IF enqueue_many.specs IS NULL THEN
+        RAISE EXCEPTION 'specs must not be NULL' USING ERRCODE = '22004';
+    END IF;
+
+    IF enqueue_many.specs THEN
+        SELECT e.ord, k.key INTO v_bad
+        FROM pg_catalog.jsonb_array_elements(enqueue_many.payloads) WITH ORDINALITY AS e(val, ord)
+        LEFT JOIN LATERAL pg_catalog.jsonb_object_keys(
+            CASE WHEN pg_catalog.jsonb_typeof(e.val) = 'object' THEN e.val END) AS k(key) ON true
+        WHERE pg_catalog.jsonb_typeof(e.val) <> 'object'
+           OR k.key NOT IN ('payload', 'kind', 'run_at', 'delay', 'priority', 'max_attempts',
+                            'idempotency_key')
+        ORDER BY e.ord LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'job % of payloads (1-based) is not an object of known fields%', v_bad.ord,
+                coalesce(': unknown field ' || pg_catalog.quote_literal(v_bad.key), '')
+                USING ERRCODE = '22023',
+                      HINT = 'Known fields: payload, kind, run_at, delay, priority, max_attempts, idempotency_key.';
+        END IF;
+    END IF;
+
+    -- Validate every element before writing anything; report the first bad one by position.
+    SELECT s.ord, p.sqlstate, p.message INTO v_bad
+    FROM jq._job_specs(enqueue_many.payloads, enqueue_many.specs, enqueue_many.kind,
+                       enqueue_many.run_at, enqueue_many.delay, enqueue_many.priority,
+                       enqueue_many.max_attempts) s,
+         LATERAL jq._job_problem(s.payload, s.kind, s.max_attempts, s.idempotency_key) p
+    WHERE p.sqlstate IS NOT NULL OR s.priority IS NULL
+       OR (s.run_at IS NOT NULL AND (s.delay IS NOT NULL OR NOT pg_catalog.isfinite(s.run_at)))
+    ORDER BY s.ord LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'job % of payloads (1-based): %', v_bad.ord,
+            coalesce(v_bad.message, 'priority must not be NULL; give run_at or delay, not both, and a finite run_at')
+            USING ERRCODE = coalesce(v_bad.sqlstate, '22023');
+    END IF;
+
+    IF NOT EXISTS (SELECT 1 FROM jq._job_specs(enqueue_many.payloads, enqueue_many.specs, NULL,
+                       NULL, NULL, 0, NULL) s WHERE s.idempotency_key IS NOT NULL) THEN
+        -- One statement for the whole batch; ids follow array order.
+        RETURN QUERY
+        WITH ins AS (
+            INSERT INTO jq.jobs (queue, kind, state, priority, max_attempts, run_at, created_at, payload)
+            SELECT enqueue_many.queue, coalesce(s.kind, enqueue_many.queue),
+                   CASE WHEN d.due > v_now THEN 'scheduled' ELSE 'ready' END::jq.job_state,
+                   s.priority, coalesce(s.max_attempts, v_max_attempts), d.due, v_now, s.payload
+            FROM jq._job_specs(enqueue_many.payloads, enqueue_many.specs, enqueue_many.kind,
+                               enqueue_many.run_at, enqueue_many.delay, enqueue_many.priority,
+                               enqueue_many.max_attempts) s,
+                 LATERAL (SELECT jq._due_at(s.run_at, s.delay, v_now) AS due) d
+            ORDER BY s.ord
+            RETURNING jq.jobs.id
+        )
+        SELECT ins.id FROM ins ORDER BY ins.id;
+        RETURN;
+    END IF;
+
+    -- Keyed jobs go one by one through jq.enqueue, which owns the idempotency protocol.
+    FOR r IN SELECT * FROM jq._job_specs(enqueue_many.payloads, enqueue_many.specs,
+                 enqueue_many.kind, enqueue_many.run_at, enqueue_many.delay,
+                 enqueue_many.priority, enqueue_many.max_attempts) s ORDER BY s.ord
+    LOOP
+        RETURN NEXT jq.enqueue(enqueue_many.queue, r.payload, r.kind, r.run_at, r.delay,
+                               r.priority, r.max_attempts, r.idempotency_key);
+    END LOOP;
+END $$;
+COMMENT ON FUNCTION jq.enqueue_many(text, jsonb, text, timestamptz, interval, integer, integer, boolean) IS
+'Enqueues many jobs in one statement and returns their ids in array order. payloads: a JSON '
+'array; each element is a payload, or with specs => true an object with any of the fields '
+'payload, kind, run_at, delay (interval string or seconds), priority, max_attempts, '
+'idempotency_key, which override the call''s arguments (same meanings as jq.enqueue). All '
+'elements are validated before anything is written; an error names the first bad element '
+'(1-based). Jobs with idempotency keys are enqueued one by one; the others in one INSERT '
+'(200,000 jobs in one call work). Errors: as jq.enqueue, plus 22023 when payloads is not an array '
+'or a spec has an unknown field.';

@@ -1,0 +1,177 @@
+-- Maintenance duties, each a function of `now` so that tests pass fixed instants and the
+-- background worker passes now(). Each locks its rows with FOR UPDATE SKIP LOCKED in bounded
+-- batches and writes only rows still in the state it read, so passes from several sessions at
+-- once partition the work instead of repeating it, and a late pass changes nothing.
+
+CREATE FUNCTION jq._promote(now timestamptz, batch integer DEFAULT 5000) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_count integer;
+BEGIN
+    WITH due AS (
+        SELECT j.id FROM jq.jobs j
+        WHERE j.state = 'scheduled' AND j.run_at <= _promote.now
+        ORDER BY j.run_at
+        LIMIT _promote.batch
+        FOR UPDATE SKIP LOCKED
+    )
+    UPDATE jq.jobs j SET state = 'ready'
+    FROM due
+    WHERE j.id = due.id AND j.state = 'scheduled' AND j.run_at <= _promote.now;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END $$;
+COMMENT ON FUNCTION jq._promote(timestamptz, integer) IS
+'Maintenance: moves up to batch scheduled jobs with run_at <= now to ready (run_at is kept: it is '
+'when the job became due) and returns how many. Safe to run concurrently.';
+
+CREATE FUNCTION jq._reap(now timestamptz, batch integer DEFAULT 1000) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_count integer;
+BEGIN
+    WITH expired AS (
+        SELECT j.id FROM jq.jobs j
+        WHERE j.state = 'running' AND j.lease_expires_at < _reap.now
+        ORDER BY j.lease_expires_at
+        LIMIT _reap.batch
+        FOR UPDATE SKIP LOCKED
+    ), back AS (
+        UPDATE jq.jobs j SET
+            state = CASE
+                WHEN j.cancel_requested THEN 'cancelled'
+                WHEN j.lease_expiries + 1 > coalesce(
+                    (SELECT q.max_lease_expiries FROM jq.queues q WHERE q.name = j.queue), 10)
+                    THEN 'dead'
+                ELSE 'ready' END::jq.job_state,
+            attempt = j.attempt - 1,
+            lease_expiries = j.lease_expiries + 1,
+            finished_at = CASE
+                WHEN j.cancel_requested OR j.lease_expiries + 1 > coalesce(
+                    (SELECT q.max_lease_expiries FROM jq.queues q WHERE q.name = j.queue), 10)
+                    THEN _reap.now END,
+            last_error = CASE
+                WHEN NOT j.cancel_requested AND j.lease_expiries + 1 > coalesce(
+                    (SELECT q.max_lease_expiries FROM jq.queues q WHERE q.name = j.queue), 10)
+                    THEN pg_catalog.format('lease expired %s times (max_lease_expiries); the job '
+                         'may be killing its worker', j.lease_expiries + 1)
+                ELSE j.last_error END
+        FROM expired
+        WHERE j.id = expired.id AND j.state = 'running' AND j.lease_expires_at < _reap.now
+        RETURNING j.id, j.claims, j.attempt, j.state, j.started_at, j.lease_expires_at, j.queue,
+                  j.worker
+    )
+    INSERT INTO jq.executions (job_id, seq, attempt, outcome, started_at, lease_expires_at,
+                               finished_at, queue, worker, error)
+    SELECT b.id, b.claims, b.attempt + 1, 'lease_expired', b.started_at, b.lease_expires_at,
+           _reap.now, b.queue, b.worker,
+           CASE WHEN b.state = 'dead' THEN 'lease expired; max_lease_expiries reached'
+                WHEN b.state = 'cancelled' THEN 'lease expired after a cancellation request'
+                ELSE 'lease expired' END
+    FROM back b;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END $$;
+COMMENT ON FUNCTION jq._reap(timestamptz, integer) IS
+'Maintenance: ends up to batch running jobs whose lease expired before now and returns how many. '
+'A worker that vanished never gave a verdict, so the attempt is refunded and lease_expiries + 1: '
+'the job is ready again at its old place; cancelled if a cancellation was requested; dead once '
+'lease_expiries exceeds the queue''s max_lease_expiries (a job that kills its worker must not loop '
+'forever). Recovery depends only on the job row, never on worker names. Each gets an execution '
+'row with outcome lease_expired. Safe to run concurrently; a job completed meanwhile is skipped.';
+
+CREATE FUNCTION jq._prune(now timestamptz, batch integer DEFAULT 5000) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    q       record;
+    v_left  integer := _prune.batch;
+    v_count integer;
+BEGIN
+    FOR q IN SELECT t.name, t.retention, t.dead_retention, t.history_retention
+             FROM jq.queues t ORDER BY t.name
+    LOOP
+        EXIT WHEN v_left <= 0;
+        DELETE FROM jq.jobs j WHERE j.id IN (
+            SELECT f.id FROM jq.jobs f
+            WHERE f.queue = q.name AND f.state IN ('completed', 'cancelled')
+              AND f.finished_at < _prune.now - q.retention
+            LIMIT v_left FOR UPDATE SKIP LOCKED);
+        GET DIAGNOSTICS v_count = ROW_COUNT;
+        v_left := v_left - v_count;
+        EXIT WHEN v_left <= 0;
+        DELETE FROM jq.jobs j WHERE j.id IN (
+            SELECT f.id FROM jq.jobs f
+            WHERE f.queue = q.name AND f.state = 'dead'
+              AND f.finished_at < _prune.now - q.dead_retention
+            LIMIT v_left FOR UPDATE SKIP LOCKED);
+        GET DIAGNOSTICS v_count = ROW_COUNT;
+        v_left := v_left - v_count;
+        EXIT WHEN v_left <= 0;
+        DELETE FROM jq.executions e WHERE e.ctid = ANY (ARRAY(
+            SELECT h.ctid FROM jq.executions h
+            WHERE h.queue = q.name AND h.finished_at < _prune.now - q.history_retention
+            LIMIT v_left));
+        GET DIAGNOSTICS v_count = ROW_COUNT;
+        v_left := v_left - v_count;
+    END LOOP;
+    RETURN _prune.batch - v_left;
+END $$;
+COMMENT ON FUNCTION jq._prune(timestamptz, integer) IS
+'Maintenance: deletes at most batch rows in all: completed and cancelled jobs finished more than '
+'the queue''s retention before now, dead jobs past dead_retention, and execution rows past '
+'history_retention (history outlives its jobs). Returns how many rows it deleted.';
+
+CREATE FUNCTION jq.tick() RETURNS jq.tick_result
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now    timestamptz := pg_catalog.now();
+    v_result jq.tick_result;
+    v_step   integer;
+BEGIN
+    v_result := ROW(0, 0, 0);
+    -- Promote in batches until the due backlog is gone or 50,000 rows were moved.
+    LOOP
+        v_step := jq._promote(v_now, 5000);
+        v_result.promoted := v_result.promoted + v_step;
+        EXIT WHEN v_step < 5000 OR v_result.promoted >= 50000;
+    END LOOP;
+    LOOP
+        v_step := jq._reap(v_now, 1000);
+        v_result.reaped := v_result.reaped + v_step;
+        EXIT WHEN v_step < 1000 OR v_result.reaped >= 10000;
+    END LOOP;
+    v_result.pruned := jq._prune(v_now, 5000);
+    RETURN v_result;
+END $$;
+COMMENT ON FUNCTION jq.tick() IS
+'One maintenance pass at now(): promote due scheduled jobs (up to 50,000), reap expired leases '
+'(up to 10,000), prune past retention (up to 5,000 rows); returns the counts. Safe to run from '
+'several sessions at once. The background worker runs it every jq.tick_interval; without it, '
+'call it every second or so from pg_cron or any client.';
+
+CREATE VIEW jq.queue_stats AS
+SELECT t.name AS queue,
+       c.claimable + s.scheduled AS depth,
+       c.claimable,
+       s.scheduled,
+       r.running,
+       f.dead,
+       f.completed,
+       c.oldest_claimable_age,
+       t.paused
+FROM jq.queues t
+CROSS JOIN LATERAL (
+    SELECT count(*) AS claimable, pg_catalog.now() - min(j.run_at) AS oldest_claimable_age
+    FROM jq.jobs j WHERE j.queue = t.name AND j.state = 'ready') c
+CROSS JOIN LATERAL (
+    SELECT count(*) AS scheduled FROM jq.jobs j WHERE j.queue = t.name AND j.state = 'scheduled') s
+CROSS JOIN LATERAL (
+    SELECT count(*) AS running FROM jq.jobs j WHERE j.queue = t.name AND j.state = 'running') r
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE j.state = 'dead') AS dead,
+           count(*) FILTER (WHERE j.state = 'completed') AS completed
+    FROM jq.jobs j WHERE j.queue = t.name AND j.state IN ('completed', 'dead', 'cancelled')) f;
+COMMENT ON VIEW jq.queue_stats IS
+'One row per queue: depth = claimable (ready, due now) + scheduled (waiting for run_at, including '
+'retries in backoff); running; dead and completed jobs still within retention; '
+'oldest_claimable_age (interval since the oldest claimable job became due; NULL when none); paused.';

@@ -1,0 +1,240 @@
+-- Queue administration: create, alter, drop, pause, resume.
+
+CREATE FUNCTION jq._check_queue_name(name text) RETURNS void
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF name IS NULL THEN
+        RAISE EXCEPTION 'queue name must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF name !~ '^[A-Za-z0-9_.:-]{1,128}$' THEN
+        RAISE EXCEPTION 'invalid queue name %', pg_catalog.quote_literal(pg_catalog.left(name, 200))
+            USING ERRCODE = '22023',
+                  DETAIL = 'A queue name has 1 to 128 characters, each an ASCII letter, a digit, or one of _ - . :';
+    END IF;
+END $$;
+COMMENT ON FUNCTION jq._check_queue_name(text) IS
+'Internal: raises 22004 for NULL and 22023 for a name that is not 1-128 characters of [A-Za-z0-9_.:-].';
+
+-- Raised where a queue name is well formed but names no queue.
+CREATE FUNCTION jq._unknown_queue(name text) RETURNS void
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    PERFORM jq._check_queue_name(name);
+    RAISE EXCEPTION 'queue "%" does not exist', name
+        USING ERRCODE = '42704', HINT = 'Create it with jq.create_queue(name).';
+END $$;
+COMMENT ON FUNCTION jq._unknown_queue(text) IS
+'Internal: raises 22004/22023 for a malformed name, else 42704 (undefined_object).';
+
+CREATE FUNCTION jq._check_interval(what text, value interval, allow_zero boolean) RETURNS void
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF value < interval '0' OR (NOT allow_zero AND value = interval '0') THEN
+        RAISE EXCEPTION '% must be % zero, got %', what,
+            CASE WHEN allow_zero THEN 'at least' ELSE 'greater than' END, value
+            USING ERRCODE = '22023';
+    END IF;
+END $$;
+COMMENT ON FUNCTION jq._check_interval(text, interval, boolean) IS
+'Internal: raises 22023 when value is negative (or zero, unless allow_zero).';
+
+CREATE FUNCTION jq._check_queue_options(
+    max_attempts integer, lease interval, backoff_base interval, backoff_max interval,
+    retention interval, dead_retention interval, history_retention interval,
+    max_lease_expiries integer
+) RETURNS void
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF max_attempts IS NOT NULL AND max_attempts < 1 THEN
+        RAISE EXCEPTION 'max_attempts must be at least 1, got %', max_attempts USING ERRCODE = '22023';
+    END IF;
+    IF max_lease_expiries IS NOT NULL AND max_lease_expiries < 0 THEN
+        RAISE EXCEPTION 'max_lease_expiries must be at least 0, got %', max_lease_expiries
+            USING ERRCODE = '22023';
+    END IF;
+    PERFORM jq._check_interval('lease', lease, false);
+    PERFORM jq._check_interval('backoff_base', backoff_base, true);
+    PERFORM jq._check_interval('backoff_max', backoff_max, true);
+    PERFORM jq._check_interval('retention', retention, true);
+    PERFORM jq._check_interval('dead_retention', dead_retention, true);
+    PERFORM jq._check_interval('history_retention', history_retention, true);
+END $$;
+COMMENT ON FUNCTION jq._check_queue_options(integer, interval, interval, interval, interval, interval, interval, integer) IS
+'Internal: validates queue options (NULL means "not given"); raises 22023.';
+
+CREATE FUNCTION jq.create_queue(
+    name               text,
+    max_attempts       integer DEFAULT 25,
+    lease              interval DEFAULT '5 minutes',
+    backoff            jq.backoff_policy DEFAULT 'exponential',
+    backoff_base       interval DEFAULT '1 second',
+    backoff_max        interval DEFAULT '1 hour',
+    jitter             jq.jitter_mode DEFAULT 'full',
+    retention          interval DEFAULT '1 day',
+    dead_retention     interval DEFAULT '14 days',
+    history_retention  interval DEFAULT '7 days',
+    max_concurrency    integer DEFAULT NULL,
+    max_lease_expiries integer DEFAULT 10,
+    paused             boolean DEFAULT false,
+    if_not_exists      boolean DEFAULT false
+) RETURNS jq.queues
+LANGUAGE plpgsql AS $$
+DECLARE
+    q jq.queues;
+BEGIN
+    PERFORM jq._check_queue_name(create_queue.name);
+    IF create_queue.max_attempts IS NULL OR create_queue.lease IS NULL OR create_queue.backoff IS NULL
+       OR create_queue.backoff_base IS NULL OR create_queue.backoff_max IS NULL
+       OR create_queue.jitter IS NULL OR create_queue.retention IS NULL
+       OR create_queue.dead_retention IS NULL OR create_queue.history_retention IS NULL
+       OR create_queue.max_lease_expiries IS NULL OR create_queue.paused IS NULL
+       OR create_queue.if_not_exists IS NULL THEN
+        RAISE EXCEPTION 'only max_concurrency may be NULL (unlimited); omit an option to take its default'
+            USING ERRCODE = '22004';
+    END IF;
+    PERFORM jq._check_queue_options(create_queue.max_attempts, create_queue.lease,
+        create_queue.backoff_base, create_queue.backoff_max, create_queue.retention,
+        create_queue.dead_retention, create_queue.history_retention, create_queue.max_lease_expiries);
+    IF create_queue.max_concurrency IS NOT NULL AND create_queue.max_concurrency < 1 THEN
+        RAISE EXCEPTION 'max_concurrency must be at least 1 or NULL (unlimited), got %',
+            create_queue.max_concurrency USING ERRCODE = '22023';
+    END IF;
+
+    INSERT INTO jq.queues AS t (name, paused, max_concurrency, max_attempts, lease, backoff,
+        backoff_base, backoff_max, jitter, retention, dead_retention, history_retention,
+        max_lease_expiries)
+    VALUES (create_queue.name, create_queue.paused, create_queue.max_concurrency,
+        create_queue.max_attempts, create_queue.lease, create_queue.backoff,
+        create_queue.backoff_base, create_queue.backoff_max, create_queue.jitter,
+        create_queue.retention, create_queue.dead_retention, create_queue.history_retention,
+        create_queue.max_lease_expiries)
+    ON CONFLICT ON CONSTRAINT queues_pkey DO NOTHING
+    RETURNING * INTO q;
+    IF q.name IS NULL THEN
+        IF create_queue.if_not_exists THEN
+            SELECT * INTO q FROM jq.queues t WHERE t.name = create_queue.name;
+            RETURN q;
+        END IF;
+        RAISE EXCEPTION 'queue "%" already exists', create_queue.name
+            USING ERRCODE = '42710', HINT = 'Pass if_not_exists => true to accept an existing queue.';
+    END IF;
+    RETURN q;
+END $$;
+COMMENT ON FUNCTION jq.create_queue(text, integer, interval, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, interval, interval, integer, integer, boolean, boolean) IS
+'Creates a queue and returns its row. name: 1-128 characters of [A-Za-z0-9_.:-]. Defaults of its '
+'jobs: max_attempts 25; lease 5 minutes; retry backoff exponential from backoff_base 1 second, '
+'capped at backoff_max 1 hour, with full jitter; finished jobs kept for retention 1 day '
+'(completed, cancelled) or dead_retention 14 days (dead); execution history kept for '
+'history_retention 7 days; max_concurrency NULL = unlimited running jobs; a job whose lease '
+'expires more than max_lease_expiries (10) times goes dead. Errors: 22004 NULL option, 22023 '
+'invalid name or value, 42710 queue exists (unless if_not_exists, which returns the existing row).';
+
+CREATE FUNCTION jq.alter_queue(
+    name               text,
+    max_attempts       integer DEFAULT NULL,
+    lease              interval DEFAULT NULL,
+    backoff            jq.backoff_policy DEFAULT NULL,
+    backoff_base       interval DEFAULT NULL,
+    backoff_max        interval DEFAULT NULL,
+    jitter             jq.jitter_mode DEFAULT NULL,
+    retention          interval DEFAULT NULL,
+    dead_retention     interval DEFAULT NULL,
+    history_retention  interval DEFAULT NULL,
+    max_concurrency    integer DEFAULT NULL,
+    max_lease_expiries integer DEFAULT NULL,
+    paused             boolean DEFAULT NULL
+) RETURNS jq.queues
+LANGUAGE plpgsql AS $$
+DECLARE
+    q jq.queues;
+BEGIN
+    PERFORM jq._check_queue_options(alter_queue.max_attempts, alter_queue.lease,
+        alter_queue.backoff_base, alter_queue.backoff_max, alter_queue.retention,
+        alter_queue.dead_retention, alter_queue.history_retention, alter_queue.max_lease_expiries);
+    IF alter_queue.max_concurrency IS NOT NULL AND alter_queue.max_concurrency < 0 THEN
+        RAISE EXCEPTION 'max_concurrency must be at least 1, or 0 to remove the cap, got %',
+            alter_queue.max_concurrency USING ERRCODE = '22023';
+    END IF;
+    UPDATE jq.queues t SET
+        max_attempts       = coalesce(alter_queue.max_attempts, t.max_attempts),
+        lease              = coalesce(alter_queue.lease, t.lease),
+        backoff            = coalesce(alter_queue.backoff, t.backoff),
+        backoff_base       = coalesce(alter_queue.backoff_base, t.backoff_base),
+        backoff_max        = coalesce(alter_queue.backoff_max, t.backoff_max),
+        jitter             = coalesce(alter_queue.jitter, t.jitter),
+        retention          = coalesce(alter_queue.retention, t.retention),
+        dead_retention     = coalesce(alter_queue.dead_retention, t.dead_retention),
+        history_retention  = coalesce(alter_queue.history_retention, t.history_retention),
+        max_concurrency    = CASE WHEN alter_queue.max_concurrency IS NULL THEN t.max_concurrency
+                                  WHEN alter_queue.max_concurrency = 0 THEN NULL
+                                  ELSE alter_queue.max_concurrency END,
+        max_lease_expiries = coalesce(alter_queue.max_lease_expiries, t.max_lease_expiries),
+        paused             = coalesce(alter_queue.paused, t.paused)
+    WHERE t.name = alter_queue.name
+    RETURNING * INTO q;
+    IF q.name IS NULL THEN
+        PERFORM jq._unknown_queue(alter_queue.name);
+    END IF;
+    RETURN q;
+END $$;
+COMMENT ON FUNCTION jq.alter_queue(text, integer, interval, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, interval, interval, integer, integer, boolean) IS
+'Changes the given options of a queue (NULL = leave unchanged; max_concurrency => 0 removes the '
+'cap) and returns the new row. New defaults apply to jobs enqueued afterwards (max_attempts) and '
+'to the next claim, failure or pass (lease, backoff, retention, cap). Errors: 22023 invalid value, '
+'42704 unknown queue.';
+
+CREATE FUNCTION jq.drop_queue(name text, force boolean DEFAULT false) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_jobs bigint;
+BEGIN
+    PERFORM 1 FROM jq.queues t WHERE t.name = drop_queue.name FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM jq._unknown_queue(drop_queue.name);
+    END IF;
+    IF NOT coalesce(drop_queue.force, false) AND (
+           EXISTS (SELECT 1 FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'ready')
+        OR EXISTS (SELECT 1 FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'running')
+        OR EXISTS (SELECT 1 FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'scheduled'))
+    THEN
+        RAISE EXCEPTION 'queue "%" still has ready, scheduled or running jobs', drop_queue.name
+            USING ERRCODE = '55006',
+                  HINT = 'Pass force => true to cancel and delete them with the queue.';
+    END IF;
+    DELETE FROM jq.jobs j WHERE j.queue = drop_queue.name;
+    GET DIAGNOSTICS v_jobs = ROW_COUNT;
+    DELETE FROM jq.executions e WHERE e.queue = drop_queue.name;
+    DELETE FROM jq.queues t WHERE t.name = drop_queue.name;
+    RAISE LOG 'jq: dropped queue "%" with % jobs', drop_queue.name, v_jobs;
+    RETURN true;
+END $$;
+COMMENT ON FUNCTION jq.drop_queue(text, boolean) IS
+'Deletes a queue with its jobs and execution history. Refuses (55006 object_in_use) while the '
+'queue has ready, scheduled or running jobs unless force => true; forced, those jobs are '
+'cancelled by deletion and any late jq.complete / jq.fail / jq.heartbeat / jq.release on them is '
+'a harmless false/NULL. Errors: 22004/22023 bad name, 42704 unknown queue.';
+
+CREATE FUNCTION jq.pause(name text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE jq.queues t SET paused = true WHERE t.name = pause.name;
+    IF NOT FOUND THEN
+        PERFORM jq._unknown_queue(pause.name);
+    END IF;
+    RETURN true;
+END $$;
+COMMENT ON FUNCTION jq.pause(text) IS
+'Pauses a queue: jq.claim returns no jobs from it until jq.resume. Enqueue, running jobs and '
+'maintenance go on. Errors: 22004/22023 bad name, 42704 unknown queue.';
+
+CREATE FUNCTION jq.resume(name text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE jq.queues t SET paused = false WHERE t.name = resume.name;
+    IF NOT FOUND THEN
+        PERFORM jq._unknown_queue(resume.name);
+    END IF;
+    RETURN true;
+END $$;
+COMMENT ON FUNCTION jq.resume(text) IS
+'Resumes a paused queue. Errors: 22004/22023 bad name, 42704 unknown queue.';

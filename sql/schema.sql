@@ -1,0 +1,178 @@
+-- jq schema: types, tables and the partial indexes the hot paths rely on.
+--
+-- Every index below is coupled to one query. A partial index is used only when the query's
+-- predicate implies the index predicate, and a descending column only when its NULLS placement
+-- matches the ORDER BY; nothing warns when they drift apart, so pg_test/tests/plans.rs checks
+-- each hot path with EXPLAIN. Change a predicate here and there together.
+
+CREATE TYPE jq.job_state AS ENUM ('scheduled', 'ready', 'running', 'completed', 'dead', 'cancelled');
+COMMENT ON TYPE jq.job_state IS
+'State of a job. scheduled: waiting for run_at (delayed or backing off before a retry); '
+'ready: claimable now; running: claimed under a lease; completed, dead (attempts or lease '
+'expiries exhausted: the dead-letter state) and cancelled are finished. See docs/semantics.md.';
+
+CREATE TYPE jq.backoff_policy AS ENUM ('fixed', 'linear', 'exponential');
+COMMENT ON TYPE jq.backoff_policy IS
+'Retry delay before jitter: fixed = base; linear = base * attempt; exponential = base * 2^(attempt-1); '
+'each capped at the queue''s backoff_max.';
+
+CREATE TYPE jq.jitter_mode AS ENUM ('none', 'full');
+COMMENT ON TYPE jq.jitter_mode IS
+'none: the computed delay exactly; full: uniform in [0, computed delay) ("full jitter", '
+'AWS Architecture Blog, Exponential Backoff And Jitter, 2015).';
+
+CREATE TYPE jq.execution_outcome AS ENUM ('completed', 'failed', 'lease_expired', 'released', 'cancelled');
+COMMENT ON TYPE jq.execution_outcome IS
+'How one execution (one claim) ended: completed; failed (jq.fail, attempt charged); '
+'lease_expired (reaped, attempt refunded); released (jq.release, attempt refunded); '
+'cancelled (ended by a cancellation request).';
+
+-- One row per queue. Queue names are plain values in shared tables: no per-queue DDL, so no
+-- identifier limits, no truncation collisions and no per-queue grants to forget.
+CREATE TABLE jq.queues (
+    name               text PRIMARY KEY
+                       CONSTRAINT queue_name_valid CHECK (name ~ '^[A-Za-z0-9_.:-]{1,128}$'),
+    paused             boolean NOT NULL DEFAULT false,
+    max_concurrency    integer CHECK (max_concurrency IS NULL OR max_concurrency > 0),
+    max_attempts       integer NOT NULL DEFAULT 25 CHECK (max_attempts > 0),
+    lease              interval NOT NULL DEFAULT '5 minutes' CHECK (lease > interval '0'),
+    backoff            jq.backoff_policy NOT NULL DEFAULT 'exponential',
+    backoff_base       interval NOT NULL DEFAULT '1 second' CHECK (backoff_base >= interval '0'),
+    backoff_max        interval NOT NULL DEFAULT '1 hour' CHECK (backoff_max >= interval '0'),
+    jitter             jq.jitter_mode NOT NULL DEFAULT 'full',
+    retention          interval NOT NULL DEFAULT '1 day' CHECK (retention >= interval '0'),
+    dead_retention     interval NOT NULL DEFAULT '14 days' CHECK (dead_retention >= interval '0'),
+    history_retention  interval NOT NULL DEFAULT '7 days' CHECK (history_retention >= interval '0'),
+    max_lease_expiries integer NOT NULL DEFAULT 10 CHECK (max_lease_expiries >= 0),
+    -- Room for flow control (key concurrency, rate limits, priority aging) comes as new
+    -- columns here; the claim reads this row once per call already.
+    created_at         timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE jq.queues IS
+'One row per queue: pause flag, concurrency cap and the defaults of its jobs. Write it only '
+'through jq.create_queue / jq.alter_queue / jq.drop_queue / jq.pause / jq.resume.';
+
+CREATE SEQUENCE jq.jobs_id_seq AS bigint;
+
+-- Storage settings for a high-churn table. Every job is inserted, updated 2-3 times (claim,
+-- complete or fail, maybe heartbeats) and deleted by retention, so most of the table's life is
+-- dead tuples. fillfactor 70 leaves room on each page so the new version of a row usually lands
+-- on the same page as the old one (state changes move rows between partial indexes, so they are
+-- not HOT, but same-page updates still keep the heap compact and the visibility map useful).
+-- Autovacuum is triggered by 2% dead rows (instead of 20%) with no cost delay, so that the
+-- partial indexes the claim walks do not fill with dead entries between runs: a bloated claim
+-- index is the classic way a Postgres queue slows down under load.
+CREATE TABLE jq.jobs (
+    id               bigint PRIMARY KEY DEFAULT nextval('jq.jobs_id_seq'),
+    queue            text NOT NULL,
+    kind             text NOT NULL,
+    state            jq.job_state NOT NULL,
+    priority         integer NOT NULL DEFAULT 0,
+    attempt          integer NOT NULL DEFAULT 0,
+    max_attempts     integer NOT NULL CHECK (max_attempts > 0),
+    lease_expiries   integer NOT NULL DEFAULT 0,
+    claims           integer NOT NULL DEFAULT 0,
+    cancel_requested boolean NOT NULL DEFAULT false,
+    run_at           timestamptz NOT NULL,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    started_at       timestamptz,
+    lease_expires_at timestamptz,
+    lease            interval,
+    finished_at      timestamptz,
+    lease_token      uuid,
+    worker           text,
+    idempotency_key  text,
+    last_error       text,
+    payload          jsonb NOT NULL,
+    result           jsonb
+) WITH (
+    fillfactor = 70,
+    autovacuum_vacuum_scale_factor = 0.02,
+    autovacuum_vacuum_threshold = 1000,
+    autovacuum_vacuum_insert_scale_factor = 0.05,
+    autovacuum_analyze_scale_factor = 0.05,
+    autovacuum_vacuum_cost_delay = 0
+);
+ALTER SEQUENCE jq.jobs_id_seq OWNED BY jq.jobs.id;
+COMMENT ON TABLE jq.jobs IS
+'One row per job. Change it only through jq functions: every transition is fenced on the state '
+'(and lease token) it read. claims counts executions started (the seq of the current one); '
+'attempt counts executions charged (lease expiries and releases are refunded); lease is the '
+'length of the current lease, reused by jq.heartbeat when no extension is given.';
+
+-- Claim: WHERE queue = $1 AND state = 'ready' ORDER BY priority DESC, run_at, id LIMIT n.
+-- NULLS FIRST is what a plain DESC means; pinned so that nobody "fixes" it into NULLS LAST,
+-- which silently turns the claim into a sort of the whole queue (seed A, ADR-016).
+CREATE INDEX jobs_claim_idx ON jq.jobs (queue, priority DESC NULLS FIRST, run_at, id)
+    WHERE state = 'ready';
+-- Promotion: WHERE state = 'scheduled' AND run_at <= $now ORDER BY run_at.
+CREATE INDEX jobs_scheduled_idx ON jq.jobs (run_at) WHERE state = 'scheduled';
+-- Reaping: WHERE state = 'running' AND lease_expires_at < $now ORDER BY lease_expires_at.
+CREATE INDEX jobs_running_idx ON jq.jobs (lease_expires_at) WHERE state = 'running';
+-- Idempotency: one unfinished job per (queue, key); enqueue uses INSERT ... ON CONFLICT with
+-- exactly this predicate as its arbiter.
+CREATE UNIQUE INDEX jobs_idempotency_idx ON jq.jobs (queue, idempotency_key)
+    WHERE idempotency_key IS NOT NULL AND state IN ('scheduled', 'ready', 'running');
+-- Retention: WHERE queue = $1 AND state IN (...) AND finished_at < $cutoff.
+CREATE INDEX jobs_finished_idx ON jq.jobs (queue, finished_at)
+    WHERE state IN ('completed', 'dead', 'cancelled');
+
+-- Append-only history: one row per execution, written by whatever ends it (complete, fail,
+-- release, the reaper), so the hot path pays one insert per execution and no update. The
+-- primary key makes (job_id, seq) unique: seq comes from jobs.claims and is never reused, even
+-- when the attempt is refunded (seed A, ADR-005). Rows outlive job pruning until the queue's
+-- history_retention; the BRIN index serves that cleanup at almost no insert cost because rows
+-- arrive in finished_at order.
+CREATE TABLE jq.executions (
+    job_id           bigint NOT NULL,
+    seq              integer NOT NULL,
+    attempt          integer NOT NULL,
+    outcome          jq.execution_outcome NOT NULL,
+    started_at       timestamptz NOT NULL,
+    lease_expires_at timestamptz,
+    finished_at      timestamptz NOT NULL,
+    queue            text NOT NULL,
+    worker           text,
+    error            text,
+    PRIMARY KEY (job_id, seq)
+) WITH (
+    autovacuum_vacuum_insert_scale_factor = 0.05
+);
+CREATE INDEX executions_finished_brin ON jq.executions USING brin (finished_at);
+COMMENT ON TABLE jq.executions IS
+'Append-only execution history: one row per claim once it has ended. attempt is the attempt '
+'number the execution ran as; for outcomes lease_expired and released it was refunded. A '
+'running execution is visible in its jq.jobs row (started_at, worker, lease_expires_at).';
+
+-- The row jq.claim returns per claimed job.
+CREATE TYPE jq.claimed_job AS (
+    id               bigint,
+    queue            text,
+    kind             text,
+    payload          jsonb,
+    attempt          integer,
+    max_attempts     integer,
+    lease_token      uuid,
+    lease_expires_at timestamptz,
+    priority         integer,
+    run_at           timestamptz,
+    created_at       timestamptz
+);
+COMMENT ON TYPE jq.claimed_job IS
+'One claimed job: pass id and lease_token to jq.complete / jq.fail / jq.heartbeat / jq.release.';
+
+CREATE TYPE jq.tick_result AS (
+    promoted integer,
+    reaped   integer,
+    pruned   integer
+);
+COMMENT ON TYPE jq.tick_result IS
+'Counts of one maintenance pass: jobs promoted scheduled -> ready, expired leases reaped, '
+'finished jobs and execution rows pruned.';
+
+-- Extension tables are left out of pg_dump unless registered: without this a dump/restore
+-- silently loses every queue, job and history row.
+SELECT pg_catalog.pg_extension_config_dump('jq.queues', '');
+SELECT pg_catalog.pg_extension_config_dump('jq.jobs', '');
+SELECT pg_catalog.pg_extension_config_dump('jq.jobs_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('jq.executions', '');

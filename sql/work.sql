@@ -1,0 +1,359 @@
+-- Working jobs: claim, complete, fail, heartbeat, release; and the operator's cancel and retry.
+--
+-- Fencing: complete, fail, heartbeat and release act only on a job that is still 'running'
+-- under the caller's lease token, in the same statement that changes it. A worker whose lease
+-- expired (and whose job may be running again under a new token) changes nothing.
+
+CREATE FUNCTION jq.max_error_length() RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 16384 $$;
+COMMENT ON FUNCTION jq.max_error_length() IS
+'Longest error text stored by jq.fail: 16,384 characters. Longer errors keep their first '
+'16,384 characters followed by a marker " ...[truncated, N characters in all]".';
+
+CREATE FUNCTION jq._clip_error(error text) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN pg_catalog.length(error) <= 16384 THEN error
+                ELSE pg_catalog.left(error, 16384) || ' ...[truncated, '
+                     || pg_catalog.length(error) || ' characters in all]' END
+$$;
+COMMENT ON FUNCTION jq._clip_error(text) IS
+'Internal: error text cut to jq.max_error_length() characters with a truncation marker. Text is '
+'stored as text, never spliced into JSON, so quotes, backslashes and "\u0000" survive verbatim.';
+
+CREATE FUNCTION jq.max_claim_batch() RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 1000 $$;
+COMMENT ON FUNCTION jq.max_claim_batch() IS 'Largest n accepted by jq.claim: 1,000 jobs per call.';
+
+CREATE FUNCTION jq.claim(queue text, worker text, n integer DEFAULT 1, lease interval DEFAULT NULL)
+RETURNS SETOF jq.claimed_job
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_paused   boolean;
+    v_cap      integer;
+    v_lease    interval;
+    v_limit    integer := claim.n;
+    v_running  integer;
+    v_now      timestamptz;
+BEGIN
+    IF claim.n IS NULL OR claim.n < 1 OR claim.n > 1000 THEN
+        RAISE EXCEPTION 'n must be between 1 and 1000, got %', coalesce(claim.n::text, 'NULL')
+            USING ERRCODE = '22023';
+    END IF;
+    IF claim.worker IS NULL OR pg_catalog.length(claim.worker) > 200 THEN
+        RAISE EXCEPTION 'worker must be a name of at most 200 characters' USING ERRCODE = '22023';
+    END IF;
+    IF claim.lease IS NOT NULL AND claim.lease <= interval '0' THEN
+        RAISE EXCEPTION 'lease must be greater than zero, got %', claim.lease USING ERRCODE = '22023';
+    END IF;
+
+    SELECT t.paused, t.max_concurrency, t.lease INTO v_paused, v_cap, v_lease
+    FROM jq.queues t WHERE t.name = claim.queue;
+    IF NOT FOUND THEN
+        PERFORM jq._unknown_queue(claim.queue);
+    END IF;
+    IF v_paused THEN
+        RETURN;
+    END IF;
+
+    IF v_cap IS NOT NULL THEN
+        -- Serialise capped claims on the queue row (seed A, ADR-003): counting and claiming must
+        -- not interleave with another claimer's, or ten claimers each see room for the cap.
+        -- The count is a separate statement so that its snapshot is taken after the lock.
+        SELECT t.paused, t.max_concurrency INTO v_paused, v_cap
+        FROM jq.queues t WHERE t.name = claim.queue FOR NO KEY UPDATE;
+        IF v_paused OR NOT FOUND THEN
+            RETURN;
+        END IF;
+        IF v_cap IS NOT NULL THEN
+            SELECT count(*) INTO v_running FROM jq.jobs j
+            WHERE j.queue = claim.queue AND j.state = 'running';
+            v_limit := LEAST(claim.n, v_cap - v_running);
+            IF v_limit <= 0 THEN
+                RETURN;
+            END IF;
+        END IF;
+    END IF;
+
+    v_lease := coalesce(claim.lease, v_lease);
+    -- The lease starts when the claim runs, not when the caller's transaction began.
+    v_now := pg_catalog.clock_timestamp();
+    RETURN QUERY
+    WITH picked AS (
+        SELECT j.id FROM jq.jobs j
+        WHERE j.queue = claim.queue AND j.state = 'ready'
+        ORDER BY j.priority DESC, j.run_at, j.id
+        LIMIT v_limit
+        FOR UPDATE SKIP LOCKED
+    ), claimed AS (
+        UPDATE jq.jobs j SET
+            state = 'running',
+            attempt = j.attempt + 1,
+            claims = j.claims + 1,
+            worker = claim.worker,
+            lease_token = pg_catalog.gen_random_uuid(),
+            started_at = v_now,
+            lease = v_lease,
+            lease_expires_at = v_now + v_lease
+        FROM picked
+        WHERE j.id = picked.id
+        RETURNING j.id, j.queue, j.kind, j.payload, j.attempt, j.max_attempts, j.lease_token,
+                  j.lease_expires_at, j.priority, j.run_at, j.created_at
+    )
+    SELECT c.id, c.queue, c.kind, c.payload, c.attempt, c.max_attempts, c.lease_token,
+           c.lease_expires_at, c.priority, c.run_at, c.created_at
+    FROM claimed c
+    ORDER BY c.priority DESC, c.run_at, c.id;
+END $$;
+COMMENT ON FUNCTION jq.claim(text, text, integer, interval) IS
+'Claims up to n (1..jq.max_claim_batch()) ready jobs of one queue for worker (a free-form name '
+'of at most 200 characters, kept for operators; recovery never depends on it), in order '
+'priority DESC, run_at, id, and returns them (jq.claimed_job) with a fresh lease_token each. '
+'lease: interval, default the queue''s; every job of the batch gets its own lease of that length, '
+'extended one by one with jq.heartbeat. One SELECT ... FOR UPDATE SKIP LOCKED on the partial '
+'claim index, then UPDATE, in one statement: concurrent claimers never get the same job while '
+'its lease holds. A paused queue yields nothing. With max_concurrency set, claims on that queue '
+'serialise on its row and never exceed the cap. Errors: 22023 bad n, worker or lease; 42704 '
+'unknown queue; 22004/22023 bad queue name.';
+
+CREATE FUNCTION jq.claim(queues text[], worker text, n integer DEFAULT 1, lease interval DEFAULT NULL)
+RETURNS SETOF jq.claimed_job
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_queue  text;
+    v_got    integer := 0;
+    v_last   integer;
+BEGIN
+    IF claim.queues IS NULL OR pg_catalog.cardinality(claim.queues) = 0 THEN
+        RAISE EXCEPTION 'queues must be a non-empty array' USING ERRCODE = '22023';
+    END IF;
+    IF claim.n IS NULL OR claim.n < 1 OR claim.n > 1000 THEN
+        RAISE EXCEPTION 'n must be between 1 and 1000, got %', coalesce(claim.n::text, 'NULL')
+            USING ERRCODE = '22023';
+    END IF;
+    FOREACH v_queue IN ARRAY claim.queues LOOP
+        RETURN QUERY SELECT * FROM jq.claim(v_queue, claim.worker, claim.n - v_got, claim.lease);
+        GET DIAGNOSTICS v_last = ROW_COUNT;
+        v_got := v_got + v_last;
+        EXIT WHEN v_got >= claim.n;
+    END LOOP;
+END $$;
+COMMENT ON FUNCTION jq.claim(text[], text, integer, interval) IS
+'Claims up to n jobs in total from several queues, one queue at a time in the given order (each '
+'with the single-queue claim, so each stays on its index; seed A, ADR-002a): earlier queues take '
+'precedence. Errors: as jq.claim(text, ...), plus 22023 for an empty array.';
+
+CREATE FUNCTION jq.complete(id bigint, lease_token uuid, result jsonb DEFAULT NULL) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    WITH done AS (
+        UPDATE jq.jobs j SET
+            state = 'completed',
+            finished_at = pg_catalog.clock_timestamp(),
+            result = complete.result
+        WHERE j.id = complete.id AND j.lease_token = complete.lease_token AND j.state = 'running'
+        RETURNING j.id, j.claims, j.attempt, j.started_at, j.lease_expires_at, j.finished_at,
+                  j.queue, j.worker
+    )
+    INSERT INTO jq.executions (job_id, seq, attempt, outcome, started_at, lease_expires_at,
+                               finished_at, queue, worker)
+    SELECT d.id, d.claims, d.attempt, 'completed', d.started_at, d.lease_expires_at,
+           d.finished_at, d.queue, d.worker
+    FROM done d;
+    RETURN FOUND;
+END $$;
+COMMENT ON FUNCTION jq.complete(bigint, uuid, jsonb) IS
+'Marks a running job completed and stores result (any JSON, optional). Fenced: true only if the '
+'job is still running under this lease_token; otherwise (lease expired and reaped, claimed again, '
+'cancelled, dropped, unknown id) false and nothing changes.';
+
+CREATE FUNCTION jq.complete_many(ids bigint[], lease_tokens uuid[], results jsonb[] DEFAULT NULL)
+RETURNS SETOF bigint
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF pg_catalog.cardinality(complete_many.ids) IS DISTINCT FROM pg_catalog.cardinality(complete_many.lease_tokens)
+       OR (complete_many.results IS NOT NULL
+           AND pg_catalog.cardinality(complete_many.results) <> pg_catalog.cardinality(complete_many.ids)) THEN
+        RAISE EXCEPTION 'ids, lease_tokens and results must have the same length' USING ERRCODE = '22023';
+    END IF;
+    RETURN QUERY
+    WITH input AS (
+        SELECT u.id, u.token, u.result
+        FROM pg_catalog.unnest(complete_many.ids, complete_many.lease_tokens,
+                               coalesce(complete_many.results,
+                                        pg_catalog.array_fill(NULL::jsonb,
+                                            ARRAY[pg_catalog.cardinality(complete_many.ids)])))
+             AS u(id, token, result)
+    ), done AS (
+        UPDATE jq.jobs j SET
+            state = 'completed',
+            finished_at = pg_catalog.clock_timestamp(),
+            result = input.result
+        FROM input
+        WHERE j.id = input.id AND j.lease_token = input.token AND j.state = 'running'
+        RETURNING j.id, j.claims, j.attempt, j.started_at, j.lease_expires_at, j.finished_at,
+                  j.queue, j.worker
+    ), hist AS (
+        INSERT INTO jq.executions (job_id, seq, attempt, outcome, started_at, lease_expires_at,
+                                   finished_at, queue, worker)
+        SELECT d.id, d.claims, d.attempt, 'completed', d.started_at, d.lease_expires_at,
+               d.finished_at, d.queue, d.worker
+        FROM done d
+        RETURNING job_id
+    )
+    SELECT h.job_id FROM hist h ORDER BY h.job_id;
+END $$;
+COMMENT ON FUNCTION jq.complete_many(bigint[], uuid[], jsonb[]) IS
+'Batch form of jq.complete: ids[i] with lease_tokens[i] (and results[i], optional). Returns the '
+'ids that were completed, ascending; the others were not running under that token and are '
+'unchanged. Errors: 22023 arrays of different lengths.';
+
+CREATE FUNCTION jq.fail(id bigint, lease_token uuid, error text, retry_in interval DEFAULT NULL)
+RETURNS jq.job_state
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_job   record;
+    v_now   timestamptz := pg_catalog.clock_timestamp();
+    v_delay interval;
+    v_state jq.job_state;
+    v_error text := jq._clip_error(fail.error);
+BEGIN
+    SELECT j.attempt, j.max_attempts, j.cancel_requested, q.backoff, q.backoff_base,
+           q.backoff_max, q.jitter
+    INTO v_job
+    FROM jq.jobs j LEFT JOIN jq.queues q ON q.name = j.queue
+    WHERE j.id = fail.id AND j.lease_token = fail.lease_token AND j.state = 'running'
+    FOR UPDATE OF j;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+
+    IF v_job.cancel_requested THEN
+        v_state := 'cancelled';
+    ELSIF v_job.attempt >= v_job.max_attempts THEN
+        v_state := 'dead';
+    ELSE
+        v_delay := coalesce(fail.retry_in,
+            pg_catalog.make_interval(secs => jq.backoff_seconds(
+                v_job.backoff::text,
+                extract(epoch FROM v_job.backoff_base)::float8,
+                extract(epoch FROM v_job.backoff_max)::float8,
+                v_job.attempt, v_job.jitter::text, pg_catalog.random())));
+        v_state := CASE WHEN v_delay > interval '0' THEN 'scheduled' ELSE 'ready' END;
+    END IF;
+
+    UPDATE jq.jobs j SET
+        state = v_state,
+        last_error = v_error,
+        run_at = CASE WHEN v_state = 'scheduled' THEN v_now + v_delay
+                      WHEN v_state = 'ready' THEN v_now ELSE j.run_at END,
+        finished_at = CASE WHEN v_state IN ('dead', 'cancelled') THEN v_now END
+    WHERE j.id = fail.id AND j.lease_token = fail.lease_token AND j.state = 'running';
+
+    INSERT INTO jq.executions (job_id, seq, attempt, outcome, started_at, lease_expires_at,
+                               finished_at, queue, worker, error)
+    SELECT j.id, j.claims, j.attempt,
+           CASE WHEN v_state = 'cancelled' THEN 'cancelled' ELSE 'failed' END::jq.execution_outcome,
+           j.started_at, j.lease_expires_at, v_now, j.queue, j.worker, v_error
+    FROM jq.jobs j WHERE j.id = fail.id;
+    RETURN v_state;
+END $$;
+COMMENT ON FUNCTION jq.fail(bigint, uuid, text, interval) IS
+'Records a failed attempt of a running job and returns its new state: scheduled (retry at now + '
+'backoff; ready when the delay is zero) while attempt < max_attempts, else dead; cancelled if a '
+'cancellation was requested. The delay is retry_in (interval, overrides the policy) or the '
+'queue''s policy via jq.backoff_seconds: fixed/linear/exponential from backoff_base, capped at '
+'backoff_max, full jitter by default. error: any text (quotes, backslashes, "\u0000" kept '
+'verbatim; longer than jq.max_error_length() is truncated with a marker). Fenced: NULL and no '
+'change unless the job is running under this lease_token. Errors: 22008 retry_in overflow.';
+
+CREATE FUNCTION jq.heartbeat(id bigint, lease_token uuid, extend interval DEFAULT NULL,
+                             OUT lease_expires_at timestamptz, OUT cancel_requested boolean)
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF heartbeat.extend IS NOT NULL AND heartbeat.extend <= interval '0' THEN
+        RAISE EXCEPTION 'extend must be greater than zero, got %', heartbeat.extend
+            USING ERRCODE = '22023';
+    END IF;
+    UPDATE jq.jobs j SET
+        lease_expires_at = pg_catalog.clock_timestamp() + coalesce(heartbeat.extend, j.lease),
+        lease = coalesce(heartbeat.extend, j.lease)
+    WHERE j.id = heartbeat.id AND j.lease_token = heartbeat.lease_token AND j.state = 'running'
+    RETURNING j.lease_expires_at, j.cancel_requested
+    INTO heartbeat.lease_expires_at, heartbeat.cancel_requested;
+END $$;
+COMMENT ON FUNCTION jq.heartbeat(bigint, uuid, interval) IS
+'Extends the lease of a running job to now + extend (interval; default the lease length of the '
+'current claim) and returns (lease_expires_at, cancel_requested): a true cancel_requested asks '
+'the handler to stop (jq.cancel). Fenced: both NULL and no change unless the job is running '
+'under this lease_token, so a stale worker cannot extend a newer claim. Errors: 22023 extend <= 0.';
+
+CREATE FUNCTION jq.release(id bigint, lease_token uuid) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    WITH back AS (
+        UPDATE jq.jobs j SET
+            state = CASE WHEN j.cancel_requested THEN 'cancelled' ELSE 'ready' END::jq.job_state,
+            attempt = j.attempt - 1,
+            finished_at = CASE WHEN j.cancel_requested THEN pg_catalog.clock_timestamp() END
+        WHERE j.id = release.id AND j.lease_token = release.lease_token AND j.state = 'running'
+        RETURNING j.id, j.claims, j.attempt, j.state, j.started_at, j.lease_expires_at, j.queue,
+                  j.worker
+    )
+    INSERT INTO jq.executions (job_id, seq, attempt, outcome, started_at, lease_expires_at,
+                               finished_at, queue, worker)
+    SELECT b.id, b.claims, b.attempt + 1,
+           CASE WHEN b.state = 'cancelled' THEN 'cancelled' ELSE 'released' END::jq.execution_outcome,
+           b.started_at, b.lease_expires_at, pg_catalog.clock_timestamp(), b.queue, b.worker
+    FROM back b;
+    RETURN FOUND;
+END $$;
+COMMENT ON FUNCTION jq.release(bigint, uuid) IS
+'Hands a running job back without charging the attempt (graceful shutdown: a handler stopped by '
+'shutdown has not failed). The job is ready again at its old place in the queue, or cancelled if '
+'a cancellation was requested. Fenced: false and no change unless the job is running under this '
+'lease_token.';
+
+CREATE FUNCTION jq.cancel(id bigint) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    -- Two fenced updates; the loop covers a job moving between them (claimed, or reaped back).
+    FOR i IN 1..3 LOOP
+        UPDATE jq.jobs j SET state = 'cancelled', finished_at = pg_catalog.clock_timestamp()
+        WHERE j.id = cancel.id AND j.state IN ('scheduled', 'ready');
+        IF FOUND THEN
+            RETURN true;
+        END IF;
+        UPDATE jq.jobs j SET cancel_requested = true
+        WHERE j.id = cancel.id AND j.state = 'running';
+        IF FOUND THEN
+            RETURN true;
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM jq.jobs j WHERE j.id = cancel.id
+                       AND j.state IN ('scheduled', 'ready', 'running')) THEN
+            RETURN false;
+        END IF;
+    END LOOP;
+    RETURN false;
+END $$;
+COMMENT ON FUNCTION jq.cancel(bigint) IS
+'Cancels a job: a scheduled or ready job becomes cancelled at once; a running job gets '
+'cancel_requested, which its worker sees in the next jq.heartbeat and should answer by stopping '
+'(its jq.fail or jq.release then ends it as cancelled; a jq.complete still completes it, and an '
+'expired lease cancels it). Returns false for finished or unknown jobs.';
+
+CREATE FUNCTION jq.retry(id bigint) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE jq.jobs j SET
+        state = 'ready', attempt = 0, lease_expiries = 0, cancel_requested = false,
+        run_at = pg_catalog.now(), finished_at = NULL
+    WHERE j.id = retry.id AND j.state IN ('dead', 'cancelled');
+    RETURN FOUND;
+EXCEPTION WHEN unique_violation THEN
+    RAISE EXCEPTION 'job % cannot be retried: another unfinished job in its queue has the same '
+                    'idempotency key', retry.id USING ERRCODE = '23505';
+END $$;
+COMMENT ON FUNCTION jq.retry(bigint) IS
+'Puts a dead or cancelled job back to ready now, with attempt and lease_expiries reset (its '
+'history and last_error stay). Returns false for other states or unknown ids. Errors: 23505 when '
+'another unfinished job in the queue holds its idempotency key.';
