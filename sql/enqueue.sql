@@ -98,6 +98,7 @@ CREATE FUNCTION jq.enqueue(
     idempotency_key text DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql AS $$
+#variable_conflict use_column
 DECLARE
     v_now          timestamptz := pg_catalog.now();
     v_max_attempts integer;

@@ -1,0 +1,104 @@
+//! Harness for jq's tests against a real cluster: the cluster is started by `pg_test/run`
+//! (initdb and postgres as the `postgres` user) and found through `JQ_TEST_PGHOST` /
+//! `JQ_TEST_PGPORT` (default 127.0.0.1:54329). Each test gets a database of its own with the
+//! extension freshly created, dropped again when the test ends, so tests run in parallel
+//! without seeing each other's jobs.
+//!
+//! Nothing here writes jq's tables: tests change state only through jq's functions (and pass
+//! explicit instants to the maintenance functions instead of moving the clock).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+pub use postgres::{Client, NoTls};
+
+static SEQ: AtomicUsize = AtomicUsize::new(0);
+
+/// `host=… port=… user=postgres` for the test cluster, plus `dbname` when given.
+pub fn conninfo(dbname: &str) -> String {
+    let host = std::env::var("JQ_TEST_PGHOST").unwrap_or_else(|_| "127.0.0.1".into());
+    let port = std::env::var("JQ_TEST_PGPORT").unwrap_or_else(|_| "54329".into());
+    format!("host={host} port={port} user=postgres dbname={dbname} application_name=jq-pg-test")
+}
+
+/// A connection to the cluster's `postgres` database.
+pub fn admin() -> Client {
+    Client::connect(&conninfo("postgres"), NoTls)
+        .expect("cannot connect to the test cluster: run the tests with pg_test/run")
+}
+
+/// A database of its own with `CREATE EXTENSION jq`, dropped on drop.
+pub struct TestDb {
+    pub name: String,
+}
+
+impl TestDb {
+    /// Creates `jqt_<tag>_<pid>_<n>` with the extension installed.
+    pub fn new(tag: &str) -> TestDb {
+        let n = SEQ.fetch_add(1, Ordering::SeqCst);
+        let name = format!("jqt_{}_{}_{}", tag, std::process::id(), n);
+        let mut a = admin();
+        a.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE); CREATE DATABASE {name}"))
+            .expect("create test database");
+        let db = TestDb { name };
+        db.connect().batch_execute("CREATE EXTENSION jq").expect("CREATE EXTENSION jq");
+        db
+    }
+
+    /// A new connection to this database.
+    pub fn connect(&self) -> Client {
+        Client::connect(&conninfo(&self.name), NoTls).expect("connect to test database")
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let Ok(mut a) = Client::connect(&conninfo("postgres"), NoTls) {
+            let _ = a.batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name));
+        }
+    }
+}
+
+/// The SQLSTATE of a failed statement, e.g. `"22023"`; panics if it succeeded.
+pub fn sqlstate<T: std::fmt::Debug>(r: Result<T, postgres::Error>) -> String {
+    match r {
+        Ok(v) => panic!("expected an error, got {v:?}"),
+        Err(e) => e
+            .code()
+            .map(|c| c.code().to_string())
+            .unwrap_or_else(|| panic!("error without SQLSTATE: {e}")),
+    }
+}
+
+/// One claimed job as returned by `jq.claim`.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    pub id: i64,
+    pub token: uuid::Uuid,
+    pub attempt: i32,
+}
+
+/// `jq.claim(queue, worker, n, lease)`; lease is a Postgres interval literal or `None`.
+pub fn claim(c: &mut Client, queue: &str, worker: &str, n: i32, lease: Option<&str>) -> Vec<Claimed> {
+    c.query(
+        "SELECT id, lease_token, attempt FROM jq.claim($1, $2, $3, $4::text::interval)",
+        &[&queue, &worker, &n, &lease],
+    )
+    .expect("jq.claim")
+    .iter()
+    .map(|r| Claimed { id: r.get(0), token: r.get(1), attempt: r.get(2) })
+    .collect()
+}
+
+/// `jq.complete(id, token)`.
+pub fn complete(c: &mut Client, job: &Claimed) -> bool {
+    c.query_one("SELECT jq.complete($1, $2)", &[&job.id, &job.token])
+        .expect("jq.complete")
+        .get(0)
+}
+
+/// State of a job as text, or `None` when the row is gone.
+pub fn state(c: &mut Client, id: i64) -> Option<String> {
+    c.query_opt("SELECT state::text FROM jq.jobs WHERE id = $1", &[&id])
+        .expect("read state")
+        .map(|r| r.get(0))
+}
