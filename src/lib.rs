@@ -11,7 +11,7 @@ use pgrx::prelude::*;
 
 pub mod backoff;
 
-pgrx::pg_module_magic!();
+::pgrx::pg_module_magic!(name, version);
 
 extension_sql_file!("../sql/schema.sql", name = "schema", bootstrap);
 extension_sql_file!("../sql/queues.sql", name = "queues", requires = ["schema"]);

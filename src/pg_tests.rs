@@ -2,7 +2,7 @@
 //! so they cover the SQL API's answers, not effects that need commits or other sessions (those
 //! live in `pg_test/`).
 
-#[pg_schema]
+#[pgrx::pg_schema]
 mod tests {
     use pgrx::prelude::*;
 
