@@ -5,7 +5,7 @@
 CREATE FUNCTION jq.max_payload_bytes() RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 1048576 $$;
 COMMENT ON FUNCTION jq.max_payload_bytes() IS
-'Largest accepted payload: 1 MiB (1,048,576 bytes) as stored (pg_column_size of the jsonb). '
+'Largest accepted payload: 1 MiB (1,048,576 bytes), both as JSON text and as stored. '
 'Larger payloads raise 54000 (program_limit_exceeded): keep big data in a table and enqueue its key.';
 
 -- When a job becomes due, from the run_at / delay arguments. NULL run_at and delay: now. A zero
@@ -39,10 +39,14 @@ LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
     IF payload IS NULL THEN
         sqlstate := '22004'; message := 'payload must not be SQL NULL (JSON null is accepted)';
-    ELSIF pg_catalog.pg_column_size(payload) > 1048576 THEN
+    ELSIF pg_catalog.pg_column_size(payload) > 1048576
+          OR (pg_catalog.pg_column_size(payload) > 2000
+              AND pg_catalog.octet_length(payload::text) > 1048576) THEN
+        -- The second test measures the JSON text, so a compressed value is judged by its real
+        -- size; it only runs for values big enough to have been compressed (over 2000 bytes).
         sqlstate := '54000';
-        message := pg_catalog.format('payload of %s bytes exceeds the maximum of 1048576 bytes',
-                                     pg_catalog.pg_column_size(payload));
+        message := pg_catalog.format('payload of %s bytes of JSON text exceeds the maximum of 1048576 bytes',
+                                     pg_catalog.octet_length(payload::text));
     ELSIF kind IS NOT NULL AND (kind = '' OR pg_catalog.length(kind) > 200) THEN
         sqlstate := '22023'; message := 'kind must have 1 to 200 characters';
     ELSIF max_attempts IS NOT NULL AND max_attempts < 1 THEN
@@ -59,8 +63,9 @@ COMMENT ON FUNCTION jq._job_problem(jsonb, text, integer, text) IS
 'max_attempts < 1, idempotency_key not 1-512 characters.';
 
 -- Normalises enqueue_many's input into one row per job, in array order. With specs, each
--- element is an object whose fields override the call's arguments; run_at and delay replace
--- the call's pair together; delay is an interval string or a number of seconds.
+-- element is an object whose fields override the call's arguments (a field that is missing or
+-- JSON null takes the call's argument); run_at and delay replace the call's pair together;
+-- delay is an interval string or a number of seconds.
 CREATE FUNCTION jq._job_specs(payloads jsonb, specs boolean, def_kind text,
                               def_run_at timestamptz, def_delay interval, def_priority integer,
                               def_max_attempts integer)
@@ -69,16 +74,18 @@ RETURNS TABLE (ord bigint, payload jsonb, kind text, run_at timestamptz, delay i
 LANGUAGE sql STABLE AS $$
     SELECT e.ord,
            CASE WHEN specs THEN coalesce(e.val -> 'payload', '{}'::jsonb) ELSE e.val END,
-           CASE WHEN specs AND e.val ? 'kind' THEN e.val ->> 'kind' ELSE def_kind END,
-           CASE WHEN specs AND (e.val ? 'run_at' OR e.val ? 'delay')
+           CASE WHEN specs THEN coalesce(e.val ->> 'kind', def_kind) ELSE def_kind END,
+           CASE WHEN specs AND (e.val ->> 'run_at' IS NOT NULL OR e.val ->> 'delay' IS NOT NULL)
                 THEN (e.val ->> 'run_at')::timestamptz ELSE def_run_at END,
-           CASE WHEN specs AND (e.val ? 'run_at' OR e.val ? 'delay')
+           CASE WHEN specs AND (e.val ->> 'run_at' IS NOT NULL OR e.val ->> 'delay' IS NOT NULL)
                 THEN CASE pg_catalog.jsonb_typeof(e.val -> 'delay')
-                         WHEN 'number' THEN pg_catalog.make_interval(secs => (e.val ->> 'delay')::float8)
+                         -- float8 * interval raises 22008 on overflow (make_interval would wrap)
+                         WHEN 'number' THEN (e.val ->> 'delay')::float8 * interval '1 second'
                          ELSE (e.val ->> 'delay')::interval END
                 ELSE def_delay END,
-           CASE WHEN specs AND e.val ? 'priority' THEN (e.val ->> 'priority')::integer ELSE def_priority END,
-           CASE WHEN specs AND e.val ? 'max_attempts' THEN (e.val ->> 'max_attempts')::integer
+           CASE WHEN specs THEN coalesce((e.val ->> 'priority')::integer, def_priority)
+                ELSE def_priority END,
+           CASE WHEN specs THEN coalesce((e.val ->> 'max_attempts')::integer, def_max_attempts)
                 ELSE def_max_attempts END,
            CASE WHEN specs THEN e.val ->> 'idempotency_key' END
     FROM pg_catalog.jsonb_array_elements(payloads) WITH ORDINALITY AS e(val, ord)
@@ -100,17 +107,13 @@ CREATE FUNCTION jq.enqueue(
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
-    v_now          timestamptz := pg_catalog.now();
-    v_max_attempts integer;
-    v_run_at       timestamptz;
-    v_id           bigint;
-    v_code         text;
-    v_message      text;
+    v_now     timestamptz := pg_catalog.now();
+    v_run_at  timestamptz;
+    v_state   jq.job_state;
+    v_id      bigint;
+    v_code    text;
+    v_message text;
 BEGIN
-    SELECT t.max_attempts INTO v_max_attempts FROM jq.queues t WHERE t.name = enqueue.queue;
-    IF NOT FOUND THEN
-        PERFORM jq._unknown_queue(enqueue.queue);
-    END IF;
     SELECT p.sqlstate, p.message INTO v_code, v_message
     FROM jq._job_problem(enqueue.payload, enqueue.kind, enqueue.max_attempts,
                          enqueue.idempotency_key) p;
@@ -118,14 +121,21 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = v_code, MESSAGE = v_message;
     END IF;
     v_run_at := jq._due_at(enqueue.run_at, enqueue.delay, v_now);
+    v_state := CASE WHEN v_run_at > v_now THEN 'scheduled' ELSE 'ready' END;
 
+    -- The queue row is read in the INSERT itself, not in an earlier statement: the INSERT locks
+    -- jq.jobs before it takes its snapshot, and jq.drop_queue holds a lock on jq.jobs that
+    -- conflicts, so an enqueue racing a drop either lands before the drop (and is deleted with
+    -- the queue) or sees the queue gone. No job is ever left behind in a dropped queue.
     IF enqueue.idempotency_key IS NULL THEN
         INSERT INTO jq.jobs (queue, kind, state, priority, max_attempts, run_at, created_at, payload)
-        VALUES (enqueue.queue, coalesce(enqueue.kind, enqueue.queue),
-                CASE WHEN v_run_at > v_now THEN 'scheduled' ELSE 'ready' END::jq.job_state,
-                coalesce(enqueue.priority, 0), coalesce(enqueue.max_attempts, v_max_attempts),
-                v_run_at, v_now, enqueue.payload)
+        SELECT t.name, coalesce(enqueue.kind, t.name), v_state, coalesce(enqueue.priority, 0),
+               coalesce(enqueue.max_attempts, t.max_attempts), v_run_at, v_now, enqueue.payload
+        FROM jq.queues t WHERE t.name = enqueue.queue
         RETURNING id INTO v_id;
+        IF v_id IS NULL THEN
+            PERFORM jq._unknown_queue(enqueue.queue);
+        END IF;
         RETURN v_id;
     END IF;
 
@@ -135,10 +145,10 @@ BEGIN
     LOOP
         INSERT INTO jq.jobs (queue, kind, state, priority, max_attempts, run_at, created_at,
                              payload, idempotency_key)
-        VALUES (enqueue.queue, coalesce(enqueue.kind, enqueue.queue),
-                CASE WHEN v_run_at > v_now THEN 'scheduled' ELSE 'ready' END::jq.job_state,
-                coalesce(enqueue.priority, 0), coalesce(enqueue.max_attempts, v_max_attempts),
-                v_run_at, v_now, enqueue.payload, enqueue.idempotency_key)
+        SELECT t.name, coalesce(enqueue.kind, t.name), v_state, coalesce(enqueue.priority, 0),
+               coalesce(enqueue.max_attempts, t.max_attempts), v_run_at, v_now, enqueue.payload,
+               enqueue.idempotency_key
+        FROM jq.queues t WHERE t.name = enqueue.queue
         ON CONFLICT (queue, idempotency_key)
             WHERE idempotency_key IS NOT NULL AND state IN ('scheduled', 'ready', 'running')
             DO NOTHING
@@ -151,6 +161,9 @@ BEGIN
           AND j.state IN ('scheduled', 'ready', 'running');
         IF v_id IS NOT NULL THEN
             RETURN v_id;
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM jq.queues t WHERE t.name = enqueue.queue) THEN
+            PERFORM jq._unknown_queue(enqueue.queue);
         END IF;
     END LOOP;
 END $$;
@@ -217,12 +230,12 @@ BEGIN
                        enqueue_many.run_at, enqueue_many.delay, enqueue_many.priority,
                        enqueue_many.max_attempts) s,
          LATERAL jq._job_problem(s.payload, s.kind, s.max_attempts, s.idempotency_key) p
-    WHERE p.sqlstate IS NOT NULL OR s.priority IS NULL
+    WHERE p.sqlstate IS NOT NULL
        OR (s.run_at IS NOT NULL AND (s.delay IS NOT NULL OR NOT pg_catalog.isfinite(s.run_at)))
     ORDER BY s.ord LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION 'job % of payloads (1-based): %', v_bad.ord,
-            coalesce(v_bad.message, 'priority must not be NULL; give run_at or delay, not both, and a finite run_at')
+            coalesce(v_bad.message, 'give run_at or delay, not both, and a finite run_at')
             USING ERRCODE = coalesce(v_bad.sqlstate, '22023');
     END IF;
 
@@ -234,11 +247,14 @@ BEGIN
             INSERT INTO jq.jobs (queue, kind, state, priority, max_attempts, run_at, created_at, payload)
             SELECT enqueue_many.queue, coalesce(s.kind, enqueue_many.queue),
                    CASE WHEN d.due > v_now THEN 'scheduled' ELSE 'ready' END::jq.job_state,
-                   s.priority, coalesce(s.max_attempts, v_max_attempts), d.due, v_now, s.payload
+                   coalesce(s.priority, 0), coalesce(s.max_attempts, t.max_attempts), d.due, v_now,
+                   s.payload
             FROM jq._job_specs(enqueue_many.payloads, enqueue_many.specs, enqueue_many.kind,
                                enqueue_many.run_at, enqueue_many.delay, enqueue_many.priority,
                                enqueue_many.max_attempts) s,
-                 LATERAL (SELECT jq._due_at(s.run_at, s.delay, v_now) AS due) d
+                 LATERAL (SELECT jq._due_at(s.run_at, s.delay, v_now) AS due) d,
+                 jq.queues t
+            WHERE t.name = enqueue_many.queue  -- see jq.enqueue: no job for a dropped queue
             ORDER BY s.ord
             RETURNING jq.jobs.id
         )

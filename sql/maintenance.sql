@@ -84,42 +84,40 @@ CREATE FUNCTION jq._prune(now timestamptz, batch integer DEFAULT 5000) RETURNS i
 LANGUAGE plpgsql AS $$
 DECLARE
     q       record;
-    v_left  integer := _prune.batch;
+    v_total integer := 0;
     v_count integer;
 BEGIN
-    FOR q IN SELECT t.name, t.retention, t.dead_retention, t.history_retention
-             FROM jq.queues t ORDER BY t.name
+    -- Each queue gets its own budget, so a backlog in one queue never holds up the others.
+    FOR q IN SELECT t.name, t.retention, t.dead_retention, t.history_retention FROM jq.queues t
     LOOP
-        EXIT WHEN v_left <= 0;
         DELETE FROM jq.jobs j WHERE j.id IN (
             SELECT f.id FROM jq.jobs f
             WHERE f.queue = q.name AND f.state IN ('completed', 'cancelled')
               AND f.finished_at < _prune.now - q.retention
-            LIMIT v_left FOR UPDATE SKIP LOCKED);
+            LIMIT _prune.batch FOR UPDATE SKIP LOCKED);
         GET DIAGNOSTICS v_count = ROW_COUNT;
-        v_left := v_left - v_count;
-        EXIT WHEN v_left <= 0;
+        v_total := v_total + v_count;
         DELETE FROM jq.jobs j WHERE j.id IN (
             SELECT f.id FROM jq.jobs f
             WHERE f.queue = q.name AND f.state = 'dead'
               AND f.finished_at < _prune.now - q.dead_retention
-            LIMIT v_left FOR UPDATE SKIP LOCKED);
+            LIMIT _prune.batch FOR UPDATE SKIP LOCKED);
         GET DIAGNOSTICS v_count = ROW_COUNT;
-        v_left := v_left - v_count;
-        EXIT WHEN v_left <= 0;
+        v_total := v_total + v_count;
         DELETE FROM jq.executions e WHERE e.ctid = ANY (ARRAY(
             SELECT h.ctid FROM jq.executions h
             WHERE h.queue = q.name AND h.finished_at < _prune.now - q.history_retention
-            LIMIT v_left));
+            LIMIT _prune.batch));
         GET DIAGNOSTICS v_count = ROW_COUNT;
-        v_left := v_left - v_count;
+        v_total := v_total + v_count;
     END LOOP;
-    RETURN _prune.batch - v_left;
+    RETURN v_total;
 END $$;
 COMMENT ON FUNCTION jq._prune(timestamptz, integer) IS
-'Maintenance: deletes at most batch rows in all: completed and cancelled jobs finished more than '
-'the queue''s retention before now, dead jobs past dead_retention, and execution rows past '
-'history_retention (history outlives its jobs). Returns how many rows it deleted.';
+'Maintenance: per queue, deletes up to batch completed and cancelled jobs finished more than the '
+'queue''s retention before now, up to batch dead jobs past dead_retention, and up to batch '
+'execution rows past history_retention (history outlives its jobs). Returns how many rows it '
+'deleted. Safe to run concurrently.';
 
 CREATE FUNCTION jq.tick() RETURNS jq.tick_result
 LANGUAGE plpgsql AS $$
@@ -145,9 +143,10 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION jq.tick() IS
 'One maintenance pass at now(): promote due scheduled jobs (up to 50,000), reap expired leases '
-'(up to 10,000), prune past retention (up to 5,000 rows); returns the counts. Safe to run from '
-'several sessions at once. The background worker runs it every jq.tick_interval; without it, '
-'call it every second or so from pg_cron or any client.';
+'(up to 10,000), prune past retention (up to 5,000 rows of each kind per queue); returns the '
+'counts. Safe to run from '
+'several sessions at once. Call it about once a second, from pg_cron or any client, unless a '
+'background worker does (see README).';
 
 CREATE VIEW jq.queue_stats AS
 SELECT t.name AS queue,

@@ -71,7 +71,7 @@ CREATE FUNCTION jq.create_queue(
     backoff_max        interval DEFAULT '1 hour',
     jitter             jq.jitter_mode DEFAULT 'full',
     retention          interval DEFAULT '1 day',
-    dead_retention     interval DEFAULT '14 days',
+    dead_retention     interval DEFAULT '7 days',
     history_retention  interval DEFAULT '7 days',
     max_concurrency    integer DEFAULT NULL,
     max_lease_expiries integer DEFAULT 10,
@@ -124,7 +124,7 @@ COMMENT ON FUNCTION jq.create_queue(text, integer, interval, jq.backoff_policy, 
 'Creates a queue and returns its row. name: 1-128 characters of [A-Za-z0-9_.:-]. Defaults of its '
 'jobs: max_attempts 25; lease 5 minutes; retry backoff exponential from backoff_base 1 second, '
 'capped at backoff_max 1 hour, with full jitter; finished jobs kept for retention 1 day '
-'(completed, cancelled) or dead_retention 14 days (dead); execution history kept for '
+'(completed, cancelled) or dead_retention 7 days (dead); execution history kept for '
 'history_retention 7 days; max_concurrency NULL = unlimited running jobs; a job whose lease '
 'expires more than max_lease_expiries (10) times goes dead. Errors: 22004 NULL option, 22023 '
 'invalid name or value, 42710 queue exists (unless if_not_exists, which returns the existing row).';
@@ -188,6 +188,11 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_jobs bigint;
 BEGIN
+    -- Wait for every transaction that has written jobs to finish, and hold off new writers
+    -- until this one commits: an enqueue racing the drop then either committed its job before
+    -- (deleted below) or finds the queue gone (jq.enqueue reads the queue in its INSERT).
+    -- Self-conflicting, so two drops queue up instead of deadlocking. Drops are rare and short.
+    LOCK TABLE jq.jobs IN SHARE ROW EXCLUSIVE MODE;
     PERFORM 1 FROM jq.queues t WHERE t.name = drop_queue.name FOR UPDATE;
     IF NOT FOUND THEN
         PERFORM jq._unknown_queue(drop_queue.name);
@@ -212,7 +217,9 @@ COMMENT ON FUNCTION jq.drop_queue(text, boolean) IS
 'Deletes a queue with its jobs and execution history. Refuses (55006 object_in_use) while the '
 'queue has ready, scheduled or running jobs unless force => true; forced, those jobs are '
 'cancelled by deletion and any late jq.complete / jq.fail / jq.heartbeat / jq.release on them is '
-'a harmless false/NULL. Errors: 22004/22023 bad name, 42704 unknown queue.';
+'a harmless false/NULL. It locks jq.jobs against writes (SHARE ROW EXCLUSIVE) while it runs, so '
+'an enqueue racing the drop never leaves a job behind. Errors: 22004/22023 bad name, 42704 '
+'unknown queue, 55006 jobs remain.';
 
 CREATE FUNCTION jq.pause(name text) RETURNS boolean
 LANGUAGE plpgsql AS $$

@@ -41,7 +41,7 @@ CREATE TABLE jq.queues (
     backoff_max        interval NOT NULL DEFAULT '1 hour' CHECK (backoff_max >= interval '0'),
     jitter             jq.jitter_mode NOT NULL DEFAULT 'full',
     retention          interval NOT NULL DEFAULT '1 day' CHECK (retention >= interval '0'),
-    dead_retention     interval NOT NULL DEFAULT '14 days' CHECK (dead_retention >= interval '0'),
+    dead_retention     interval NOT NULL DEFAULT '7 days' CHECK (dead_retention >= interval '0'),
     history_retention  interval NOT NULL DEFAULT '7 days' CHECK (history_retention >= interval '0'),
     max_lease_expiries integer NOT NULL DEFAULT 10 CHECK (max_lease_expiries >= 0),
     -- Room for flow control (key concurrency, rate limits, priority aging) comes as new

@@ -56,6 +56,12 @@ BEGIN
     END IF;
 
     IF v_cap IS NOT NULL THEN
+        -- The count below must see every claim committed before the lock was granted; an older
+        -- snapshot (REPEATABLE READ, SERIALIZABLE) would let the cap be exceeded.
+        IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+            RAISE EXCEPTION 'jq.claim on a queue with max_concurrency needs READ COMMITTED, not %',
+                pg_catalog.current_setting('transaction_isolation') USING ERRCODE = '25000';
+        END IF;
         -- Serialise capped claims on the queue row (seed A, ADR-003): counting and claiming must
         -- not interleave with another claimer's, or ten claimers each see room for the cap.
         -- The count is a separate statement so that its snapshot is taken after the lock.
@@ -178,11 +184,9 @@ BEGIN
     RETURN QUERY
     WITH input AS (
         SELECT u.id, u.token, u.result
-        FROM pg_catalog.unnest(complete_many.ids, complete_many.lease_tokens,
-                               coalesce(complete_many.results,
-                                        pg_catalog.array_fill(NULL::jsonb,
-                                            ARRAY[pg_catalog.cardinality(complete_many.ids)])))
-             AS u(id, token, result)
+        FROM ROWS FROM (pg_catalog.unnest(complete_many.ids),
+                        pg_catalog.unnest(complete_many.lease_tokens),
+                        pg_catalog.unnest(complete_many.results)) AS u(id, token, result)
     ), done AS (
         UPDATE jq.jobs j SET
             state = 'completed',
@@ -233,11 +237,11 @@ BEGIN
         v_state := 'dead';
     ELSE
         v_delay := coalesce(fail.retry_in,
-            pg_catalog.make_interval(secs => jq.backoff_seconds(
+            jq.backoff_seconds(
                 v_job.backoff::text,
                 extract(epoch FROM v_job.backoff_base)::float8,
                 extract(epoch FROM v_job.backoff_max)::float8,
-                v_job.attempt, v_job.jitter::text, pg_catalog.random())));
+                v_job.attempt, v_job.jitter::text, pg_catalog.random()) * interval '1 second');
         v_state := CASE WHEN v_delay > interval '0' THEN 'scheduled' ELSE 'ready' END;
     END IF;
 

@@ -53,14 +53,17 @@ done
     for i in $(seq 1 "$jobs"); do printf '{"path":"%s"},' "$files/f$i.bin"; done
     printf '{"path":"%s"},{"path":"%s"}]' "$files/missing-1.bin" "$files/missing-2.bin"
 } > "$run/payloads.json"
-psql_ -v payloads="$(cat "$run/payloads.json")" -c "SELECT count(*) AS enqueued FROM jq.enqueue_many('checksum', :'payloads'::jsonb)"
+psql_ -v payloads="$(cat "$run/payloads.json")" <<'SQL'
+SELECT count(*) AS enqueued FROM jq.enqueue_many('checksum', :'payloads'::jsonb);
+SQL
 
 # A worker: claim up to 20 jobs, checksum each file, enqueue a compress job for it and complete
 # the batch in one transaction; failures are reported one by one with jq.fail.
 worker() {
     local name=$1 queue=$2 batch
     while :; do
-        batch=$(psql_ -At -F '|' -c "SELECT id, lease_token, payload->>'path' FROM jq.claim('$queue', '$name', 20)")
+        batch=$(psql_ -At -F '|' -c "SELECT id, lease_token, payload->>'path' FROM jq.claim('$queue', '$name', 20)") \
+            || { echo "$name: claim failed; retrying" >&2; sleep 1; continue; }
         if [ -z "$batch" ]; then
             [ -f "$run/stop" ] && return 0
             sleep 0.2; continue
@@ -88,7 +91,8 @@ worker() {
             a_results=$(printf "'%s'::jsonb," "${results[@]}"); a_results=${a_results%,}
             sql+="SELECT count(*) FROM jq.complete_many('{$a_ids}'::bigint[], '{$a_tokens}'::uuid[], ARRAY[$a_results]);"
         fi
-        psql_ -At -c "BEGIN; $sql COMMIT;" >/dev/null
+        psql_ -At -c "BEGIN; $sql COMMIT;" >/dev/null \
+            || echo "$name: reporting a batch failed; its jobs come back when their leases expire" >&2
     done
 }
 

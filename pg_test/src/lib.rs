@@ -37,8 +37,10 @@ impl TestDb {
         let n = SEQ.fetch_add(1, Ordering::SeqCst);
         let name = format!("jqt_{}_{}_{}", tag, std::process::id(), n);
         let mut a = admin();
-        a.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE); CREATE DATABASE {name}"))
-            .expect("create test database");
+        // Two requests: a multi-statement request runs as one transaction block, which
+        // DROP/CREATE DATABASE refuse.
+        a.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).expect("drop test database");
+        a.batch_execute(&format!("CREATE DATABASE {name}")).expect("create test database");
         let db = TestDb { name };
         db.connect().batch_execute("CREATE EXTENSION jq").expect("CREATE EXTENSION jq");
         db

@@ -1,0 +1,15 @@
+-- The raw-SQL floor (see shared/design/peer-baseline.md): claim in one transaction, complete in
+-- a second, same at-least-once contract as jq, one partial index.
+CREATE TABLE floor_jobs (
+    id bigserial PRIMARY KEY,
+    queue text NOT NULL,
+    state text NOT NULL,
+    priority int NOT NULL DEFAULT 0,
+    run_at timestamptz NOT NULL DEFAULT now(),
+    attempt int NOT NULL DEFAULT 0,
+    worker text,
+    lease_token uuid,
+    lease_expires_at timestamptz,
+    payload jsonb NOT NULL
+);
+CREATE INDEX floor_claim_idx ON floor_jobs (queue, priority DESC, run_at, id) WHERE state = 'ready';
