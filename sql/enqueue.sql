@@ -259,6 +259,9 @@ BEGIN
             RETURNING jq.jobs.id
         )
         SELECT ins.id FROM ins ORDER BY ins.id;
+        IF NOT FOUND AND pg_catalog.jsonb_array_length(enqueue_many.payloads) > 0 THEN
+            PERFORM jq._unknown_queue(enqueue_many.queue);  -- dropped while we waited
+        END IF;
         RETURN;
     END IF;
 

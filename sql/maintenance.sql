@@ -156,6 +156,7 @@ SELECT t.name AS queue,
        r.running,
        f.dead,
        f.completed,
+       f.cancelled,
        c.oldest_claimable_age,
        t.paused
 FROM jq.queues t
@@ -168,9 +169,10 @@ CROSS JOIN LATERAL (
     SELECT count(*) AS running FROM jq.jobs j WHERE j.queue = t.name AND j.state = 'running') r
 CROSS JOIN LATERAL (
     SELECT count(*) FILTER (WHERE j.state = 'dead') AS dead,
-           count(*) FILTER (WHERE j.state = 'completed') AS completed
+           count(*) FILTER (WHERE j.state = 'completed') AS completed,
+           count(*) FILTER (WHERE j.state = 'cancelled') AS cancelled
     FROM jq.jobs j WHERE j.queue = t.name AND j.state IN ('completed', 'dead', 'cancelled')) f;
 COMMENT ON VIEW jq.queue_stats IS
 'One row per queue: depth = claimable (ready, due now) + scheduled (waiting for run_at, including '
-'retries in backoff); running; dead and completed jobs still within retention; '
+'retries in backoff); running; dead, completed and cancelled jobs still within retention; '
 'oldest_claimable_age (interval since the oldest claimable job became due; NULL when none); paused.';

@@ -34,9 +34,14 @@ BEGIN
             CASE WHEN allow_zero THEN 'at least' ELSE 'greater than' END, value
             USING ERRCODE = '22023';
     END IF;
+    -- Bounded so that now() +/- any queue interval stays a valid timestamp: an unbounded
+    -- retention would make every maintenance pass overflow (22008) and stop all queues.
+    IF value > interval '100 years' THEN
+        RAISE EXCEPTION '% must be at most 100 years, got %', what, value USING ERRCODE = '22023';
+    END IF;
 END $$;
 COMMENT ON FUNCTION jq._check_interval(text, interval, boolean) IS
-'Internal: raises 22023 when value is negative (or zero, unless allow_zero).';
+'Internal: raises 22023 when value is negative (or zero, unless allow_zero) or over 100 years.';
 
 CREATE FUNCTION jq._check_queue_options(
     max_attempts integer, lease interval, backoff_base interval, backoff_max interval,
@@ -127,7 +132,8 @@ COMMENT ON FUNCTION jq.create_queue(text, integer, interval, jq.backoff_policy, 
 '(completed, cancelled) or dead_retention 7 days (dead); execution history kept for '
 'history_retention 7 days; max_concurrency NULL = unlimited running jobs; a job whose lease '
 'expires more than max_lease_expiries (10) times goes dead. Errors: 22004 NULL option, 22023 '
-'invalid name or value, 42710 queue exists (unless if_not_exists, which returns the existing row).';
+'invalid name or value (intervals are at most 100 years), 42710 queue exists (unless '
+'if_not_exists, which returns the existing row; its options are not compared).';
 
 CREATE FUNCTION jq.alter_queue(
     name               text,
@@ -192,6 +198,8 @@ BEGIN
     -- until this one commits: an enqueue racing the drop then either committed its job before
     -- (deleted below) or finds the queue gone (jq.enqueue reads the queue in its INSERT).
     -- Self-conflicting, so two drops queue up instead of deadlocking. Drops are rare and short.
+    -- The lock waits at most lock_timeout (2 s, set on this function) so that a drop behind a
+    -- long transaction fails with 55P03 instead of stalling every claim queued behind it.
     LOCK TABLE jq.jobs IN SHARE ROW EXCLUSIVE MODE;
     PERFORM 1 FROM jq.queues t WHERE t.name = drop_queue.name FOR UPDATE;
     IF NOT FOUND THEN
@@ -213,13 +221,15 @@ BEGIN
     RAISE LOG 'jq: dropped queue "%" with % jobs', drop_queue.name, v_jobs;
     RETURN true;
 END $$;
+ALTER FUNCTION jq.drop_queue(text, boolean) SET lock_timeout = '2s';
 COMMENT ON FUNCTION jq.drop_queue(text, boolean) IS
 'Deletes a queue with its jobs and execution history. Refuses (55006 object_in_use) while the '
 'queue has ready, scheduled or running jobs unless force => true; forced, those jobs are '
 'cancelled by deletion and any late jq.complete / jq.fail / jq.heartbeat / jq.release on them is '
 'a harmless false/NULL. It locks jq.jobs against writes (SHARE ROW EXCLUSIVE) while it runs, so '
-'an enqueue racing the drop never leaves a job behind. Errors: 22004/22023 bad name, 42704 '
-'unknown queue, 55006 jobs remain.';
+'an enqueue racing the drop never leaves a job behind; it waits at most 2 s for that lock, '
+'then fails with 55P03 (lock_not_available: a transaction that wrote jobs is still open; retry). '
+'Errors: 22004/22023 bad name, 42704 unknown queue, 55006 jobs remain, 55P03 busy.';
 
 CREATE FUNCTION jq.pause(name text) RETURNS boolean
 LANGUAGE plpgsql AS $$

@@ -42,8 +42,9 @@ BEGIN
     IF claim.worker IS NULL OR pg_catalog.length(claim.worker) > 200 THEN
         RAISE EXCEPTION 'worker must be a name of at most 200 characters' USING ERRCODE = '22023';
     END IF;
-    IF claim.lease IS NOT NULL AND claim.lease <= interval '0' THEN
-        RAISE EXCEPTION 'lease must be greater than zero, got %', claim.lease USING ERRCODE = '22023';
+    IF claim.lease IS NOT NULL AND (claim.lease <= interval '0' OR claim.lease > interval '100 years') THEN
+        RAISE EXCEPTION 'lease must be greater than zero and at most 100 years, got %', claim.lease
+            USING ERRCODE = '22023';
     END IF;
 
     SELECT t.paused, t.max_concurrency, t.lease INTO v_paused, v_cap, v_lease
@@ -230,6 +231,10 @@ BEGIN
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
+    IF fail.retry_in > interval '100 years' THEN
+        RAISE EXCEPTION 'retry_in must be at most 100 years, got %', fail.retry_in
+            USING ERRCODE = '22023';
+    END IF;
 
     IF v_job.cancel_requested THEN
         v_state := 'cancelled';
@@ -268,15 +273,17 @@ COMMENT ON FUNCTION jq.fail(bigint, uuid, text, interval) IS
 'queue''s policy via jq.backoff_seconds: fixed/linear/exponential from backoff_base, capped at '
 'backoff_max, full jitter by default. error: any text (quotes, backslashes, "\u0000" kept '
 'verbatim; longer than jq.max_error_length() is truncated with a marker). Fenced: NULL and no '
-'change unless the job is running under this lease_token. Errors: 22008 retry_in overflow.';
+'change unless the job is running under this lease_token. Errors: 22023 retry_in over 100 years '
+'(a zero or negative retry_in means now).';
 
 CREATE FUNCTION jq.heartbeat(id bigint, lease_token uuid, extend interval DEFAULT NULL,
                              OUT lease_expires_at timestamptz, OUT cancel_requested boolean)
 LANGUAGE plpgsql AS $$
 BEGIN
-    IF heartbeat.extend IS NOT NULL AND heartbeat.extend <= interval '0' THEN
-        RAISE EXCEPTION 'extend must be greater than zero, got %', heartbeat.extend
-            USING ERRCODE = '22023';
+    IF heartbeat.extend IS NOT NULL
+       AND (heartbeat.extend <= interval '0' OR heartbeat.extend > interval '100 years') THEN
+        RAISE EXCEPTION 'extend must be greater than zero and at most 100 years, got %',
+            heartbeat.extend USING ERRCODE = '22023';
     END IF;
     UPDATE jq.jobs j SET
         lease_expires_at = pg_catalog.clock_timestamp() + coalesce(heartbeat.extend, j.lease),
