@@ -22,9 +22,10 @@ data=$run/data
 files=$run/files
 
 bash .ci/setup
+mkdir -p "$run"
 echo "== building and installing jq (release)"
-cargo pgrx install --release --pg-config "${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}" >"$run.install.log" 2>&1 \
-    || { tail -40 "$run.install.log"; exit 1; }
+cargo pgrx install --release --pg-config "${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}" >"$run/install.log" 2>&1 \
+    || { tail -40 "$run/install.log"; exit 1; }
 
 source pg_test/cluster.sh
 mkdir -p "$run"
