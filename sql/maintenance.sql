@@ -1,5 +1,7 @@
 -- Maintenance duties, each a function of `now` so that tests pass fixed instants and the
--- background worker passes now(). Each locks its rows with FOR UPDATE SKIP LOCKED in bounded
+-- background worker passes now(). The rows of a batch are picked by an uncorrelated
+-- ARRAY(SELECT ... LIMIT batch FOR UPDATE SKIP LOCKED) and written by id: a join against a CTE
+-- let the planner hash-join the whole backlog for every batch (pg_test/tests/plans.rs). Each locks its rows with FOR UPDATE SKIP LOCKED in bounded
 -- batches and writes only rows still in the state it read, so passes from several sessions at
 -- once partition the work instead of repeating it, and a late pass changes nothing.
 
@@ -8,16 +10,13 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_count integer;
 BEGIN
-    WITH due AS (
-        SELECT j.id FROM jq.jobs j
-        WHERE j.state = 'scheduled' AND j.run_at <= _promote.now
-        ORDER BY j.run_at
-        LIMIT _promote.batch
-        FOR UPDATE SKIP LOCKED
-    )
     UPDATE jq.jobs j SET state = 'ready'
-    FROM due
-    WHERE j.id = due.id AND j.state = 'scheduled' AND j.run_at <= _promote.now;
+    WHERE j.id = ANY (ARRAY(
+        SELECT d.id FROM jq.jobs d
+        WHERE d.state = 'scheduled' AND d.run_at <= _promote.now
+        ORDER BY d.run_at
+        LIMIT _promote.batch
+        FOR UPDATE SKIP LOCKED)) AND j.state = 'scheduled' AND j.run_at <= _promote.now;
     GET DIAGNOSTICS v_count = ROW_COUNT;
     RETURN v_count;
 END $$;
@@ -30,13 +29,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_count integer;
 BEGIN
-    WITH expired AS (
-        SELECT j.id FROM jq.jobs j
-        WHERE j.state = 'running' AND j.lease_expires_at < _reap.now
-        ORDER BY j.lease_expires_at
-        LIMIT _reap.batch
-        FOR UPDATE SKIP LOCKED
-    ), back AS (
+    WITH back AS (
         UPDATE jq.jobs j SET
             state = CASE
                 WHEN j.cancel_requested THEN 'cancelled'
@@ -56,8 +49,12 @@ BEGIN
                     THEN pg_catalog.format('lease expired %s times (max_lease_expiries); the job '
                          'may be killing its worker', j.lease_expiries + 1)
                 ELSE j.last_error END
-        FROM expired
-        WHERE j.id = expired.id AND j.state = 'running' AND j.lease_expires_at < _reap.now
+        WHERE j.id = ANY (ARRAY(
+            SELECT x.id FROM jq.jobs x
+            WHERE x.state = 'running' AND x.lease_expires_at < _reap.now
+            ORDER BY x.lease_expires_at
+            LIMIT _reap.batch
+            FOR UPDATE SKIP LOCKED)) AND j.state = 'running' AND j.lease_expires_at < _reap.now
         RETURNING j.id, j.claims, j.attempt, j.state, j.started_at, j.lease_expires_at, j.queue,
                   j.worker
     )
@@ -90,18 +87,18 @@ BEGIN
     -- Each queue gets its own budget, so a backlog in one queue never holds up the others.
     FOR q IN SELECT t.name, t.retention, t.dead_retention, t.history_retention FROM jq.queues t
     LOOP
-        DELETE FROM jq.jobs j WHERE j.id IN (
+        DELETE FROM jq.jobs j WHERE j.id = ANY (ARRAY(
             SELECT f.id FROM jq.jobs f
             WHERE f.queue = q.name AND f.state IN ('completed', 'cancelled')
               AND f.finished_at < _prune.now - q.retention
-            LIMIT _prune.batch FOR UPDATE SKIP LOCKED);
+            LIMIT _prune.batch FOR UPDATE SKIP LOCKED));
         GET DIAGNOSTICS v_count = ROW_COUNT;
         v_total := v_total + v_count;
-        DELETE FROM jq.jobs j WHERE j.id IN (
+        DELETE FROM jq.jobs j WHERE j.id = ANY (ARRAY(
             SELECT f.id FROM jq.jobs f
             WHERE f.queue = q.name AND f.state = 'dead'
               AND f.finished_at < _prune.now - q.dead_retention
-            LIMIT _prune.batch FOR UPDATE SKIP LOCKED);
+            LIMIT _prune.batch FOR UPDATE SKIP LOCKED));
         GET DIAGNOSTICS v_count = ROW_COUNT;
         v_total := v_total + v_count;
         DELETE FROM jq.executions e WHERE e.ctid = ANY (ARRAY(
