@@ -28,12 +28,12 @@ CREATE FUNCTION jq.claim(queue text, worker text, n integer DEFAULT 1, lease int
 RETURNS SETOF jq.claimed_job
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_paused   boolean;
-    v_cap      integer;
-    v_lease    interval;
-    v_limit    integer := claim.n;
-    v_running  integer;
-    v_now      timestamptz;
+    v_limit   integer := claim.n;
+    v_locked  boolean := false;  -- a capped claim holds its queue row lock
+    v_paused  boolean;
+    v_cap     integer;
+    v_running integer;
+    v_now     timestamptz;
 BEGIN
     IF claim.n IS NULL OR claim.n < 1 OR claim.n > 1000 THEN
         RAISE EXCEPTION 'n must be between 1 and 1000, got %', coalesce(claim.n::text, 'NULL')
@@ -47,28 +47,101 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
 
-    SELECT t.paused, t.max_concurrency, t.lease INTO v_paused, v_cap, v_lease
-    FROM jq.queues t WHERE t.name = claim.queue;
-    IF NOT FOUND THEN
-        PERFORM jq._unknown_queue(claim.queue);
-    END IF;
-    IF v_paused THEN
-        RETURN;
-    END IF;
+    LOOP
+        -- The lease starts when the claim runs, not when the caller's transaction began.
+        v_now := pg_catalog.clock_timestamp();
+        -- One statement claims: the ids are picked and locked by an uncorrelated sub-select on
+        -- the partial claim index (FOR UPDATE SKIP LOCKED), then updated through the primary
+        -- key; the queue row gates it (unpaused, and uncapped unless we hold the cap lock) and
+        -- gives the default lease, so the common case costs one statement. Written as
+        -- id = ANY (ARRAY(...)), not as a join against a CTE, whose cached generic plan was a
+        -- hash join over the whole queue. n = 1 has its own copy with a constant LIMIT: with
+        -- LIMIT $n the planner assumes 10% of the queue, so plpgsql re-planned every call.
+        -- The two copies differ only in their LIMIT; pg_test/tests/plans.rs checks both.
+        IF v_limit = 1 THEN
+        RETURN QUERY
+        WITH claimed AS (
+            UPDATE jq.jobs j SET
+                state = 'running',
+                attempt = j.attempt + 1,
+                claims = j.claims + 1,
+                worker = claim.worker,
+                lease_token = pg_catalog.gen_random_uuid(),
+                started_at = v_now,
+                lease = coalesce(claim.lease, q.lease),
+                lease_expires_at = v_now + coalesce(claim.lease, q.lease)
+            FROM jq.queues q
+            WHERE q.name = claim.queue
+              AND j.id = ANY (ARRAY(
+                  SELECT p.id FROM jq.jobs p
+                  WHERE p.queue = claim.queue AND p.state = 'ready'
+                    AND EXISTS (SELECT FROM jq.queues g WHERE g.name = claim.queue
+                                AND NOT g.paused AND (g.max_concurrency IS NULL OR v_locked))
+                  ORDER BY p.priority DESC, p.run_at, p.id
+                  LIMIT 1
+                  FOR UPDATE OF p SKIP LOCKED))
+            RETURNING j.id, j.queue, j.kind, j.payload, j.attempt, j.max_attempts, j.lease_token,
+                      j.lease_expires_at, j.priority, j.run_at, j.created_at
+        )
+        SELECT c.id, c.queue, c.kind, c.payload, c.attempt, c.max_attempts, c.lease_token,
+               c.lease_expires_at, c.priority, c.run_at, c.created_at
+        FROM claimed c
+        ORDER BY c.priority DESC, c.run_at, c.id;
+        ELSE
+        RETURN QUERY
+        WITH claimed AS (
+            UPDATE jq.jobs j SET
+                state = 'running',
+                attempt = j.attempt + 1,
+                claims = j.claims + 1,
+                worker = claim.worker,
+                lease_token = pg_catalog.gen_random_uuid(),
+                started_at = v_now,
+                lease = coalesce(claim.lease, q.lease),
+                lease_expires_at = v_now + coalesce(claim.lease, q.lease)
+            FROM jq.queues q
+            WHERE q.name = claim.queue
+              AND j.id = ANY (ARRAY(
+                  SELECT p.id FROM jq.jobs p
+                  WHERE p.queue = claim.queue AND p.state = 'ready'
+                    AND EXISTS (SELECT FROM jq.queues g WHERE g.name = claim.queue
+                                AND NOT g.paused AND (g.max_concurrency IS NULL OR v_locked))
+                  ORDER BY p.priority DESC, p.run_at, p.id
+                  LIMIT v_limit
+                  FOR UPDATE OF p SKIP LOCKED))
+            RETURNING j.id, j.queue, j.kind, j.payload, j.attempt, j.max_attempts, j.lease_token,
+                      j.lease_expires_at, j.priority, j.run_at, j.created_at
+        )
+        SELECT c.id, c.queue, c.kind, c.payload, c.attempt, c.max_attempts, c.lease_token,
+               c.lease_expires_at, c.priority, c.run_at, c.created_at
+        FROM claimed c
+        ORDER BY c.priority DESC, c.run_at, c.id;
+        END IF;
+        IF FOUND OR v_locked THEN
+            RETURN;
+        END IF;
 
-    IF v_cap IS NOT NULL THEN
-        -- The count below must see every claim committed before the lock was granted; an older
-        -- snapshot (REPEATABLE READ, SERIALIZABLE) would let the cap be exceeded.
+        -- Nothing claimed: the queue is empty, paused, capped or unknown.
+        SELECT t.paused, t.max_concurrency INTO v_paused, v_cap
+        FROM jq.queues t WHERE t.name = claim.queue;
+        IF NOT FOUND THEN
+            PERFORM jq._unknown_queue(claim.queue);
+        END IF;
+        IF v_paused OR v_cap IS NULL THEN
+            RETURN;
+        END IF;
+        -- A capped queue: serialise its claims on the queue row (seed A, ADR-003), since
+        -- counting and claiming must not interleave with another claimer's, or ten claimers
+        -- each see room for the cap. The count is a separate statement so that its snapshot is
+        -- taken after the lock; an older snapshot (REPEATABLE READ, SERIALIZABLE) would let
+        -- the cap be exceeded, so those are refused.
         IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
             RAISE EXCEPTION 'jq.claim on a queue with max_concurrency needs READ COMMITTED, not %',
                 pg_catalog.current_setting('transaction_isolation') USING ERRCODE = '25000';
         END IF;
-        -- Serialise capped claims on the queue row (seed A, ADR-003): counting and claiming must
-        -- not interleave with another claimer's, or ten claimers each see room for the cap.
-        -- The count is a separate statement so that its snapshot is taken after the lock.
         SELECT t.paused, t.max_concurrency INTO v_paused, v_cap
         FROM jq.queues t WHERE t.name = claim.queue FOR NO KEY UPDATE;
-        IF v_paused OR NOT FOUND THEN
+        IF NOT FOUND OR v_paused THEN
             RETURN;
         END IF;
         IF v_cap IS NOT NULL THEN
@@ -79,37 +152,8 @@ BEGIN
                 RETURN;
             END IF;
         END IF;
-    END IF;
-
-    v_lease := coalesce(claim.lease, v_lease);
-    -- The lease starts when the claim runs, not when the caller's transaction began.
-    v_now := pg_catalog.clock_timestamp();
-    RETURN QUERY
-    WITH picked AS (
-        SELECT j.id FROM jq.jobs j
-        WHERE j.queue = claim.queue AND j.state = 'ready'
-        ORDER BY j.priority DESC, j.run_at, j.id
-        LIMIT v_limit
-        FOR UPDATE SKIP LOCKED
-    ), claimed AS (
-        UPDATE jq.jobs j SET
-            state = 'running',
-            attempt = j.attempt + 1,
-            claims = j.claims + 1,
-            worker = claim.worker,
-            lease_token = pg_catalog.gen_random_uuid(),
-            started_at = v_now,
-            lease = v_lease,
-            lease_expires_at = v_now + v_lease
-        FROM picked
-        WHERE j.id = picked.id
-        RETURNING j.id, j.queue, j.kind, j.payload, j.attempt, j.max_attempts, j.lease_token,
-                  j.lease_expires_at, j.priority, j.run_at, j.created_at
-    )
-    SELECT c.id, c.queue, c.kind, c.payload, c.attempt, c.max_attempts, c.lease_token,
-           c.lease_expires_at, c.priority, c.run_at, c.created_at
-    FROM claimed c
-    ORDER BY c.priority DESC, c.run_at, c.id;
+        v_locked := true;
+    END LOOP;
 END $$;
 COMMENT ON FUNCTION jq.claim(text, text, integer, interval) IS
 'Claims up to n (1..jq.max_claim_batch()) ready jobs of one queue for worker (a free-form name '

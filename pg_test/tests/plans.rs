@@ -187,7 +187,11 @@ fn check_ordered_pick(e: &Explained, index: &str, limit: Option<i64>) -> Result<
         return Err(e.fail(format!("has a {} node: the rows are sorted instead of read in \
                                    order from {index}", node_type(n))));
     }
-    if let Some(n) = e.find(&["Seq Scan", "Bitmap Heap Scan", "Bitmap Index Scan"]) {
+    // jq.queues is a handful of rows; the claim's gate on it may well be a Seq Scan.
+    if let Some(n) = e.nodes().into_iter().find(|n| {
+        ["Seq Scan", "Bitmap Heap Scan", "Bitmap Index Scan"].contains(&node_type(n))
+            && n.get("Relation Name").and_then(Value::as_str) != Some("queues")
+    }) {
         return Err(e.fail(format!("has a {} node; expected only an ordered Index Scan on \
                                    {index}", node_type(n))));
     }
@@ -330,13 +334,31 @@ fn norm(sql: &str) -> String {
 const CLAIM_PICK: HotPath = HotPath {
     label: "jq.claim: selection of ready jobs",
     function: "jq.claim(text,text,integer,interval)",
-    source: "SELECT j.id FROM jq.jobs j
-             WHERE j.queue = claim.queue AND j.state = 'ready'
-             ORDER BY j.priority DESC, j.run_at, j.id
+    source: "SELECT p.id FROM jq.jobs p
+             WHERE p.queue = claim.queue AND p.state = 'ready'
+               AND EXISTS (SELECT FROM jq.queues g WHERE g.name = claim.queue
+                           AND NOT g.paused AND (g.max_concurrency IS NULL OR v_locked))
+             ORDER BY p.priority DESC, p.run_at, p.id
              LIMIT v_limit
-             FOR UPDATE SKIP LOCKED",
-    subst: &[("claim.queue", "$1"), ("v_limit", "$2")],
+             FOR UPDATE OF p SKIP LOCKED",
+    subst: &[("claim.queue", "$1"), ("v_limit", "$2"), ("v_locked", "false")],
     types: "text, integer",
+};
+
+/// The n = 1 copy of the same selection (constant LIMIT); only its source is checked, so that
+/// the two copies cannot drift apart.
+const CLAIM_PICK_ONE: HotPath = HotPath {
+    label: "jq.claim: selection of one ready job",
+    function: "jq.claim(text,text,integer,interval)",
+    source: "SELECT p.id FROM jq.jobs p
+             WHERE p.queue = claim.queue AND p.state = 'ready'
+               AND EXISTS (SELECT FROM jq.queues g WHERE g.name = claim.queue
+                           AND NOT g.paused AND (g.max_concurrency IS NULL OR v_locked))
+             ORDER BY p.priority DESC, p.run_at, p.id
+             LIMIT 1
+             FOR UPDATE OF p SKIP LOCKED",
+    subst: &[],
+    types: "",
 };
 
 const CLAIM_RUNNING_COUNT: HotPath = HotPath {
@@ -680,6 +702,7 @@ fn claim_selection_walks_claim_index_in_order_and_reads_n_rows() {
     let db = TestDb::new("plans_claim");
     let mut c = build_base(&db);
     CLAIM_PICK.check_source(&mut c);
+    CLAIM_PICK_ONE.check_source(&mut c);
     CLAIM_RUNNING_COUNT.check_source(&mut c);
     let mut f = Failures::default();
 
