@@ -5,6 +5,9 @@
 -- matches the ORDER BY; nothing warns when they drift apart, so pg_test/tests/plans.rs checks
 -- each hot path with EXPLAIN. Change a predicate here and there together.
 
+COMMENT ON SCHEMA jq IS
+'jq: a durable job queue with a SQL API. See docs/semantics.md and docs/sql-api.md.';
+
 CREATE TYPE jq.job_state AS ENUM ('scheduled', 'ready', 'running', 'completed', 'dead', 'cancelled');
 COMMENT ON TYPE jq.job_state IS
 'State of a job. scheduled: waiting for run_at (delayed or backing off before a retry); '

@@ -4,6 +4,14 @@
 -- under the caller's lease token, in the same statement that changes it. A worker whose lease
 -- expired (and whose job may be running again under a new token) changes nothing.
 
+COMMENT ON FUNCTION jq.backoff_seconds(text, double precision, double precision, integer, text, double precision) IS
+'Retry delay in seconds (float8) for attempt (1-based, the attempt that just failed) under policy '
+'fixed (base), linear (base * attempt) or exponential (base * 2^(attempt-1)), capped at '
+'max_seconds; jitter none uses it as is, full scales it by sample (uniform in [0, 1), pass '
+'random()): "full jitter", Marc Brooker, Exponential Backoff And Jitter, AWS Architecture Blog, '
+'2015. base_seconds and max_seconds are seconds. Pure (IMMUTABLE). Errors: 22023 unknown policy '
+'or jitter mode. Implemented in Rust (src/backoff.rs).';
+
 CREATE FUNCTION jq.max_error_length() RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 16384 $$;
 COMMENT ON FUNCTION jq.max_error_length() IS

@@ -619,3 +619,33 @@ fn expired_lease_on_a_queue_without_live_workers_is_retried_not_dropped() {
     let again = claim(&mut w, "orphans", "late-worker", 1, None).pop().expect("still claimable");
     assert_eq!((again.id, again.attempt), (id, 1));
 }
+
+/// Field case Q13, step 6: a real 0x00 byte bound as the error of jq.fail is refused by the
+/// server (text cannot hold NUL) before anything changes; the job is not stranded: its lease
+/// expires, it comes back, and a worker can fail it again with a sanitised message. (The reap
+/// path it relies on is the one the broken variants above were seen failing against.)
+#[test]
+fn fail_with_a_nul_byte_is_refused_and_the_job_still_comes_back_through_its_lease() {
+    let db = TestDb::new("nulfail");
+    let mut c = db.connect();
+    c.batch_execute("SELECT jq.create_queue('nul'); SELECT jq.enqueue('nul', '{}')").unwrap();
+    let job = claim(&mut c, "nul", "w1", 1, Some("30 seconds")).pop().unwrap();
+    let err = c
+        .query_one("SELECT jq.fail($1, $2, $3)::text", &[&job.id, &job.token, &"boom \0 tail"])
+        .unwrap_err();
+    assert_eq!(err.code().map(|s| s.code()), Some("22021"), "invalid byte sequence: {err}");
+    assert_eq!(state(&mut c, job.id).as_deref(), Some("running"));
+    let reaped: i32 = c
+        .query_one("SELECT jq._reap(now() + interval '1 minute')", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(reaped, 1);
+    let again = claim(&mut c, "nul", "w2", 1, None).pop().expect("the job came back");
+    assert_eq!(again.id, job.id);
+    assert_eq!(again.attempt, 1, "the crash was refunded");
+    let st: String = c
+        .query_one("SELECT jq.fail($1, $2, $3)::text", &[&again.id, &again.token, &"boom \\0 tail"])
+        .unwrap()
+        .get(0);
+    assert_eq!(st, "scheduled");
+}
