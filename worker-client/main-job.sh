@@ -2,7 +2,7 @@
 # The main job, for now: a private PostgreSQL cluster with jq, real jobs flowing through SQL.
 #
 # Installs what is missing, builds and installs jq (release), starts a private cluster (data
-# and socket under .jq-run/, port 54400), creates two queues, generates files and enqueues one
+# and socket in /tmp/jq-main-54400, port 54400), creates two queues, generates files and enqueues one
 # job per file, then runs several workers that claim batches with jq.claim, do real local work
 # (SHA-256 of the file, then gzip it) and report with jq.complete_many or jq.fail. A few jobs
 # point at files that do not exist: they fail, back off and end up dead after max_attempts. A
@@ -18,7 +18,9 @@ jobs=${1:-2000}
 workers=${2:-4}
 port=${JQ_MAIN_PORT:-54400}
 run=$root/.jq-run
-data=$run/data
+# The cluster's data directory lives under /tmp: Postgres runs as the postgres user, which
+# may not be allowed into a clone under a private home directory.
+data=${JQ_MAIN_DATA:-/tmp/jq-main-$port}
 files=$run/files
 
 bash .ci/setup
