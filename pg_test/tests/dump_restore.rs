@@ -1,5 +1,7 @@
 //! pg_dump keeps jq's data: extension tables are left out of dumps unless registered with
-//! pg_extension_config_dump, which would silently lose every queue, job and history row.
+//! pg_extension_config_dump, which would silently lose every queue, job and history row. Seen
+//! failing: with the registration removed (pg_extension.extconfig cleared in a scratch
+//! database), pg_dump writes no COPY for jq's tables at all.
 
 use jq_pg_test::{claim, complete, conninfo, TestDb};
 use std::process::Command;
