@@ -104,3 +104,32 @@ pub fn state(c: &mut Client, id: i64) -> Option<String> {
         .expect("read state")
         .map(|r| r.get(0))
 }
+
+/// True when this run asks for the deliberately broken variant `name`, i.e. the tests run with
+/// `JQ_TEST_BREAK=name`. A test that has a negative control applies it (with [`sabotage`]) only
+/// then, so the normal suite checks the real functions and
+/// `JQ_TEST_BREAK=name cargo test -p jq-pg-test --release --test FILE TEST` must fail.
+pub fn broken(name: &str) -> bool {
+    std::env::var("JQ_TEST_BREAK").map(|v| v == name).unwrap_or(false)
+}
+
+/// Installs a deliberately broken variant of one jq function in this test's own database, for
+/// a negative control: reads the definition of `func` (a regprocedure such as
+/// `jq.claim(text,text,integer,interval)`) with `pg_get_functiondef`, replaces every occurrence
+/// of `from` by `to` and runs the result (`CREATE OR REPLACE FUNCTION`).
+///
+/// Panics unless `from` occurs exactly `times` times in the definition, so a control cannot
+/// silently stop breaking anything when the function changes, nor break only some of several
+/// copies of a statement (jq.claim has one copy per LIMIT: pass 2 to break both).
+pub fn sabotage(c: &mut Client, func: &str, from: &str, to: &str, times: usize) {
+    let def: String = c
+        .query_one("SELECT pg_get_functiondef($1::text::regprocedure)", &[&func])
+        .expect("read function definition")
+        .get(0);
+    let found = def.matches(from).count();
+    assert_eq!(
+        found, times,
+        "sabotage of {func}: {from:?} occurs {found} times in its definition, expected {times}"
+    );
+    c.batch_execute(&def.replace(from, to)).expect("install the broken variant");
+}

@@ -9,10 +9,11 @@
 //! look for.
 //!
 //! Further broken variants are applied on demand with `JQ_TEST_BREAK=<name>`: the test then
-//! replaces one jq function in its own database with a broken copy (see `sabotage`) and must
-//! fail. The comment at each test records what was broken and how the test failed.
+//! replaces one jq function in its own database with a broken copy (see
+//! `jq_pg_test::sabotage`) and must fail. The comment at each test records what was broken and
+//! how the test failed.
 
-use jq_pg_test::{claim, complete, Claimed, Client, TestDb};
+use jq_pg_test::{broken, claim, complete, sabotage, Claimed, Client, TestDb};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
@@ -21,22 +22,33 @@ use std::time::Duration;
 
 const WORKERS: usize = 10;
 
-/// True when this run asks for the broken variant `name` (`JQ_TEST_BREAK=name`).
-fn broken(name: &str) -> bool {
-    std::env::var("JQ_TEST_BREAK").map(|v| v == name).unwrap_or(false)
-}
+const CLAIM: &str = "jq.claim(text,text,integer,interval)";
 
-/// Replaces `from` by `to` in the definition of `func` (a regprocedure such as
-/// `jq.claim(text,text,integer,interval)`) in this test's own database: a deliberately broken
-/// variant for a negative control. Panics when `from` is not in the definition, so a control
-/// cannot silently stop breaking anything when the function changes.
-fn sabotage(c: &mut Client, func: &str, from: &str, to: &str) {
-    let def: String = c
-        .query_one("SELECT pg_get_functiondef($1::text::regprocedure)", &[&func])
-        .expect("read function definition")
-        .get(0);
-    assert!(def.contains(from), "sabotage of {func}: {from:?} not found in its definition");
-    c.batch_execute(&def.replace(from, to)).expect("install the broken variant");
+/// The broken variants of jq.claim used by the tests below. jq.claim has two copies of its
+/// claiming statement (LIMIT 1 for n = 1, LIMIT v_limit otherwise); a variant about how the
+/// claim picks and locks rows breaks both.
+fn apply_breaks(c: &mut Client) {
+    if broken("claim_no_row_lock") {
+        // The picking sub-select no longer row-locks (no FOR UPDATE OF p SKIP LOCKED); the
+        // UPDATE has no state fence, so a claimer that waited for another's row lock re-claims
+        // the row it had picked.
+        sabotage(c, CLAIM, "\n                  FOR UPDATE OF p SKIP LOCKED))", "))", 2);
+    }
+    if broken("cap_no_queue_lock") {
+        // A capped claim counts running jobs without holding the queue row.
+        sabotage(c, CLAIM, "FOR NO KEY UPDATE", "", 1);
+    }
+    if broken("claim_advisory_leak") {
+        // Field case X03: a session-level advisory lock taken on each candidate row and never
+        // released.
+        sabotage(
+            c,
+            CLAIM,
+            "WHERE p.queue = claim.queue AND p.state = 'ready'\n",
+            "WHERE p.queue = claim.queue AND p.state = 'ready' AND pg_try_advisory_lock(p.id)\n",
+            2,
+        );
+    }
 }
 
 fn create_queue(c: &mut Client, queue: &str, max_concurrency: Option<i32>) {
@@ -196,32 +208,29 @@ fn assert_each_completed_exactly_once(c: &mut Client, queue: &str, ids: &[i64], 
 }
 
 // Negative control: the broken capped claim below, and the two-statement claim above, are run
-// by their own tests. Breaking jq.claim itself (JQ_TEST_BREAK=claim_no_row_lock: the FOR UPDATE
-// SKIP LOCKED removed from its picked CTE, whose UPDATE has no state fence: a claimer that
-// waited for another's row lock re-claims the row) made this test fail with "jobs handed to
-// more than one worker" (3,529 duplicate hand-outs for 10,000 jobs).
+// by their own tests. Breaking jq.claim itself (JQ_TEST_BREAK=claim_no_row_lock: FOR UPDATE OF
+// p SKIP LOCKED removed from the picking sub-select of both claim copies; the UPDATE has no
+// state fence and the picked ids are not re-read, so a claimer that waited for another's row
+// lock re-claims the row) made this test (the LIMIT 1 copy) fail with "jobs handed to more than
+// one worker" (2,688 duplicate hand-outs for 10,000 jobs).
 #[test]
 fn ten_workers_claiming_one_at_a_time_complete_each_of_10k_jobs_exactly_once() {
     let db = TestDb::new("once_n1");
     let mut c = db.connect();
-    if broken("claim_no_row_lock") {
-        sabotage(&mut c, "jq.claim(text,text,integer,interval)", "FOR UPDATE SKIP LOCKED", "");
-    }
+    apply_breaks(&mut c);
     create_queue(&mut c, "q", None);
     let ids = enqueue_n(&mut c, "q", 10_000);
     let report = run_workers(&db, "q", WORKERS, 1, jq_claim);
     assert_each_completed_exactly_once(&mut c, "q", &ids, &report);
 }
 
-// Negative control: as above (JQ_TEST_BREAK=claim_no_row_lock failed it with 1,000 duplicate
-// hand-outs).
+// Negative control: as above (JQ_TEST_BREAK=claim_no_row_lock, here the LIMIT v_limit copy,
+// failed it with "jobs handed to more than one worker": 1,490 duplicate hand-outs).
 #[test]
 fn ten_workers_claiming_ten_at_a_time_complete_each_of_10k_jobs_exactly_once() {
     let db = TestDb::new("once_n10");
     let mut c = db.connect();
-    if broken("claim_no_row_lock") {
-        sabotage(&mut c, "jq.claim(text,text,integer,interval)", "FOR UPDATE SKIP LOCKED", "");
-    }
+    apply_breaks(&mut c);
     create_queue(&mut c, "q", None);
     let ids = enqueue_n(&mut c, "q", 10_000);
     let report = run_workers(&db, "q", WORKERS, 10, jq_claim);
@@ -346,14 +355,13 @@ fn run_capped(db: &TestDb, queue: &str, jobs: i64, claim_fn: CappedClaimFn) -> P
 // Negative controls: the permanent one below (count then claim without the queue-row lock).
 // Breaking jq.claim itself (JQ_TEST_BREAK=cap_no_queue_lock: "FOR NO KEY UPDATE" removed from
 // its queue-row read, so counting and claiming no longer serialise) made this test fail with
-// 15 jobs held and 15 sampled running at once against the cap of 3. Correct runs peak at 3.
+// "workers held 7 jobs at once, cap 3" (7 or 8 sampled running in jq.jobs and
+// jq.queue_stats, over three runs). Correct runs peak at 3.
 #[test]
 fn ten_claimers_never_run_more_jobs_than_max_concurrency() {
     let db = TestDb::new("cap");
     let mut c = db.connect();
-    if broken("cap_no_queue_lock") {
-        sabotage(&mut c, "jq.claim(text,text,integer,interval)", "FOR NO KEY UPDATE", "");
-    }
+    apply_breaks(&mut c);
     create_queue(&mut c, "capped", Some(CAP));
     let peaks = run_capped(&db, "capped", 90, jq_claim);
     eprintln!("capped claim peaks: {peaks:?}");
@@ -403,15 +411,13 @@ fn hammer_one_job(db: &TestDb, queue: &str, claimers: usize, tries: usize, claim
 
 // Field case X09 (a unique job executed by several nodes). Negative controls: the permanent
 // one below (the broken two-statement claim wins the same job several times). Breaking jq.claim
-// (JQ_TEST_BREAK=claim_no_row_lock) made this test fail in its first round: all 8 claimers got
-// the one job.
+// (JQ_TEST_BREAK=claim_no_row_lock) made this test fail in its first round in each of six runs:
+// 2 to 8 of the 8 claimers got the one job while its lease held (attempt counting up to 8).
 #[test]
 fn eight_claimers_hammering_one_job_get_it_exactly_once_per_lease() {
     let db = TestDb::new("x09");
     let mut c = db.connect();
-    if broken("claim_no_row_lock") {
-        sabotage(&mut c, "jq.claim(text,text,integer,interval)", "FOR UPDATE SKIP LOCKED", "");
-    }
+    apply_breaks(&mut c);
     create_queue(&mut c, "one", None);
     let id: i64 = c.query_one("SELECT jq.enqueue('one')", &[]).unwrap().get(0);
     let mut tokens = HashSet::new();
@@ -460,20 +466,15 @@ fn hammer_catches_a_claim_without_row_locks_taking_one_job_twice() {
 
 // Field case X03 (advisory locks leaked by a claim whose CTE the planner inlined). Negative
 // control: JQ_TEST_BREAK=claim_advisory_leak makes jq.claim take pg_try_advisory_lock(id) on
-// each candidate row and never release it; this test then failed with 10,000+ advisory locks
-// held by the workers' still-open sessions (one per job).
+// each candidate row in the picking sub-select of both claim copies and never release it; this
+// test then failed with "advisory locks left after claiming and completing 10k jobs": 10,000
+// held by the workers' still-open sessions (one per job). (JQ_TEST_BREAK=claim_no_row_lock
+// also fails it, with duplicate hand-outs.)
 #[test]
 fn claiming_and_completing_10k_jobs_leaves_no_advisory_locks_and_claim_of_one_locks_one_row() {
     let db = TestDb::new("x03");
     let mut c = db.connect();
-    if broken("claim_advisory_leak") {
-        sabotage(
-            &mut c,
-            "jq.claim(text,text,integer,interval)",
-            "WHERE j.queue = claim.queue AND j.state = 'ready'\n",
-            "WHERE j.queue = claim.queue AND j.state = 'ready' AND pg_try_advisory_lock(j.id)\n",
-        );
-    }
+    apply_breaks(&mut c);
     create_queue(&mut c, "q", None);
     let ids = enqueue_n(&mut c, "q", 10_000);
     let report = run_workers(&db, "q", 4, 1, jq_claim);

@@ -4,31 +4,14 @@
 //! jq.enqueue_many.
 //!
 //! Negative controls: `JQ_TEST_BREAK=<name>` makes a test replace one jq function in its own
-//! database with a broken copy (see `sabotage`), and the test must then fail. The comment at
-//! each test records what was broken and how the test failed.
+//! database with a broken copy (see `jq_pg_test::sabotage`), and the test must then fail. The
+//! comment at each test records what was broken and how the test failed.
 
-use jq_pg_test::{claim, complete, sqlstate, Client, TestDb};
+use jq_pg_test::{broken, claim, complete, sabotage, sqlstate, Client, TestDb};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
-
-/// True when this run asks for the broken variant `name` (`JQ_TEST_BREAK=name`).
-fn broken(name: &str) -> bool {
-    std::env::var("JQ_TEST_BREAK").map(|v| v == name).unwrap_or(false)
-}
-
-/// Replaces `from` by `to` in the definition of `func` (a regprocedure) in this test's own
-/// database: a deliberately broken variant for a negative control. Panics when `from` is not
-/// in the definition, so a control cannot silently stop breaking anything.
-fn sabotage(c: &mut Client, func: &str, from: &str, to: &str) {
-    let def: String = c
-        .query_one("SELECT pg_get_functiondef($1::text::regprocedure)", &[&func])
-        .expect("read function definition")
-        .get(0);
-    assert!(def.contains(from), "sabotage of {func}: {from:?} not found in its definition");
-    c.batch_execute(&def.replace(from, to)).expect("install the broken variant");
-}
 
 const ENQUEUE: &str = "jq.enqueue(text,jsonb,text,timestamptz,interval,integer,integer,text)";
 const KEYED_LOOP: &str = "    LOOP\n        INSERT INTO jq.jobs";
@@ -46,11 +29,16 @@ fn apply_breaks(c: &mut Client) {
       WHERE j.queue = enqueue.queue AND j.idempotency_key = enqueue.idempotency_key
         AND j.state IN ('scheduled', 'ready', 'running');
     IF v_id IS NOT NULL THEN RETURN v_id; END IF;
-    INSERT INTO jq.jobs (queue, kind, state, max_attempts, run_at, created_at, payload, idempotency_key)
-    VALUES (enqueue.queue, enqueue.queue, 'ready', v_max_attempts, v_now, v_now, enqueue.payload,
-            enqueue.idempotency_key) RETURNING id INTO v_id;
+    INSERT INTO jq.jobs (queue, kind, state, priority, max_attempts, run_at, created_at, payload,
+                         idempotency_key)
+    SELECT t.name, coalesce(enqueue.kind, t.name), v_state, coalesce(enqueue.priority, 0),
+           coalesce(enqueue.max_attempts, t.max_attempts), v_run_at, v_now, enqueue.payload,
+           enqueue.idempotency_key
+    FROM jq.queues t WHERE t.name = enqueue.queue
+    RETURNING id INTO v_id;
     RETURN v_id;
     LOOP\n        INSERT INTO jq.jobs",
+            1,
         );
     }
     if broken("enqueue_advisory_dedupe") {
@@ -66,6 +54,7 @@ fn apply_breaks(c: &mut Client) {
         RETURN v_id;
     END IF;
     LOOP\n        INSERT INTO jq.jobs",
+            1,
         );
     }
     if broken("enqueue_key_forever") {
@@ -79,6 +68,7 @@ fn apply_breaks(c: &mut Client) {
       ORDER BY j.id LIMIT 1;
     IF v_id IS NOT NULL THEN RETURN v_id; END IF;
     LOOP\n        INSERT INTO jq.jobs",
+            1,
         );
     }
 }
@@ -170,9 +160,10 @@ fn session(db: &TestDb) -> (Client, i32) {
 }
 
 // Negative control: JQ_TEST_BREAK=enqueue_check_then_insert (arbiter index dropped, enqueue
-// looks the key up and inserts when absent) made this test fail in round 2 of 20: one of the
-// 10 concurrent enqueues returned a second id, so two jobs had the key.
-// JQ_TEST_BREAK=enqueue_advisory_dedupe made it fail in round 1: three enqueues returned NULL.
+// looks the key up and inserts when absent) made this test fail within its first three rounds
+// (keys k0..k2) in each of eight runs: some of the 10 concurrent enqueues returned another id,
+// so two or more jobs had the key. JQ_TEST_BREAK=enqueue_advisory_dedupe made it fail within
+// its first two rounds in each of eight runs: 1 to 9 of the enqueues returned NULL.
 #[test]
 fn ten_connections_enqueueing_one_key_at_once_get_the_same_id_and_make_one_job() {
     let db = TestDb::new("idem_conc");
@@ -198,7 +189,10 @@ fn ten_connections_enqueueing_one_key_at_once_get_the_same_id_and_make_one_job()
     let results: Vec<Vec<EnqueueResult>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
     for round in 0..ROUNDS {
         let ids: Vec<&EnqueueResult> = results.iter().map(|r| &r[round]).collect();
-        let first = ids[0].clone().expect("enqueue with a key").expect("an id");
+        let first = match ids[0] {
+            Ok(Some(id)) => *id,
+            _ => panic!("round {round}: concurrent enqueues of one key returned {ids:?}"),
+        };
         assert!(
             ids.iter().all(|r| **r == Ok(Some(first))),
             "round {round}: concurrent enqueues of one key returned {ids:?}"
@@ -388,6 +382,7 @@ fn enqueue_many_with_keys_returns_one_id_per_element_and_the_same_id_for_a_repea
             "jq.enqueue_many(text,jsonb,text,timestamptz,interval,integer,integer,boolean)",
             "r.priority, r.max_attempts, r.idempotency_key);",
             "r.priority, r.max_attempts, NULL);",
+            1,
         );
     }
     c.execute("SELECT jq.create_queue('q')", &[]).unwrap();

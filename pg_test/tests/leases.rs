@@ -6,30 +6,13 @@
 //! lease's own expiry plus a margin).
 //!
 //! Negative controls: `JQ_TEST_BREAK=<name>` makes a test replace one jq function in its own
-//! database with a broken copy (see `sabotage`), and the test must then fail. The comment at
-//! each test records what was broken and how the test failed.
+//! database with a broken copy (see `jq_pg_test::sabotage`), and the test must then fail. The
+//! comment at each test records what was broken and how the test failed.
 
-use jq_pg_test::{claim, complete, state, Claimed, Client, TestDb};
+use jq_pg_test::{broken, claim, complete, sabotage, state, Claimed, Client, TestDb};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::thread;
 use std::time::{Duration, Instant};
-
-/// True when this run asks for the broken variant `name` (`JQ_TEST_BREAK=name`).
-fn broken(name: &str) -> bool {
-    std::env::var("JQ_TEST_BREAK").map(|v| v == name).unwrap_or(false)
-}
-
-/// Replaces `from` by `to` in the definition of `func` (a regprocedure) in this test's own
-/// database: a deliberately broken variant for a negative control. Panics when `from` is not
-/// in the definition, so a control cannot silently stop breaking anything.
-fn sabotage(c: &mut Client, func: &str, from: &str, to: &str) {
-    let def: String = c
-        .query_one("SELECT pg_get_functiondef($1::text::regprocedure)", &[&func])
-        .expect("read function definition")
-        .get(0);
-    assert!(def.contains(from), "sabotage of {func}: {from:?} not found in its definition");
-    c.batch_execute(&def.replace(from, to)).expect("install the broken variant");
-}
 
 const REAP: &str = "jq._reap(timestamptz,integer)";
 const COMPLETE: &str = "jq.complete(bigint,uuid,jsonb)";
@@ -38,16 +21,17 @@ const COMPLETE: &str = "jq.complete(bigint,uuid,jsonb)";
 fn apply_breaks(c: &mut Client) {
     if broken("complete_no_token") {
         // A completion fenced on the job id and state only (no lease token).
-        sabotage(c, COMPLETE, "j.id = complete.id AND j.lease_token = complete.lease_token AND", "j.id = complete.id AND");
+        sabotage(c, COMPLETE, "j.id = complete.id AND j.lease_token = complete.lease_token AND", "j.id = complete.id AND", 1);
     }
     if broken("reap_no_lock_no_fence") {
-        // A reaper that scans without locking and updates by id alone (River #1302).
-        sabotage(c, REAP, "FOR UPDATE SKIP LOCKED", "");
+        // A reaper that picks without locking and updates by id alone (River #1302): the
+        // picking sub-select loses FOR UPDATE SKIP LOCKED, the UPDATE its state and lease fence.
         sabotage(
             c,
             REAP,
-            "WHERE j.id = expired.id AND j.state = 'running' AND j.lease_expires_at < _reap.now",
-            "WHERE j.id = expired.id",
+            "\n            FOR UPDATE SKIP LOCKED)) AND j.state = 'running' AND j.lease_expires_at < _reap.now\n",
+            "))\n",
+            1,
         );
     }
 }
@@ -181,6 +165,7 @@ fn stale_worker_with_an_old_lease_token_changes_nothing_after_its_job_was_reaped
             "jq.heartbeat(bigint,uuid,interval)",
             "j.id = heartbeat.id AND j.lease_token = heartbeat.lease_token AND",
             "j.id = heartbeat.id AND",
+            1,
         );
     }
     c.execute("SELECT jq.create_queue('q')", &[]).unwrap();
@@ -218,7 +203,7 @@ fn job_whose_lease_expires_more_than_max_lease_expiries_times_goes_dead() {
     let db = TestDb::new("ceiling");
     let mut c = db.connect();
     if broken("reap_no_ceiling") {
-        sabotage(&mut c, REAP, "THEN 'dead'", "THEN 'ready'");
+        sabotage(&mut c, REAP, "THEN 'dead'", "THEN 'ready'", 1);
     }
     c.execute("SELECT jq.create_queue('q', max_lease_expiries => 2)", &[]).unwrap();
     let id = enqueue(&mut c, "q");
@@ -285,9 +270,10 @@ fn killed_workers_job_is_claimable_again_once_its_lease_expires() {
         sabotage(
             &mut c,
             REAP,
-            "WHERE j.state = 'running' AND j.lease_expires_at < _reap.now\n",
-            "WHERE j.state = 'running' AND j.lease_expires_at < _reap.now
-              AND EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.application_name = j.worker)\n",
+            "WHERE x.state = 'running' AND x.lease_expires_at < _reap.now\n",
+            "WHERE x.state = 'running' AND x.lease_expires_at < _reap.now
+              AND EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.application_name = x.worker)\n",
+            1,
         );
     }
     c.execute("SELECT jq.create_queue('q1')", &[]).unwrap();
@@ -318,10 +304,11 @@ fn new_session_under_a_killed_workers_name_does_not_keep_its_old_job_running() {
         sabotage(
             &mut c,
             REAP,
-            "WHERE j.state = 'running' AND j.lease_expires_at < _reap.now\n",
-            "WHERE j.state = 'running' AND j.lease_expires_at < _reap.now
-              AND NOT EXISTS (SELECT 1 FROM jq.jobs o WHERE o.worker = j.worker AND o.id <> j.id
+            "WHERE x.state = 'running' AND x.lease_expires_at < _reap.now\n",
+            "WHERE x.state = 'running' AND x.lease_expires_at < _reap.now
+              AND NOT EXISTS (SELECT 1 FROM jq.jobs o WHERE o.worker = x.worker AND o.id <> x.id
                               AND o.state = 'running' AND o.lease_expires_at >= _reap.now)\n",
+            1,
         );
     }
     c.execute("SELECT jq.create_queue('q1')", &[]).unwrap();
@@ -386,6 +373,7 @@ fn reaper_skips_a_job_whose_completion_is_in_flight_and_the_job_stays_completed(
 // JQ_TEST_BREAK=reap_no_lock_no_fence made this test fail: the second reaper waited for w2's
 // row lock and, once w2 committed, overwrote w2's fresh claim back to 'ready' (attempt 0,
 // lease_expiries 2), so w2's complete would have been rejected.
+// JQ_TEST_BREAK=complete_no_token made it fail too: w1's late complete returned true.
 #[test]
 fn reaper_leaves_a_job_reclaimed_in_flight_by_another_worker_running_under_the_new_lease() {
     let db = TestDb::new("q02b");
@@ -502,8 +490,8 @@ fn each_job_of_a_claimed_batch_has_its_own_lease_and_only_heartbeated_jobs_survi
 
 // Field case Q04 (shutdown stopped the heartbeat first; jobs ended both completed and failed).
 // Negative control: JQ_TEST_BREAK=complete_no_token made this test fail: w1's complete after
-// losing its lease returned true (completing w2's execution), and w2's own complete then
-// returned false.
+// losing its lease returned true ("w1 finishes after losing its lease: complete must be
+// rejected"), completing w2's execution.
 #[test]
 fn worker_that_stops_heartbeating_loses_its_job_and_each_execution_has_one_outcome() {
     let db = TestDb::new("q04");
@@ -557,10 +545,11 @@ fn heartbeat_reports_a_cancel_request_and_release_then_ends_the_job_cancelled() 
             "jq.release(bigint,uuid)",
             "CASE WHEN j.cancel_requested THEN 'cancelled' ELSE 'ready' END::jq.job_state",
             "'ready'::jq.job_state",
+            1,
         );
     }
     if broken("heartbeat_hides_cancel") {
-        sabotage(&mut c, "jq.heartbeat(bigint,uuid,interval)", "RETURNING j.lease_expires_at, j.cancel_requested", "RETURNING j.lease_expires_at, false");
+        sabotage(&mut c, "jq.heartbeat(bigint,uuid,interval)", "RETURNING j.lease_expires_at, j.cancel_requested", "RETURNING j.lease_expires_at, false", 1);
     }
     c.execute("SELECT jq.create_queue('q')", &[]).unwrap();
     let id = enqueue(&mut c, "q");
@@ -593,7 +582,7 @@ fn expired_lease_on_a_queue_without_live_workers_is_retried_not_dropped() {
     let db = TestDb::new("x05");
     let mut c = db.connect();
     if broken("reap_discards") {
-        sabotage(&mut c, REAP, "ELSE 'ready' END::jq.job_state", "ELSE 'dead' END::jq.job_state");
+        sabotage(&mut c, REAP, "ELSE 'ready' END::jq.job_state", "ELSE 'dead' END::jq.job_state", 1);
     }
     c.execute("SELECT jq.create_queue('orphans')", &[]).unwrap();
     let id: i64 = c
