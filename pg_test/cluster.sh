@@ -10,7 +10,8 @@ set -euo pipefail
 JQ_PG_BIN=${JQ_PG_BIN:-/usr/lib/postgresql/15/bin}
 
 jq_as_postgres() {
-    if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+    # From / so that the postgres user is not left in a directory it may not enter.
+    if [ "$(id -u)" = 0 ]; then (cd / && runuser -u postgres -- "$@"); else "$@"; fi
 }
 
 jq_cluster_start() {

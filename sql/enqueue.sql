@@ -49,9 +49,9 @@ BEGIN
                                      pg_catalog.pg_column_size(payload), pg_catalog.octet_length(payload::text));
     ELSIF kind IS NOT NULL AND (kind = '' OR pg_catalog.length(kind) > 200) THEN
         sqlstate := '22023'; message := 'kind must have 1 to 200 characters';
-    ELSIF max_attempts IS NOT NULL AND max_attempts < 1 THEN
+    ELSIF max_attempts IS NOT NULL AND (max_attempts < 1 OR max_attempts > 1000000) THEN
         sqlstate := '22023';
-        message := pg_catalog.format('max_attempts must be at least 1, got %s', max_attempts);
+        message := pg_catalog.format('max_attempts must be between 1 and 1000000, got %s', max_attempts);
     ELSIF idempotency_key IS NOT NULL
           AND (idempotency_key = '' OR pg_catalog.length(idempotency_key) > 512) THEN
         sqlstate := '22023'; message := 'idempotency_key must have 1 to 512 characters';
@@ -60,7 +60,7 @@ END $$;
 COMMENT ON FUNCTION jq._job_problem(jsonb, text, integer, text) IS
 'Internal: (sqlstate, message) of the first invalid field of a job, or NULLs: 22004 SQL NULL '
 'payload, 54000 payload over jq.max_payload_bytes(), 22023 kind not 1-200 characters, '
-'max_attempts < 1, idempotency_key not 1-512 characters.';
+'max_attempts not in 1..1000000, idempotency_key not 1-512 characters.';
 
 -- Normalises enqueue_many's input into one row per job, in array order. With specs, each
 -- element is an object whose fields override the call's arguments (a field that is missing or
@@ -94,6 +94,22 @@ COMMENT ON FUNCTION jq._job_specs(jsonb, boolean, text, timestamptz, interval, i
 'Internal: one normalised row per element of jq.enqueue_many''s array, in order. Casts raise '
 'Postgres'' own errors (22P02, 22007, 22008).';
 
+-- Under REPEATABLE READ or SERIALIZABLE the caller's snapshot may predate a committed
+-- jq.drop_queue, so reading the queue row in the INSERT is not enough: lock it FOR KEY SHARE,
+-- which raises 40001 (serialization_failure) if the row was deleted since the snapshot, and
+-- makes a later drop wait for this transaction. READ COMMITTED (the common case) skips the lock:
+-- a row lock per enqueue would write WAL and contend between producers of one queue.
+CREATE FUNCTION jq._lock_queue_for_snapshot(queue text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM 1 FROM jq.queues t WHERE t.name = _lock_queue_for_snapshot.queue FOR KEY SHARE;
+    END IF;
+END $$;
+COMMENT ON FUNCTION jq._lock_queue_for_snapshot(text) IS
+'Internal: outside READ COMMITTED, locks the queue row FOR KEY SHARE (40001 if it was dropped '
+'after the snapshot). Used by jq.enqueue and jq.enqueue_many.';
+
 CREATE FUNCTION jq.enqueue(
     queue           text,
     payload         jsonb DEFAULT '{}',
@@ -122,11 +138,16 @@ BEGIN
     END IF;
     v_run_at := jq._due_at(enqueue.run_at, enqueue.delay, v_now);
     v_state := CASE WHEN v_run_at > v_now THEN 'scheduled' ELSE 'ready' END;
+    IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+        -- Inline copy of jq._lock_queue_for_snapshot (the hot path saves a call).
+        PERFORM 1 FROM jq.queues t WHERE t.name = enqueue.queue FOR KEY SHARE;
+    END IF;
 
     -- The queue row is read in the INSERT itself, not in an earlier statement: the INSERT locks
     -- jq.jobs before it takes its snapshot, and jq.drop_queue holds a lock on jq.jobs that
-    -- conflicts, so an enqueue racing a drop either lands before the drop (and is deleted with
-    -- the queue) or sees the queue gone. No job is ever left behind in a dropped queue.
+    -- conflicts, so under READ COMMITTED an enqueue racing a drop either lands before the drop
+    -- (and is deleted with the queue) or sees the queue gone. Older snapshots are covered by
+    -- jq._lock_queue_for_snapshot above. No job is ever left behind in a dropped queue.
     IF enqueue.idempotency_key IS NULL THEN
         INSERT INTO jq.jobs (queue, kind, state, priority, max_attempts, run_at, created_at, payload)
         SELECT t.name, coalesce(enqueue.kind, t.name), v_state, coalesce(enqueue.priority, 0),
@@ -194,6 +215,7 @@ DECLARE
     v_now          timestamptz := pg_catalog.now();
     v_max_attempts integer;
     v_bad          record;
+    v_ids          bigint[];
     r              record;
 BEGIN
     SELECT t.max_attempts INTO v_max_attempts FROM jq.queues t WHERE t.name = enqueue_many.queue;
@@ -206,6 +228,7 @@ BEGIN
     IF enqueue_many.specs IS NULL THEN
         RAISE EXCEPTION 'specs must not be NULL' USING ERRCODE = '22004';
     END IF;
+    PERFORM jq._lock_queue_for_snapshot(enqueue_many.queue);
 
     IF enqueue_many.specs THEN
         SELECT e.ord, k.key INTO v_bad
@@ -265,14 +288,19 @@ BEGIN
         RETURN;
     END IF;
 
-    -- Keyed jobs go one by one through jq.enqueue, which owns the idempotency protocol.
+    -- Keyed jobs go one by one through jq.enqueue, which owns the idempotency protocol, in key
+    -- order: two batches that share keys then wait for each other's keys in the same order
+    -- instead of deadlocking. The ids are returned in array order.
+    v_ids := pg_catalog.array_fill(NULL::bigint, ARRAY[pg_catalog.jsonb_array_length(enqueue_many.payloads)]);
     FOR r IN SELECT * FROM jq._job_specs(enqueue_many.payloads, enqueue_many.specs,
                  enqueue_many.kind, enqueue_many.run_at, enqueue_many.delay,
-                 enqueue_many.priority, enqueue_many.max_attempts) s ORDER BY s.ord
+                 enqueue_many.priority, enqueue_many.max_attempts) s
+             ORDER BY s.idempotency_key COLLATE "C" NULLS LAST, s.ord
     LOOP
-        RETURN NEXT jq.enqueue(enqueue_many.queue, r.payload, r.kind, r.run_at, r.delay,
-                               r.priority, r.max_attempts, r.idempotency_key);
+        v_ids[r.ord] := jq.enqueue(enqueue_many.queue, r.payload, r.kind, r.run_at, r.delay,
+                                   r.priority, r.max_attempts, r.idempotency_key);
     END LOOP;
+    RETURN QUERY SELECT u.id FROM pg_catalog.unnest(v_ids) AS u(id);
 END $$;
 COMMENT ON FUNCTION jq.enqueue_many(text, jsonb, text, timestamptz, interval, integer, integer, boolean) IS
 'Enqueues many jobs in one statement and returns their ids in array order. payloads: a JSON '
@@ -280,6 +308,8 @@ COMMENT ON FUNCTION jq.enqueue_many(text, jsonb, text, timestamptz, interval, in
 'payload, kind, run_at, delay (interval string or seconds), priority, max_attempts, '
 'idempotency_key, which override the call''s arguments (same meanings as jq.enqueue). All '
 'elements are validated before anything is written; an error names the first bad element '
-'(1-based). Jobs with idempotency keys are enqueued one by one; the others in one INSERT '
+'(1-based), except a delay overflow (22008), raised by the INSERT (which still writes nothing). '
+'Casts of spec fields raise Postgres'' own errors (22P02, 22007, 22003, 22008). Batches with '
+'idempotency keys are enqueued one by one in key order; the others in one INSERT '
 '(200,000 jobs in one call work). Errors: as jq.enqueue, plus 22023 when payloads is not an array '
 'or a spec has an unknown field.';

@@ -26,9 +26,26 @@ END $$;
 COMMENT ON FUNCTION jq._unknown_queue(text) IS
 'Internal: raises 22004/22023 for a malformed name, else 42704 (undefined_object).';
 
+-- True when no field of the interval (months, days, time) is negative. Postgres compares
+-- intervals with 30-day months, so '1 mon -30 days 1 second' is "positive" although it ends
+-- before it starts in a 31-day month.
+CREATE FUNCTION jq._interval_fields_nonnegative(value interval) RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT extract(year FROM value) >= 0 AND extract(month FROM value) >= 0
+       AND extract(day FROM value) >= 0
+       AND value - pg_catalog.date_trunc('day', value) >= interval '0'
+$$;
+COMMENT ON FUNCTION jq._interval_fields_nonnegative(interval) IS
+'Internal: true when the interval''s months, days and time fields are all >= 0.';
+
 CREATE FUNCTION jq._check_interval(what text, value interval, allow_zero boolean) RETURNS void
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
+    IF NOT jq._interval_fields_nonnegative(value) THEN
+        RAISE EXCEPTION '% must not have negative fields, got %', what, value
+            USING ERRCODE = '22023',
+                  DETAIL = 'An interval like ''1 mon -30 days'' is shorter than zero in some months.';
+    END IF;
     IF value < interval '0' OR (NOT allow_zero AND value = interval '0') THEN
         RAISE EXCEPTION '% must be % zero, got %', what,
             CASE WHEN allow_zero THEN 'at least' ELSE 'greater than' END, value
@@ -50,11 +67,12 @@ CREATE FUNCTION jq._check_queue_options(
 ) RETURNS void
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
-    IF max_attempts IS NOT NULL AND max_attempts < 1 THEN
-        RAISE EXCEPTION 'max_attempts must be at least 1, got %', max_attempts USING ERRCODE = '22023';
+    IF max_attempts IS NOT NULL AND (max_attempts < 1 OR max_attempts > 1000000) THEN
+        RAISE EXCEPTION 'max_attempts must be between 1 and 1000000, got %', max_attempts
+            USING ERRCODE = '22023';
     END IF;
-    IF max_lease_expiries IS NOT NULL AND max_lease_expiries < 0 THEN
-        RAISE EXCEPTION 'max_lease_expiries must be at least 0, got %', max_lease_expiries
+    IF max_lease_expiries IS NOT NULL AND (max_lease_expiries < 0 OR max_lease_expiries > 1000000) THEN
+        RAISE EXCEPTION 'max_lease_expiries must be between 0 and 1000000, got %', max_lease_expiries
             USING ERRCODE = '22023';
     END IF;
     PERFORM jq._check_interval('lease', lease, false);
@@ -192,19 +210,32 @@ COMMENT ON FUNCTION jq.alter_queue(text, integer, interval, jq.backoff_policy, i
 CREATE FUNCTION jq.drop_queue(name text, force boolean DEFAULT false) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_jobs bigint;
+    v_jobs  bigint := 0;
+    v_count bigint;
 BEGIN
-    -- Wait for every transaction that has written jobs to finish, and hold off new writers
-    -- until this one commits: an enqueue racing the drop then either committed its job before
-    -- (deleted below) or finds the queue gone (jq.enqueue reads the queue in its INSERT).
-    -- Self-conflicting, so two drops queue up instead of deadlocking. Drops are rare and short.
-    -- The lock waits at most lock_timeout (2 s, set on this function) so that a drop behind a
-    -- long transaction fails with 55P03 instead of stalling every claim queued behind it.
-    LOCK TABLE jq.jobs IN SHARE ROW EXCLUSIVE MODE;
+    -- Under an older snapshot the refusal check and the deletes could miss jobs committed
+    -- after it was taken, and leave them behind in a queue that no longer exists.
+    IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'jq.drop_queue needs READ COMMITTED, not %',
+            pg_catalog.current_setting('transaction_isolation') USING ERRCODE = '25000';
+    END IF;
+    -- The queue row first: waits for enqueues under REPEATABLE READ / SERIALIZABLE, which hold
+    -- it FOR KEY SHARE, and for capped claims.
     PERFORM 1 FROM jq.queues t WHERE t.name = drop_queue.name FOR UPDATE;
     IF NOT FOUND THEN
         PERFORM jq._unknown_queue(drop_queue.name);
     END IF;
+    -- History goes before the table lock, so the scan does not hold up other queues' writers;
+    -- a history row written after this by a late worker is pruned as an orphan by jq._prune.
+    DELETE FROM jq.executions e WHERE e.queue = drop_queue.name;
+    -- Then wait for every transaction that has written jobs to finish, and hold off new
+    -- writers until this one commits: an enqueue under READ COMMITTED racing the drop then
+    -- either committed its job before (deleted below) or finds the queue gone (jq.enqueue reads
+    -- the queue in its INSERT). Self-conflicting, so two drops queue up instead of
+    -- deadlocking. The wait is bounded by lock_timeout (2 s, set on this function) so that a
+    -- drop behind a long transaction fails with 55P03 instead of stalling every writer queued
+    -- behind it. While it is held, the deletes below go through the partial indexes.
+    LOCK TABLE jq.jobs IN SHARE ROW EXCLUSIVE MODE;
     IF NOT coalesce(drop_queue.force, false) AND (
            EXISTS (SELECT 1 FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'ready')
         OR EXISTS (SELECT 1 FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'running')
@@ -214,9 +245,16 @@ BEGIN
             USING ERRCODE = '55006',
                   HINT = 'Pass force => true to cancel and delete them with the queue.';
     END IF;
-    DELETE FROM jq.jobs j WHERE j.queue = drop_queue.name;
-    GET DIAGNOSTICS v_jobs = ROW_COUNT;
-    DELETE FROM jq.executions e WHERE e.queue = drop_queue.name;
+    DELETE FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'ready';
+    GET DIAGNOSTICS v_count = ROW_COUNT; v_jobs := v_jobs + v_count;
+    DELETE FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'running';
+    GET DIAGNOSTICS v_count = ROW_COUNT; v_jobs := v_jobs + v_count;
+    DELETE FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'scheduled';
+    GET DIAGNOSTICS v_count = ROW_COUNT; v_jobs := v_jobs + v_count;
+    DELETE FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state IN ('completed', 'cancelled');
+    GET DIAGNOSTICS v_count = ROW_COUNT; v_jobs := v_jobs + v_count;
+    DELETE FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'dead';
+    GET DIAGNOSTICS v_count = ROW_COUNT; v_jobs := v_jobs + v_count;
     DELETE FROM jq.queues t WHERE t.name = drop_queue.name;
     RAISE LOG 'jq: dropped queue "%" with % jobs', drop_queue.name, v_jobs;
     RETURN true;
@@ -229,7 +267,8 @@ COMMENT ON FUNCTION jq.drop_queue(text, boolean) IS
 'a harmless false/NULL. It locks jq.jobs against writes (SHARE ROW EXCLUSIVE) while it runs, so '
 'an enqueue racing the drop never leaves a job behind; it waits at most 2 s for that lock, '
 'then fails with 55P03 (lock_not_available: a transaction that wrote jobs is still open; retry). '
-'Errors: 22004/22023 bad name, 42704 unknown queue, 55006 jobs remain, 55P03 busy.';
+'Needs READ COMMITTED. Errors: 22004/22023 bad name, 42704 unknown queue, 55006 jobs remain, '
+'55P03 busy, 25000 other isolation level.';
 
 CREATE FUNCTION jq.pause(name text) RETURNS boolean
 LANGUAGE plpgsql AS $$

@@ -37,7 +37,7 @@ CREATE TABLE jq.queues (
                        CONSTRAINT queue_name_valid CHECK (name ~ '^[A-Za-z0-9_.:-]{1,128}$'),
     paused             boolean NOT NULL DEFAULT false,
     max_concurrency    integer CHECK (max_concurrency IS NULL OR max_concurrency > 0),
-    max_attempts       integer NOT NULL DEFAULT 25 CHECK (max_attempts > 0),
+    max_attempts       integer NOT NULL DEFAULT 25 CHECK (max_attempts BETWEEN 1 AND 1000000),
     lease              interval NOT NULL DEFAULT '5 minutes' CHECK (lease > interval '0'),
     backoff            jq.backoff_policy NOT NULL DEFAULT 'exponential',
     backoff_base       interval NOT NULL DEFAULT '1 second' CHECK (backoff_base >= interval '0'),
@@ -46,7 +46,7 @@ CREATE TABLE jq.queues (
     retention          interval NOT NULL DEFAULT '1 day' CHECK (retention >= interval '0'),
     dead_retention     interval NOT NULL DEFAULT '7 days' CHECK (dead_retention >= interval '0'),
     history_retention  interval NOT NULL DEFAULT '7 days' CHECK (history_retention >= interval '0'),
-    max_lease_expiries integer NOT NULL DEFAULT 10 CHECK (max_lease_expiries >= 0),
+    max_lease_expiries integer NOT NULL DEFAULT 10 CHECK (max_lease_expiries BETWEEN 0 AND 1000000),
     -- Room for flow control (key concurrency, rate limits, priority aging) comes as new
     -- columns here; the claim reads this row once per call already.
     created_at         timestamptz NOT NULL DEFAULT now()
@@ -72,9 +72,9 @@ CREATE TABLE jq.jobs (
     state            jq.job_state NOT NULL,
     priority         integer NOT NULL DEFAULT 0,
     attempt          integer NOT NULL DEFAULT 0,
-    max_attempts     integer NOT NULL CHECK (max_attempts > 0),
+    max_attempts     integer NOT NULL CHECK (max_attempts BETWEEN 1 AND 1000000),
     lease_expiries   integer NOT NULL DEFAULT 0,
-    claims           integer NOT NULL DEFAULT 0,
+    claims           bigint NOT NULL DEFAULT 0,
     cancel_requested boolean NOT NULL DEFAULT false,
     run_at           timestamptz NOT NULL,
     created_at       timestamptz NOT NULL DEFAULT now(),
@@ -116,19 +116,23 @@ CREATE INDEX jobs_running_idx ON jq.jobs (lease_expires_at) WHERE state = 'runni
 -- exactly this predicate as its arbiter.
 CREATE UNIQUE INDEX jobs_idempotency_idx ON jq.jobs (queue, idempotency_key)
     WHERE idempotency_key IS NOT NULL AND state IN ('scheduled', 'ready', 'running');
--- Retention: WHERE queue = $1 AND state IN (...) AND finished_at < $cutoff.
+-- Retention: WHERE queue = $1 AND state IN ('completed', 'cancelled') AND finished_at < $cutoff,
+-- and the same for dead jobs, which have their own (longer) retention. Two indexes, so that
+-- neither pass wades through the other's rows; each finished row is in exactly one of them.
 CREATE INDEX jobs_finished_idx ON jq.jobs (queue, finished_at)
-    WHERE state IN ('completed', 'dead', 'cancelled');
+    WHERE state IN ('completed', 'cancelled');
+CREATE INDEX jobs_dead_idx ON jq.jobs (queue, finished_at)
+    WHERE state = 'dead';
 
 -- Append-only history: one row per execution, written by whatever ends it (complete, fail,
 -- release, the reaper), so the hot path pays one insert per execution and no update. The
 -- primary key makes (job_id, seq) unique: seq comes from jobs.claims and is never reused, even
 -- when the attempt is refunded (seed A, ADR-005). Rows outlive job pruning until the queue's
 -- history_retention; the BRIN index serves that cleanup at almost no insert cost because rows
--- arrive in finished_at order.
+-- arrive in finished_at order (autosummarize keeps new ranges from being read on every pass).
 CREATE TABLE jq.executions (
     job_id           bigint NOT NULL,
-    seq              integer NOT NULL,
+    seq              bigint NOT NULL,
     attempt          integer NOT NULL,
     outcome          jq.execution_outcome NOT NULL,
     started_at       timestamptz NOT NULL,
@@ -141,7 +145,8 @@ CREATE TABLE jq.executions (
 ) WITH (
     autovacuum_vacuum_insert_scale_factor = 0.05
 );
-CREATE INDEX executions_finished_brin ON jq.executions USING brin (finished_at);
+CREATE INDEX executions_finished_brin ON jq.executions USING brin (finished_at)
+    WITH (pages_per_range = 32, autosummarize = on);
 COMMENT ON TABLE jq.executions IS
 'Append-only execution history: one row per claim once it has ended. attempt is the attempt '
 'number the execution ran as; for outcomes lease_expired and released it was refunded. A '

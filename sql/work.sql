@@ -41,23 +41,22 @@ DECLARE
     v_paused  boolean;
     v_cap     integer;
     v_running integer;
-    v_now     timestamptz;
 BEGIN
     IF claim.n IS NULL OR claim.n < 1 OR claim.n > 1000 THEN
         RAISE EXCEPTION 'n must be between 1 and 1000, got %', coalesce(claim.n::text, 'NULL')
             USING ERRCODE = '22023';
     END IF;
     IF claim.worker IS NULL OR pg_catalog.length(claim.worker) > 200 THEN
-        RAISE EXCEPTION 'worker must be a name of at most 200 characters' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'worker must be a non-NULL name of at most 200 characters'
+            USING ERRCODE = '22023';
     END IF;
-    IF claim.lease IS NOT NULL AND (claim.lease <= interval '0' OR claim.lease > interval '100 years') THEN
+    IF claim.lease IS NOT NULL AND (claim.lease <= interval '0' OR claim.lease > interval '100 years'
+                                    OR NOT jq._interval_fields_nonnegative(claim.lease)) THEN
         RAISE EXCEPTION 'lease must be greater than zero and at most 100 years, got %', claim.lease
             USING ERRCODE = '22023';
     END IF;
 
     LOOP
-        -- The lease starts when the claim runs, not when the caller's transaction began.
-        v_now := pg_catalog.clock_timestamp();
         -- One statement claims: the ids are picked and locked by an uncorrelated sub-select on
         -- the partial claim index (FOR UPDATE SKIP LOCKED), then updated through the primary
         -- key; the queue row gates it (unpaused, and uncapped unless we hold the cap lock) and
@@ -65,7 +64,9 @@ BEGIN
         -- id = ANY (ARRAY(...)), not as a join against a CTE, whose cached generic plan was a
         -- hash join over the whole queue. n = 1 has its own copy with a constant LIMIT: with
         -- LIMIT $n the planner assumes 10% of the queue, so plpgsql re-planned every call.
-        -- The two copies differ only in their LIMIT; pg_test/tests/plans.rs checks both.
+        -- The two copies differ only in their LIMIT; pg_test/tests/plans.rs checks both. The
+        -- lease starts when the row is claimed (clock_timestamp), not when the caller's
+        -- transaction or this statement began, so waiting for locks does not shorten it.
         IF v_limit = 1 THEN
         RETURN QUERY
         WITH claimed AS (
@@ -75,9 +76,9 @@ BEGIN
                 claims = j.claims + 1,
                 worker = claim.worker,
                 lease_token = pg_catalog.gen_random_uuid(),
-                started_at = v_now,
+                started_at = pg_catalog.clock_timestamp(),
                 lease = coalesce(claim.lease, q.lease),
-                lease_expires_at = v_now + coalesce(claim.lease, q.lease)
+                lease_expires_at = pg_catalog.clock_timestamp() + coalesce(claim.lease, q.lease)
             FROM jq.queues q
             WHERE q.name = claim.queue
               AND j.id = ANY (ARRAY(
@@ -104,9 +105,9 @@ BEGIN
                 claims = j.claims + 1,
                 worker = claim.worker,
                 lease_token = pg_catalog.gen_random_uuid(),
-                started_at = v_now,
+                started_at = pg_catalog.clock_timestamp(),
                 lease = coalesce(claim.lease, q.lease),
-                lease_expires_at = v_now + coalesce(claim.lease, q.lease)
+                lease_expires_at = pg_catalog.clock_timestamp() + coalesce(claim.lease, q.lease)
             FROM jq.queues q
             WHERE q.name = claim.queue
               AND j.id = ANY (ARRAY(
@@ -189,6 +190,16 @@ BEGIN
         RAISE EXCEPTION 'n must be between 1 and 1000, got %', coalesce(claim.n::text, 'NULL')
             USING ERRCODE = '22023';
     END IF;
+    -- A capped queue's row stays locked until the transaction ends. Claiming capped queues one
+    -- after another would let two callers that list them in different orders deadlock, so
+    -- when two or more are capped, lock all of their rows first, in name order.
+    IF (SELECT count(*) FROM jq.queues t
+        WHERE t.name = ANY (claim.queues) AND t.max_concurrency IS NOT NULL) > 1 THEN
+        PERFORM 1 FROM (SELECT t.name FROM jq.queues t
+                        WHERE t.name = ANY (claim.queues) AND t.max_concurrency IS NOT NULL
+                        ORDER BY t.name COLLATE "C"
+                        FOR NO KEY UPDATE) locked;
+    END IF;
     FOREACH v_queue IN ARRAY claim.queues LOOP
         RETURN QUERY SELECT * FROM jq.claim(v_queue, claim.worker, claim.n - v_got, claim.lease);
         GET DIAGNOSTICS v_last = ROW_COUNT;
@@ -199,7 +210,9 @@ END $$;
 COMMENT ON FUNCTION jq.claim(text[], text, integer, interval) IS
 'Claims up to n jobs in total from several queues, one queue at a time in the given order (each '
 'with the single-queue claim, so each stays on its index; seed A, ADR-002a): earlier queues take '
-'precedence. Errors: as jq.claim(text, ...), plus 22023 for an empty array.';
+'precedence. When two or more of the queues have a max_concurrency, their rows are locked '
+'first, in name order, so that callers listing them in different orders cannot deadlock. '
+'Errors: as jq.claim(text, ...), plus 22023 for an empty array.';
 
 CREATE FUNCTION jq.complete(id bigint, lease_token uuid, result jsonb DEFAULT NULL) RETURNS boolean
 LANGUAGE plpgsql AS $$
@@ -283,8 +296,8 @@ BEGIN
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
-    IF fail.retry_in > interval '100 years' THEN
-        RAISE EXCEPTION 'retry_in must be at most 100 years, got %', fail.retry_in
+    IF fail.retry_in > interval '100 years' OR NOT jq._interval_fields_nonnegative(fail.retry_in) THEN
+        RAISE EXCEPTION 'retry_in must be at most 100 years, with no negative field, got %', fail.retry_in
             USING ERRCODE = '22023';
     END IF;
 
@@ -333,7 +346,8 @@ CREATE FUNCTION jq.heartbeat(id bigint, lease_token uuid, extend interval DEFAUL
 LANGUAGE plpgsql AS $$
 BEGIN
     IF heartbeat.extend IS NOT NULL
-       AND (heartbeat.extend <= interval '0' OR heartbeat.extend > interval '100 years') THEN
+       AND (heartbeat.extend <= interval '0' OR heartbeat.extend > interval '100 years'
+            OR NOT jq._interval_fields_nonnegative(heartbeat.extend)) THEN
         RAISE EXCEPTION 'extend must be greater than zero and at most 100 years, got %',
             heartbeat.extend USING ERRCODE = '22023';
     END IF;

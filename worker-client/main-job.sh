@@ -36,13 +36,15 @@ trap 'jq_cluster_stop "$data"' EXIT
 echo "== starting a private cluster in $data (port $port)"
 jq_cluster_start "$data" "$port"
 
+export PGOPTIONS="-c client_min_messages=warning"
 psql_() { psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres -d jq_main "$@"; }
 psql -X -q -h 127.0.0.1 -p "$port" -U postgres -d postgres -c "DROP DATABASE IF EXISTS jq_main" -c "CREATE DATABASE jq_main"
-psql_ <<'SQL'
+echo "== creating the extension and two queues: checksum (3 attempts, 1 s fixed backoff) and compress"
+psql_ -At >/dev/null <<'SQL'
 CREATE EXTENSION jq;
-SELECT name FROM jq.create_queue('checksum', max_attempts => 3, lease => '30 seconds',
-                                 backoff => 'fixed', backoff_base => '1 second', jitter => 'none');
-SELECT name FROM jq.create_queue('compress', lease => '30 seconds');
+SELECT jq.create_queue('checksum', max_attempts => 3, lease => '30 seconds',
+                       backoff => 'fixed', backoff_base => '1 second', jitter => 'none');
+SELECT jq.create_queue('compress', lease => '30 seconds');
 SQL
 
 echo "== generating $jobs files and enqueueing one checksum job per file"
@@ -123,8 +125,10 @@ done
 touch "$run/stop"
 wait "${pids[@]}"
 
-echo "== final jq.queue_stats"
+echo "== final jq.queue_stats (the two dead jobs name missing files: 3 failed attempts each)"
 psql_ -c "SELECT queue, depth, claimable, scheduled, running, completed, dead FROM jq.queue_stats ORDER BY queue"
+echo "== executions by outcome (one row per claim; failed = attempts of the two missing files)"
 psql_ -c "SELECT outcome, count(*) FROM jq.executions GROUP BY outcome ORDER BY outcome"
+echo "== dead jobs"
 psql_ -c "SELECT id, attempt, last_error FROM jq.jobs WHERE state = 'dead' ORDER BY id"
-echo "== done; stopping the cluster"
+echo "== done; stopping the cluster (data stays in $data; generated files in $files)"

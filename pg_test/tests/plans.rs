@@ -1,6 +1,6 @@
 //! Query plans are part of jq's contract. Every hot path is coupled to one partial index
 //! (sql/schema.sql): the claim to jobs_claim_idx, promotion to jobs_scheduled_idx, reaping to
-//! jobs_running_idx, retention to jobs_finished_idx and the idempotency lookup to
+//! jobs_running_idx, retention to jobs_finished_idx / jobs_dead_idx and the idempotency lookup to
 //! jobs_idempotency_idx. A partial index serves a query only while the query's predicate implies
 //! the index predicate and a descending column only while its NULLS placement matches the ORDER
 //! BY; nothing warns when they drift apart (seed A, ADR-006 and ADR-016). These tests read the
@@ -809,7 +809,8 @@ fn check_runs(f: &mut Failures, mode: Mode, runs: &[Explained],
 }
 
 /// Promotion walks jobs_scheduled_idx and reaping jobs_running_idx in ORDER BY order without a
-/// Sort, reading about one batch; retention's two selections read jobs_finished_idx; the
+/// Sort, reading about one batch; retention's two selections read jobs_finished_idx and
+/// jobs_dead_idx; the
 /// idempotency lookup reads jobs_idempotency_idx and the keyed INSERT names it as its ON
 /// CONFLICT arbiter. Checked for the copied statements (custom and generic plans, several
 /// instants) and for the selections inside the functions as they run.
@@ -843,7 +844,7 @@ fn maintenance_and_idempotency_selections_use_their_partial_indexes() {
             f.check(check_uses_index(&e, "jobs_finished_idx", "jobs"));
             let e = explain(&mut c, &PRUNE_DEAD_PICK,
                             &format!("'plan.1', {at}, interval '7 days', 5000"), mode);
-            f.check(check_uses_index(&e, "jobs_finished_idx", "jobs"));
+            f.check(check_uses_index(&e, "jobs_dead_idx", "jobs"));
         }
         // Idempotency: a key held by a scheduled job (and by a completed one, outside the
         // index), and a key nobody holds.
@@ -863,9 +864,10 @@ fn maintenance_and_idempotency_selections_use_their_partial_indexes() {
             let (_, pick) = trace_duty(&mut t, mode, duty, batch);
             f.check(check_ordered_pick(&pick, index, Some(batch.into())));
         }
-        for runs in trace_prune(&mut t, mode) {
+        let [finished, dead] = trace_prune(&mut t, mode);
+        for (runs, index) in [(finished, "jobs_finished_idx"), (dead, "jobs_dead_idx")] {
             check_runs(&mut f, mode, &runs, |stmt| match stmt.pick() {
-                Some(pick) => check_uses_index(&pick, "jobs_finished_idx", "jobs"),
+                Some(pick) => check_uses_index(&pick, index, "jobs"),
                 None => Err(stmt.fail("no FOR UPDATE selection of jq.jobs")),
             });
         }

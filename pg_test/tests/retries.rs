@@ -32,7 +32,7 @@ fn job_row(c: &mut Client, id: i64) -> String {
 
 /// (seq, attempt, outcome) of a job's executions, in order.
 fn executions(c: &mut Client, id: i64) -> Vec<(i32, i32, String)> {
-    c.query("SELECT seq, attempt, outcome::text FROM jq.executions WHERE job_id = $1 ORDER BY seq", &[&id])
+    c.query("SELECT seq::int4, attempt, outcome::text FROM jq.executions WHERE job_id = $1 ORDER BY seq", &[&id])
         .expect("executions")
         .iter()
         .map(|r| (r.get(0), r.get(1), r.get(2)))
@@ -43,7 +43,7 @@ fn executions(c: &mut Client, id: i64) -> Vec<(i32, i32, String)> {
 fn retry_delay(c: &mut Client, id: i64, seq: i32) -> f64 {
     c.query_one(
         "SELECT extract(epoch FROM j.run_at - e.finished_at)::float8
-         FROM jq.jobs j JOIN jq.executions e ON e.job_id = j.id AND e.seq = $2 WHERE j.id = $1",
+         FROM jq.jobs j JOIN jq.executions e ON e.job_id = j.id AND e.seq = $2::int4 WHERE j.id = $1",
         &[&id, &seq],
     )
     .expect("retry delay")
@@ -299,7 +299,7 @@ fn backoff_delays_stay_within_zero_and_the_computed_delay_and_never_exceed_backo
                                     coalesce(min(d / c), 0), coalesce(max(d / c), 0), count(*)
                              FROM (SELECT extract(epoch FROM j.run_at - e.finished_at)::float8 AS d,
                                           $3::text AS p, $2::int AS a
-                                   FROM jq.jobs j JOIN jq.executions e ON e.job_id = j.id AND e.seq = $2
+                                   FROM jq.jobs j JOIN jq.executions e ON e.job_id = j.id AND e.seq = $2::int
                                    WHERE j.queue = $1) x,
                                   LATERAL (SELECT {computed} AS c) k"
                         )

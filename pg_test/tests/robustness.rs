@@ -1,0 +1,205 @@
+//! Robustness under concurrency that is easy to get wrong: older snapshots racing a drop,
+//! lock ordering across capped queues and idempotency keys, and maintenance passes that must
+//! not wait for each other.
+//!
+//! Each test was seen failing against the broken variant named in its comment
+//! (`JQ_TEST_BREAK=<name>` installs it in the test's own database).
+
+use jq_pg_test::{broken, sabotage, sqlstate, Client, TestDb};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+const CLAIM_MANY: &str = "jq.claim(text[],text,integer,interval)";
+const ENQUEUE_MANY: &str = "jq.enqueue_many(text,jsonb,text,timestamptz,interval,integer,integer,boolean)";
+const PRUNE: &str = "jq._prune(timestamptz,integer)";
+const ENQUEUE: &str = "jq.enqueue(text,jsonb,text,timestamptz,interval,integer,integer,text)";
+
+/// A transaction under REPEATABLE READ whose snapshot predates a committed jq.drop_queue must
+/// not enqueue into the dropped queue: 40001, and no job is left behind. A drop from such a
+/// transaction is refused (25000). Broken variant `enqueue_no_snapshot_lock` (no FOR KEY SHARE
+/// outside READ COMMITTED): the enqueue returned an id and an orphan job stayed in jq.jobs.
+#[test]
+fn enqueue_under_an_older_snapshot_never_leaves_a_job_in_a_dropped_queue() {
+    let db = TestDb::new("rrdrop");
+    let mut c = db.connect();
+    c.batch_execute("SELECT jq.create_queue('gone')").unwrap();
+    if broken("enqueue_no_snapshot_lock") {
+        sabotage(&mut c, ENQUEUE, "        PERFORM 1 FROM jq.queues t WHERE t.name = enqueue.queue FOR KEY SHARE;\n", "", 1);
+    }
+    let mut a = db.connect();
+    a.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM jq.queues").unwrap();
+    c.batch_execute("SELECT jq.drop_queue('gone')").unwrap();
+    let code = sqlstate(a.query_one("SELECT jq.enqueue('gone', '{\"orphan\":true}')", &[]));
+    assert_eq!(code, "40001", "the enqueue must fail as a serialization failure");
+    a.batch_execute("ROLLBACK").unwrap();
+    let orphans: i64 = c.query_one("SELECT count(*) FROM jq.jobs WHERE queue = 'gone'", &[]).unwrap().get(0);
+    assert_eq!(orphans, 0);
+
+    c.batch_execute("SELECT jq.create_queue('kept')").unwrap();
+    let mut b = db.connect();
+    b.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ").unwrap();
+    assert_eq!(sqlstate(b.query_one("SELECT jq.drop_queue('kept')", &[])), "25000");
+    b.batch_execute("ROLLBACK").unwrap();
+}
+
+/// Workers that list the same capped queues in different orders must not deadlock: with two or
+/// more capped queues, jq.claim(text[]) locks their rows up front in name order. Broken variant
+/// `claim_many_no_prelock` (the up-front lock removed): dozens of 40P01 in a few hundred calls.
+#[test]
+fn claims_over_capped_queues_in_different_orders_do_not_deadlock() {
+    let db = TestDb::new("capdl");
+    let mut c = db.connect();
+    c.batch_execute(
+        "SELECT jq.create_queue('ca', max_concurrency => 5);
+         SELECT jq.create_queue('cb', max_concurrency => 5);
+         SET deadlock_timeout = '50ms';",
+    )
+    .unwrap();
+    if broken("claim_many_no_prelock") {
+        sabotage(&mut c, CLAIM_MANY, "ORDER BY t.name COLLATE \"C\"\n                        FOR NO KEY UPDATE", "ORDER BY t.name COLLATE \"C\"", 1);
+    }
+    let threads = 8;
+    let start = Arc::new(Barrier::new(threads));
+    let handles: Vec<_> = (0..threads)
+        .map(|i| {
+            let mut conn = db.connect();
+            let start = start.clone();
+            thread::spawn(move || {
+                conn.batch_execute("SET deadlock_timeout = '50ms'").unwrap();
+                let order = if i % 2 == 0 { "ARRAY['ca', 'cb']" } else { "ARRAY['cb', 'ca']" };
+                start.wait();
+                let mut deadlocks = 0;
+                for _ in 0..60 {
+                    // Each call enqueues one job in each queue and claims, then completes, in
+                    // one transaction: the cap locks are held while the second queue is tried.
+                    let r = conn.batch_execute(&format!(
+                        "BEGIN;
+                         SELECT jq.enqueue('ca'); SELECT jq.enqueue('cb');
+                         SELECT jq.complete(id, lease_token) FROM jq.claim({order}, 'w{i}', 2);
+                         COMMIT;"
+                    ));
+                    if let Err(e) = r {
+                        conn.batch_execute("ROLLBACK").unwrap();
+                        match e.code().map(|s| s.code()) {
+                            Some("40P01") => deadlocks += 1,
+                            other => panic!("unexpected error {other:?}: {e}"),
+                        }
+                    }
+                }
+                deadlocks
+            })
+        })
+        .collect();
+    let deadlocks: i32 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    assert_eq!(deadlocks, 0, "claims over capped queues deadlocked {deadlocks} times");
+}
+
+/// Batches that share idempotency keys, sent concurrently in different orders, must not
+/// deadlock on each other's keys: keyed elements are enqueued in key order. Broken variant
+/// `enqueue_many_array_order` (keyed elements in array order): 40P01 within a few rounds.
+#[test]
+fn concurrent_keyed_batches_in_different_orders_do_not_deadlock() {
+    let db = TestDb::new("keydl");
+    let mut c = db.connect();
+    c.batch_execute("SELECT jq.create_queue('k')").unwrap();
+    if broken("enqueue_many_array_order") {
+        sabotage(&mut c, ENQUEUE_MANY, "ORDER BY s.idempotency_key COLLATE \"C\" NULLS LAST, s.ord", "ORDER BY s.ord", 1);
+    }
+    let threads = 4;
+    for round in 0..5 {
+        let start = Arc::new(Barrier::new(threads));
+        let handles: Vec<_> = (0..threads)
+            .map(|i| {
+                let mut conn = db.connect();
+                let start = start.clone();
+                thread::spawn(move || {
+                    conn.batch_execute("SET deadlock_timeout = '50ms'").unwrap();
+                    // Same 200 keys, each thread in its own order (rotated and reversed).
+                    let mut keys: Vec<i32> = (0..200).collect();
+                    keys.rotate_left(i * 50);
+                    if i % 2 == 1 {
+                        keys.reverse();
+                    }
+                    let specs: Vec<String> = keys
+                        .iter()
+                        .map(|k| format!("{{\"payload\":{k},\"idempotency_key\":\"r{round}-{k}\"}}"))
+                        .collect();
+                    let sql = format!("SELECT count(*) FROM jq.enqueue_many('k', '[{}]', specs => true)", specs.join(","));
+                    start.wait();
+                    conn.query_one(&sql, &[]).map(|r| r.get::<_, i64>(0))
+                })
+            })
+            .collect();
+        for h in handles {
+            match h.join().unwrap() {
+                Ok(n) => assert_eq!(n, 200),
+                Err(e) => panic!("round {round}: {e} ({:?})", e.code()),
+            }
+        }
+        let jobs: i64 = c
+            .query_one("SELECT count(*) FROM jq.jobs WHERE idempotency_key LIKE $1", &[&format!("r{round}-%")])
+            .unwrap()
+            .get(0);
+        assert_eq!(jobs, 200, "one job per key");
+    }
+}
+
+/// A maintenance pass left open in one session (say a client without autocommit) must not
+/// block the next pass in another: every duty skips locked rows. Broken variant
+/// `prune_history_waits` (the history delete without SKIP LOCKED): the second jq.tick() waited
+/// until its statement_timeout.
+#[test]
+fn a_maintenance_pass_left_open_does_not_block_the_next_one() {
+    let db = TestDb::new("tickopen");
+    let mut c = db.connect();
+    c.batch_execute(
+        "SELECT jq.create_queue('h', history_retention => '0', retention => '0');
+         SELECT jq.enqueue('h') FROM generate_series(1, 20);
+         SELECT jq.complete(id, lease_token) FROM jq.claim('h', 'w', 20);",
+    )
+    .unwrap();
+    if broken("prune_history_waits") {
+        sabotage(&mut c, PRUNE, "        FOR UPDATE OF h SKIP LOCKED));", "        FOR UPDATE OF h));", 1);
+    }
+    let mut a = db.connect();
+    a.batch_execute("BEGIN; SELECT jq.tick();").unwrap();
+    // New work for the second pass: a due retry to promote and more history to prune.
+    c.batch_execute(
+        "SELECT jq.enqueue('h', delay => '1 second');
+         SELECT jq.enqueue('h') FROM generate_series(1, 5);
+         SELECT jq.complete(id, lease_token) FROM jq.claim('h', 'w', 5);",
+    )
+    .unwrap();
+    let mut b = db.connect();
+    b.batch_execute("SET statement_timeout = '5s'").unwrap();
+    thread::sleep(Duration::from_millis(1100));
+    let t0 = Instant::now();
+    let row = b
+        .query_one("SELECT promoted, pruned FROM jq.tick()", &[])
+        .unwrap_or_else(|e| panic!("the second pass was blocked: {e}"));
+    let (promoted, _pruned): (i32, i32) = (row.get(0), row.get(1));
+    assert_eq!(promoted, 1);
+    assert!(t0.elapsed() < Duration::from_secs(4), "the second pass waited {:?}", t0.elapsed());
+    a.batch_execute("COMMIT").unwrap();
+    let left: i64 = c.query_one("SELECT count(*) FROM jq.executions", &[]).unwrap().get(0);
+    assert!(left <= 5, "the passes together pruned the old history, {left} rows left");
+}
+
+/// Intervals whose fields have mixed signs ('1 mon -30 days 1 second') compare as positive but
+/// end before they start in a 31-day month: refused wherever a lease or delay is given.
+#[test]
+fn intervals_with_negative_fields_are_refused() {
+    let db = TestDb::new("mixed");
+    let mut c: Client = db.connect();
+    let bad = "1 mon -30 days 1 second";
+    assert_eq!(sqlstate(c.query_one("SELECT jq.create_queue('m', lease => $1::text::interval)", &[&bad])), "22023");
+    c.batch_execute("SELECT jq.create_queue('m'); SELECT jq.enqueue('m')").unwrap();
+    assert_eq!(sqlstate(c.query("SELECT * FROM jq.claim('m', 'w', 1, $1::text::interval)", &[&bad])), "22023");
+    let row = c.query_one("SELECT id, lease_token FROM jq.claim('m', 'w')", &[]).unwrap();
+    let (id, token): (i64, uuid::Uuid) = (row.get(0), row.get(1));
+    assert_eq!(sqlstate(c.query_one("SELECT * FROM jq.heartbeat($1, $2, $3::text::interval)", &[&id, &token, &bad])), "22023");
+    assert_eq!(sqlstate(c.query_one("SELECT jq.fail($1, $2, 'x', $3::text::interval)", &[&id, &token, &bad])), "22023");
+    let st: String = c.query_one("SELECT state::text FROM jq.jobs WHERE id = $1", &[&id]).unwrap().get(0);
+    assert_eq!(st, "running", "nothing changed");
+}
