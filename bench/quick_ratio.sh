@@ -1,30 +1,49 @@
 #!/usr/bin/env bash
-# Quick SQL-level drain comparison at batch 1: jq.claim + jq.complete against the raw-SQL floor,
-# interleaved rounds on one private cluster (synchronous_commit=off). A development aid; the
-# full suite comes with the benchmarks issue. Usage: bench/quick_ratio.sh [ROUNDS] [SECONDS] [CLIENTS]
+# Quick SQL-level drain comparison: jq.claim + jq.complete (batch 1) and jq.claim(n => 10) +
+# jq.complete_many (batch 10) against the raw-SQL floor of shared/design/peer-baseline.md (the
+# same at-least-once contract: claim in one transaction, complete in a second), interleaved
+# rounds on one private cluster with synchronous_commit=off, 8 pgbench clients, no-op jobs.
+# A development aid; the full suite comes with the benchmarks issue.
+#
+# Usage: bench/quick_ratio.sh [ROUNDS] [SECONDS]      (defaults: 3 rounds of 8 s per cell)
+# Needs jq installed in the system PostgreSQL 15 (cargo pgrx install --release).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rounds=${1:-3}; secs=${2:-10}; clients=${3:-8}
+rounds=${1:-3}; secs=${2:-8}; clients=8
 port=${JQ_BENCH_PORT:-54450}; data=${JQ_BENCH_DATA:-/tmp/jq-bench-quick}
 source pg_test/cluster.sh
 jq_cluster_stop "$data" || true; rm -rf "$data"
 trap 'jq_cluster_stop "$data"' EXIT
 jq_cluster_start "$data" "$port" shared_buffers=1GB max_wal_size=8GB
+export PGOPTIONS="-c client_min_messages=warning"
 p() { psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres -d bench "$@"; }
 psql -X -q -h 127.0.0.1 -p "$port" -U postgres -d postgres -c "CREATE DATABASE bench"
-p -c "CREATE EXTENSION jq" -f bench/floor.sql -c "SELECT jq.create_queue('q')"
-n=$(( secs * 40000 ))
-for r in $(seq 1 "$rounds"); do
-    for sys in floor jq; do
-        p -c "TRUNCATE floor_jobs; TRUNCATE jq.jobs; TRUNCATE jq.executions"
-        if [ $sys = floor ]; then
-            p -c "INSERT INTO floor_jobs (queue, state, payload) SELECT 'q', 'ready', '{\"n\":1}' FROM generate_series(1, $n)"
-        else
-            p -c "SELECT count(*) FROM jq.enqueue_many('q', (SELECT jsonb_agg('{\"n\":1}'::jsonb) FROM generate_series(1, $n)))" >/dev/null
-        fi
-        p -c "VACUUM ANALYZE" -c "CHECKPOINT"
-        tps=$(pgbench -n -M prepared -h 127.0.0.1 -p "$port" -U postgres -c "$clients" -j 2 -T "$secs" \
-              -f "bench/${sys}_claim_complete.pgbench" bench 2>&1 | awk '/^tps/ {print $3}')
-        echo "round $r $sys jobs/s=$tps"
+p -c "CREATE EXTENSION jq" -f bench/floor.sql -c "SELECT jq.create_queue('q')" >/dev/null
+n=$(( secs * 40000 ))   # more than either system drains in one cell
+cell() {  # system, script, jobs per transaction
+    p -c "TRUNCATE floor_jobs; TRUNCATE jq.jobs; TRUNCATE jq.executions"
+    if [ "$1" = floor ]; then
+        p -c "INSERT INTO floor_jobs (queue, state, payload) SELECT 'q', 'ready', '{\"n\":1}' FROM generate_series(1, $n)"
+    else
+        p -c "SELECT count(*) FROM jq.enqueue_many('q', (SELECT jsonb_agg('{\"n\":1}'::jsonb) FROM generate_series(1, $n)))" >/dev/null
+    fi
+    p -c "VACUUM ANALYZE" -c "CHECKPOINT"
+    pgbench -n -M prepared -h 127.0.0.1 -p "$port" -U postgres -c "$clients" -j 2 -T "$secs" -f "bench/$2" bench 2>&1 \
+        | awk -v per="$3" '/^tps/ { printf "%.0f\n", $3 * per }'
+}
+for batch in 1 10; do
+    suffix=$([ "$batch" = 1 ] && echo "" || echo "_b$batch")
+    f=(); j=()
+    for r in $(seq 1 "$rounds"); do
+        f+=("$(cell floor "floor_claim_complete$suffix.pgbench" "$batch")")
+        j+=("$(cell jq "jq_claim_complete$suffix.pgbench" "$batch")")
+        echo "batch $batch round $r: floor ${f[-1]} jobs/s, jq ${j[-1]} jobs/s"
     done
+    python3 - "$batch" "${f[*]}" "${j[*]}" <<'PY'
+import statistics, sys
+batch, f, j = sys.argv[1], list(map(float, sys.argv[2].split())), list(map(float, sys.argv[3].split()))
+r = [b / a for a, b in zip(f, j)]
+print(f"batch {batch}: floor median {statistics.median(f):.0f} jobs/s, jq median {statistics.median(j):.0f} jobs/s, "
+      f"jq/floor median {statistics.median(r):.2f} (min {min(r):.2f}, max {max(r):.2f})")
+PY
 done

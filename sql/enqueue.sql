@@ -96,8 +96,10 @@ COMMENT ON FUNCTION jq._job_specs(jsonb, boolean, text, timestamptz, interval, i
 
 -- Under REPEATABLE READ or SERIALIZABLE the caller's snapshot may predate a committed
 -- jq.drop_queue, so reading the queue row in the INSERT is not enough: lock it FOR KEY SHARE,
--- which raises 40001 (serialization_failure) if the row was deleted since the snapshot, and
--- makes a later drop wait for this transaction. READ COMMITTED (the common case) skips the lock:
+-- which raises 40001 (serialization_failure) if the row was deleted since the snapshot (the
+-- transaction then rolls back the jobs it inserted), and makes a later drop wait for this
+-- transaction. Called after the INSERT: jq.jobs is locked before the queue row, the same order
+-- as jq.drop_queue, so the two cannot deadlock. READ COMMITTED (the common case) skips the lock:
 -- a row lock per enqueue would write WAL and contend between producers of one queue.
 CREATE FUNCTION jq._lock_queue_for_snapshot(queue text) RETURNS void
 LANGUAGE plpgsql AS $$
@@ -138,16 +140,11 @@ BEGIN
     END IF;
     v_run_at := jq._due_at(enqueue.run_at, enqueue.delay, v_now);
     v_state := CASE WHEN v_run_at > v_now THEN 'scheduled' ELSE 'ready' END;
-    IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
-        -- Inline copy of jq._lock_queue_for_snapshot (the hot path saves a call).
-        PERFORM 1 FROM jq.queues t WHERE t.name = enqueue.queue FOR KEY SHARE;
-    END IF;
-
     -- The queue row is read in the INSERT itself, not in an earlier statement: the INSERT locks
     -- jq.jobs before it takes its snapshot, and jq.drop_queue holds a lock on jq.jobs that
     -- conflicts, so under READ COMMITTED an enqueue racing a drop either lands before the drop
-    -- (and is deleted with the queue) or sees the queue gone. Older snapshots are covered by
-    -- jq._lock_queue_for_snapshot above. No job is ever left behind in a dropped queue.
+    -- (and is deleted with the queue) or sees the queue gone. Older snapshots are handled at
+    -- the end. No job is ever left behind in a dropped queue.
     IF enqueue.idempotency_key IS NULL THEN
         INSERT INTO jq.jobs (queue, kind, state, priority, max_attempts, run_at, created_at, payload)
         SELECT t.name, coalesce(enqueue.kind, t.name), v_state, coalesce(enqueue.priority, 0),
@@ -157,36 +154,37 @@ BEGIN
         IF v_id IS NULL THEN
             PERFORM jq._unknown_queue(enqueue.queue);
         END IF;
-        RETURN v_id;
+    ELSE
+        -- With a key: the unique partial index is the arbiter. ON CONFLICT waits for an
+        -- uncommitted holder of the same key; if it rolls back we insert, if it commits we
+        -- return its id. The loop covers the holder finishing between our two statements.
+        LOOP
+            INSERT INTO jq.jobs (queue, kind, state, priority, max_attempts, run_at, created_at,
+                                 payload, idempotency_key)
+            SELECT t.name, coalesce(enqueue.kind, t.name), v_state, coalesce(enqueue.priority, 0),
+                   coalesce(enqueue.max_attempts, t.max_attempts), v_run_at, v_now, enqueue.payload,
+                   enqueue.idempotency_key
+            FROM jq.queues t WHERE t.name = enqueue.queue
+            ON CONFLICT (queue, idempotency_key)
+                WHERE idempotency_key IS NOT NULL AND state IN ('scheduled', 'ready', 'running')
+                DO NOTHING
+            RETURNING id INTO v_id;
+            EXIT WHEN v_id IS NOT NULL;
+            SELECT j.id INTO v_id FROM jq.jobs j
+            WHERE j.queue = enqueue.queue AND j.idempotency_key = enqueue.idempotency_key
+              AND j.state IN ('scheduled', 'ready', 'running');
+            EXIT WHEN v_id IS NOT NULL;
+            IF NOT EXISTS (SELECT 1 FROM jq.queues t WHERE t.name = enqueue.queue) THEN
+                PERFORM jq._unknown_queue(enqueue.queue);
+            END IF;
+        END LOOP;
     END IF;
-
-    -- With a key: the unique partial index is the arbiter. ON CONFLICT waits for an
-    -- uncommitted holder of the same key; if it rolls back we insert, if it commits we
-    -- return its id. The loop covers the holder finishing between our two statements.
-    LOOP
-        INSERT INTO jq.jobs (queue, kind, state, priority, max_attempts, run_at, created_at,
-                             payload, idempotency_key)
-        SELECT t.name, coalesce(enqueue.kind, t.name), v_state, coalesce(enqueue.priority, 0),
-               coalesce(enqueue.max_attempts, t.max_attempts), v_run_at, v_now, enqueue.payload,
-               enqueue.idempotency_key
-        FROM jq.queues t WHERE t.name = enqueue.queue
-        ON CONFLICT (queue, idempotency_key)
-            WHERE idempotency_key IS NOT NULL AND state IN ('scheduled', 'ready', 'running')
-            DO NOTHING
-        RETURNING id INTO v_id;
-        IF v_id IS NOT NULL THEN
-            RETURN v_id;
-        END IF;
-        SELECT j.id INTO v_id FROM jq.jobs j
-        WHERE j.queue = enqueue.queue AND j.idempotency_key = enqueue.idempotency_key
-          AND j.state IN ('scheduled', 'ready', 'running');
-        IF v_id IS NOT NULL THEN
-            RETURN v_id;
-        END IF;
-        IF NOT EXISTS (SELECT 1 FROM jq.queues t WHERE t.name = enqueue.queue) THEN
-            PERFORM jq._unknown_queue(enqueue.queue);
-        END IF;
-    END LOOP;
+    IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+        -- Inline copy of jq._lock_queue_for_snapshot (the hot path saves a call); after the
+        -- INSERT, so that jq.jobs is locked before the queue row, as in jq.drop_queue.
+        PERFORM 1 FROM jq.queues t WHERE t.name = enqueue.queue FOR KEY SHARE;
+    END IF;
+    RETURN v_id;
 END $$;
 COMMENT ON FUNCTION jq.enqueue(text, jsonb, text, timestamptz, interval, integer, integer, text) IS
 'Enqueues one job in the caller''s transaction and returns its id. payload: any JSON value '
@@ -228,7 +226,6 @@ BEGIN
     IF enqueue_many.specs IS NULL THEN
         RAISE EXCEPTION 'specs must not be NULL' USING ERRCODE = '22004';
     END IF;
-    PERFORM jq._lock_queue_for_snapshot(enqueue_many.queue);
 
     IF enqueue_many.specs THEN
         SELECT e.ord, k.key INTO v_bad
@@ -285,6 +282,7 @@ BEGIN
         IF NOT FOUND AND pg_catalog.jsonb_array_length(enqueue_many.payloads) > 0 THEN
             PERFORM jq._unknown_queue(enqueue_many.queue);  -- dropped while we waited
         END IF;
+        PERFORM jq._lock_queue_for_snapshot(enqueue_many.queue);
         RETURN;
     END IF;
 

@@ -219,13 +219,11 @@ BEGIN
         RAISE EXCEPTION 'jq.drop_queue needs READ COMMITTED, not %',
             pg_catalog.current_setting('transaction_isolation') USING ERRCODE = '25000';
     END IF;
-    -- The queue row first: waits for enqueues under REPEATABLE READ / SERIALIZABLE, which hold
-    -- it FOR KEY SHARE, and for capped claims.
-    PERFORM 1 FROM jq.queues t WHERE t.name = drop_queue.name FOR UPDATE;
+    PERFORM 1 FROM jq.queues t WHERE t.name = drop_queue.name;
     IF NOT FOUND THEN
         PERFORM jq._unknown_queue(drop_queue.name);
     END IF;
-    -- History goes before the table lock, so the scan does not hold up other queues' writers;
+    -- History goes before the table lock, so its scan does not hold up other queues' writers;
     -- a history row written after this by a late worker is pruned as an orphan by jq._prune.
     DELETE FROM jq.executions e WHERE e.queue = drop_queue.name;
     -- Then wait for every transaction that has written jobs to finish, and hold off new
@@ -234,8 +232,14 @@ BEGIN
     -- the queue in its INSERT). Self-conflicting, so two drops queue up instead of
     -- deadlocking. The wait is bounded by lock_timeout (2 s, set on this function) so that a
     -- drop behind a long transaction fails with 55P03 instead of stalling every writer queued
-    -- behind it. While it is held, the deletes below go through the partial indexes.
+    -- behind it. The table lock comes before the queue row lock: every jq function that locks
+    -- a queue row (a capped claim, an enqueue outside READ COMMITTED) has written jq.jobs
+    -- first in its transaction, so this order cannot deadlock with them.
     LOCK TABLE jq.jobs IN SHARE ROW EXCLUSIVE MODE;
+    PERFORM 1 FROM jq.queues t WHERE t.name = drop_queue.name FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM jq._unknown_queue(drop_queue.name);  -- dropped meanwhile
+    END IF;
     IF NOT coalesce(drop_queue.force, false) AND (
            EXISTS (SELECT 1 FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'ready')
         OR EXISTS (SELECT 1 FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'running')

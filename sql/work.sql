@@ -195,6 +195,8 @@ BEGIN
     -- when two or more are capped, lock all of their rows first, in name order.
     IF (SELECT count(*) FROM jq.queues t
         WHERE t.name = ANY (claim.queues) AND t.max_concurrency IS NOT NULL) > 1 THEN
+        -- jq.jobs before the queue rows, the order jq.drop_queue takes them in.
+        LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;
         PERFORM 1 FROM (SELECT t.name FROM jq.queues t
                         WHERE t.name = ANY (claim.queues) AND t.max_concurrency IS NOT NULL
                         ORDER BY t.name COLLATE "C"
@@ -296,7 +298,8 @@ BEGIN
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
-    IF fail.retry_in > interval '100 years' OR NOT jq._interval_fields_nonnegative(fail.retry_in) THEN
+    IF fail.retry_in > interval '100 years'
+       OR (fail.retry_in > interval '0' AND NOT jq._interval_fields_nonnegative(fail.retry_in)) THEN
         RAISE EXCEPTION 'retry_in must be at most 100 years, with no negative field, got %', fail.retry_in
             USING ERRCODE = '22023';
     END IF;
@@ -339,7 +342,7 @@ COMMENT ON FUNCTION jq.fail(bigint, uuid, text, interval) IS
 'backoff_max, full jitter by default. error: any text (quotes, backslashes, "\u0000" kept '
 'verbatim; longer than jq.max_error_length() is truncated with a marker). Fenced: NULL and no '
 'change unless the job is running under this lease_token. Errors: 22023 retry_in over 100 years '
-'(a zero or negative retry_in means now).';
+'or positive with a negative field (a zero or negative retry_in means now).';
 
 CREATE FUNCTION jq.heartbeat(id bigint, lease_token uuid, extend interval DEFAULT NULL,
                              OUT lease_expires_at timestamptz, OUT cancel_requested boolean)
@@ -362,7 +365,8 @@ COMMENT ON FUNCTION jq.heartbeat(bigint, uuid, interval) IS
 'Extends the lease of a running job to now + extend (interval; default the lease length of the '
 'current claim) and returns (lease_expires_at, cancel_requested): a true cancel_requested asks '
 'the handler to stop (jq.cancel). Fenced: both NULL and no change unless the job is running '
-'under this lease_token, so a stale worker cannot extend a newer claim. Errors: 22023 extend <= 0.';
+'under this lease_token, so a stale worker cannot extend a newer claim. Errors: 22023 extend <= 0, '
+'over 100 years or with a negative field.';
 
 CREATE FUNCTION jq.release(id bigint, lease_token uuid) RETURNS boolean
 LANGUAGE plpgsql AS $$

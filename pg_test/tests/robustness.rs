@@ -203,3 +203,55 @@ fn intervals_with_negative_fields_are_refused() {
     let st: String = c.query_one("SELECT state::text FROM jq.jobs WHERE id = $1", &[&id]).unwrap().get(0);
     assert_eq!(st, "running", "nothing changed");
 }
+
+/// jq.drop_queue takes the jobs table lock before the queue row, the order every other jq
+/// function ends up in (a capped claim writes jq.jobs before it locks its queue row), so a
+/// transaction that wrote jobs and then claims from a capped queue being dropped does not
+/// deadlock with the drop: the drop waits, then goes on. Broken variant `drop_row_lock_first`
+/// (queue row locked before the table lock): the drop failed with 40P01.
+#[test]
+fn dropping_a_capped_queue_does_not_deadlock_with_a_transaction_claiming_from_it() {
+    let db = TestDb::new("dropdl");
+    let mut c = db.connect();
+    c.batch_execute(
+        "SELECT jq.create_queue('other'); SELECT jq.create_queue('capd', max_concurrency => 2);
+         SELECT jq.enqueue('capd');",
+    )
+    .unwrap();
+    if broken("drop_row_lock_first") {
+        sabotage(
+            &mut c,
+            "jq.drop_queue(text,boolean)",
+            "    PERFORM 1 FROM jq.queues t WHERE t.name = drop_queue.name;\n",
+            "    PERFORM 1 FROM jq.queues t WHERE t.name = drop_queue.name FOR UPDATE;\n",
+            1,
+        );
+    }
+    let mut t1 = db.connect();
+    t1.batch_execute("SET deadlock_timeout = '100ms'; BEGIN; SELECT jq.enqueue('other');").unwrap();
+    let dropper = {
+        let mut t2 = db.connect();
+        thread::spawn(move || {
+            t2.batch_execute("SET deadlock_timeout = '100ms'").unwrap();
+            t2.query_one("SELECT jq.drop_queue('capd', force => true)", &[]).map(|r| r.get::<_, bool>(0))
+        })
+    };
+    thread::sleep(Duration::from_millis(300)); // the drop is now waiting for t1
+    let claimed = t1.query("SELECT id FROM jq.claim('capd', 'w')", &[]);
+    let t1_result = match claimed {
+        Ok(rows) => {
+            t1.batch_execute("COMMIT").unwrap();
+            Ok(rows.len())
+        }
+        Err(e) => {
+            t1.batch_execute("ROLLBACK").unwrap();
+            Err(e)
+        }
+    };
+    let drop_result = dropper.join().unwrap();
+    let t1_code = t1_result.as_ref().err().and_then(|e| e.code().map(|s| s.code().to_string()));
+    let drop_code = drop_result.as_ref().err().and_then(|e| e.code().map(|s| s.code().to_string()));
+    assert_eq!((t1_code, drop_code), (None, None), "claim {t1_result:?}, drop {drop_result:?}");
+    assert_eq!(t1_result.unwrap(), 1);
+    assert!(drop_result.unwrap());
+}
