@@ -202,6 +202,12 @@ fn intervals_with_negative_fields_are_refused() {
     assert_eq!(sqlstate(c.query_one("SELECT jq.fail($1, $2, 'x', $3::text::interval)", &[&id, &token, &bad])), "22023");
     let st: String = c.query_one("SELECT state::text FROM jq.jobs WHERE id = $1", &[&id]).unwrap().get(0);
     assert_eq!(st, "running", "nothing changed");
+    // A plainly negative retry_in is not refused: it means "retry now".
+    let st: String = c
+        .query_one("SELECT jq.fail($1, $2, 'x', interval '-5 seconds')::text", &[&id, &token])
+        .unwrap()
+        .get(0);
+    assert_eq!(st, "ready");
 }
 
 /// jq.drop_queue takes the jobs table lock before the queue row, the order every other jq
