@@ -133,3 +133,34 @@ pub fn sabotage(c: &mut Client, func: &str, from: &str, to: &str, times: usize) 
     );
     c.batch_execute(&def.replace(from, to)).expect("install the broken variant");
 }
+
+/// The whole job row as JSON text, to compare before and after a call that must change nothing.
+pub fn job_row(c: &mut Client, id: i64) -> String {
+    c.query_one("SELECT to_jsonb(j)::text FROM jq.jobs j WHERE id = $1", &[&id]).expect("job row").get(0)
+}
+
+/// (seq, attempt, outcome) of a job's executions, in order.
+pub fn executions(c: &mut Client, id: i64) -> Vec<(i32, i32, String)> {
+    c.query("SELECT seq::int4, attempt, outcome::text FROM jq.executions WHERE job_id = $1 ORDER BY seq", &[&id])
+        .expect("executions")
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect()
+}
+
+/// The backend pid of a connection, to watch it from another one.
+pub fn backend_pid(c: &mut Client) -> i32 {
+    c.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0)
+}
+
+/// Whether backend `pid` is waiting for a lock right now (seen from `admin`).
+pub fn waiting_on_lock(admin: &mut Client, pid: i32) -> bool {
+    admin.batch_execute("SELECT pg_stat_clear_snapshot()").unwrap();
+    admin
+        .query_one(
+            "SELECT coalesce((SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1), false)",
+            &[&pid],
+        )
+        .unwrap()
+        .get(0)
+}

@@ -7,7 +7,7 @@
 //! database with a broken copy (see `jq_pg_test::sabotage`), and the test must then fail. The
 //! comment at each test records what was broken and how the test failed.
 
-use jq_pg_test::{broken, claim, complete, sabotage, sqlstate, Client, TestDb};
+use jq_pg_test::{backend_pid, broken, claim, complete, sabotage, sqlstate, waiting_on_lock, Client, TestDb};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Barrier};
 use std::thread;
@@ -98,22 +98,6 @@ fn unfinished_with_key(c: &mut Client, queue: &str, key: &str) -> Vec<i64> {
 
 fn job_exists(c: &mut Client, id: i64) -> bool {
     c.query_one("SELECT EXISTS (SELECT 1 FROM jq.jobs WHERE id = $1)", &[&id]).unwrap().get(0)
-}
-
-fn backend_pid(c: &mut Client) -> i32 {
-    c.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0)
-}
-
-/// Whether backend `pid` is waiting for a lock right now.
-fn waiting_on_lock(admin: &mut Client, pid: i32) -> bool {
-    admin.batch_execute("SELECT pg_stat_clear_snapshot()").unwrap();
-    admin
-        .query_one(
-            "SELECT coalesce((SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1), false)",
-            &[&pid],
-        )
-        .unwrap()
-        .get(0)
 }
 
 type EnqueueResult = Result<Option<i64>, (String, String)>;

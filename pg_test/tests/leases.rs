@@ -9,7 +9,10 @@
 //! database with a broken copy (see `jq_pg_test::sabotage`), and the test must then fail. The
 //! comment at each test records what was broken and how the test failed.
 
-use jq_pg_test::{broken, claim, complete, sabotage, state, Claimed, Client, TestDb};
+use jq_pg_test::{
+    backend_pid, broken, claim, complete, executions, job_row, sabotage, state, waiting_on_lock, Claimed, Client,
+    TestDb,
+};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -44,11 +47,6 @@ fn reap(c: &mut Client, instant_sql: &str) -> i32 {
     c.query_one(&format!("SELECT jq._reap({instant_sql})"), &[]).expect("jq._reap").get(0)
 }
 
-/// The whole job row as JSON text, to compare before and after.
-fn job_row(c: &mut Client, id: i64) -> String {
-    c.query_one("SELECT to_jsonb(j)::text FROM jq.jobs j WHERE id = $1", &[&id]).expect("job row").get(0)
-}
-
 /// (state, attempt, lease_expiries, worker, lease token as text) of a job.
 fn job(c: &mut Client, id: i64) -> (String, i32, i32, Option<String>, Option<String>) {
     let r = c
@@ -58,15 +56,6 @@ fn job(c: &mut Client, id: i64) -> (String, i32, i32, Option<String>, Option<Str
         )
         .expect("job");
     (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4))
-}
-
-/// (seq, attempt, outcome) of a job's executions, in order.
-fn executions(c: &mut Client, id: i64) -> Vec<(i32, i32, String)> {
-    c.query("SELECT seq::int4, attempt, outcome::text FROM jq.executions WHERE job_id = $1 ORDER BY seq", &[&id])
-        .expect("executions")
-        .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
-        .collect()
 }
 
 fn ex(seq: i32, attempt: i32, outcome: &str) -> (i32, i32, String) {
@@ -91,22 +80,6 @@ fn heartbeat(c: &mut Client, j: &Claimed, extend: Option<&str>) -> (bool, Option
 
 fn release(c: &mut Client, j: &Claimed) -> bool {
     c.query_one("SELECT jq.release($1, $2)", &[&j.id, &j.token]).expect("jq.release").get(0)
-}
-
-fn backend_pid(c: &mut Client) -> i32 {
-    c.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0)
-}
-
-/// Whether backend `pid` is waiting for a lock right now.
-fn waiting_on_lock(admin: &mut Client, pid: i32) -> bool {
-    admin.batch_execute("SELECT pg_stat_clear_snapshot()").unwrap();
-    admin
-        .query_one(
-            "SELECT coalesce((SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1), false)",
-            &[&pid],
-        )
-        .unwrap()
-        .get(0)
 }
 
 enum Outcome<T> {

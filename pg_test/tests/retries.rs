@@ -6,7 +6,9 @@
 //! database with a broken copy (see `jq_pg_test::sabotage`), and the test must then fail. The
 //! comment at each test records what was broken and how the test failed.
 
-use jq_pg_test::{broken, claim, complete, sabotage, sqlstate, state, Claimed, Client, TestDb};
+use jq_pg_test::{
+    broken, claim, complete, executions, job_row, sabotage, sqlstate, state, Claimed, Client, TestDb,
+};
 
 const FAIL: &str = "jq.fail(bigint,uuid,text,interval)";
 
@@ -23,20 +25,6 @@ fn one_i32(c: &mut Client, sql: &str) -> i32 {
 
 fn one_i64(c: &mut Client, sql: &str) -> i64 {
     c.query_one(sql, &[]).expect(sql).get(0)
-}
-
-/// The whole job row as JSON text, to compare before and after.
-fn job_row(c: &mut Client, id: i64) -> String {
-    c.query_one("SELECT to_jsonb(j)::text FROM jq.jobs j WHERE id = $1", &[&id]).expect("job row").get(0)
-}
-
-/// (seq, attempt, outcome) of a job's executions, in order.
-fn executions(c: &mut Client, id: i64) -> Vec<(i32, i32, String)> {
-    c.query("SELECT seq::int4, attempt, outcome::text FROM jq.executions WHERE job_id = $1 ORDER BY seq", &[&id])
-        .expect("executions")
-        .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
-        .collect()
 }
 
 /// Seconds from the end of execution `seq` (the failure) to the job's run_at.
