@@ -39,14 +39,15 @@ LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
     IF payload IS NULL THEN
         sqlstate := '22004'; message := 'payload must not be SQL NULL (JSON null is accepted)';
-    ELSIF pg_catalog.pg_column_size(payload) > 1048576
+    ELSIF pg_catalog.pg_column_size(payload) > jq.max_payload_bytes()
           OR (pg_catalog.pg_column_size(payload) > 2000
-              AND pg_catalog.octet_length(payload::text) > 1048576) THEN
+              AND pg_catalog.octet_length(payload::text) > jq.max_payload_bytes()) THEN
         -- The second test measures the JSON text, so a compressed value is judged by its real
         -- size; it only runs for values big enough to have been compressed (over 2000 bytes).
         sqlstate := '54000';
-        message := pg_catalog.format('payload of %s bytes stored, %s bytes as JSON text, exceeds the maximum of 1048576 bytes',
-                                     pg_catalog.pg_column_size(payload), pg_catalog.octet_length(payload::text));
+        message := pg_catalog.format('payload of %s bytes stored, %s bytes as JSON text, exceeds the maximum of %s bytes',
+                                     pg_catalog.pg_column_size(payload), pg_catalog.octet_length(payload::text),
+                                     jq.max_payload_bytes());
     ELSIF kind IS NOT NULL AND (kind = '' OR pg_catalog.length(kind) > 200) THEN
         sqlstate := '22023'; message := 'kind must have 1 to 200 characters';
     ELSIF max_attempts IS NOT NULL AND (max_attempts < 1 OR max_attempts > 1000000) THEN

@@ -20,8 +20,8 @@ COMMENT ON FUNCTION jq.max_error_length() IS
 
 CREATE FUNCTION jq._clip_error(error text) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT CASE WHEN pg_catalog.length(error) <= 16384 THEN error
-                ELSE pg_catalog.left(error, 16384) || ' ...[truncated, '
+    SELECT CASE WHEN pg_catalog.length(error) <= jq.max_error_length() THEN error
+                ELSE pg_catalog.left(error, jq.max_error_length()) || ' ...[truncated, '
                      || pg_catalog.length(error) || ' characters in all]' END
 $$;
 COMMENT ON FUNCTION jq._clip_error(text) IS
@@ -42,8 +42,8 @@ DECLARE
     v_cap     integer;
     v_running integer;
 BEGIN
-    IF claim.n IS NULL OR claim.n < 1 OR claim.n > 1000 THEN
-        RAISE EXCEPTION 'n must be between 1 and 1000, got %', coalesce(claim.n::text, 'NULL')
+    IF claim.n IS NULL OR claim.n < 1 OR claim.n > jq.max_claim_batch() THEN
+        RAISE EXCEPTION 'n must be between 1 and %, got %', jq.max_claim_batch(), coalesce(claim.n::text, 'NULL')
             USING ERRCODE = '22023';
     END IF;
     IF claim.worker IS NULL OR pg_catalog.length(claim.worker) > 200 THEN
@@ -186,8 +186,8 @@ BEGIN
     IF claim.queues IS NULL OR pg_catalog.cardinality(claim.queues) = 0 THEN
         RAISE EXCEPTION 'queues must be a non-empty array' USING ERRCODE = '22023';
     END IF;
-    IF claim.n IS NULL OR claim.n < 1 OR claim.n > 1000 THEN
-        RAISE EXCEPTION 'n must be between 1 and 1000, got %', coalesce(claim.n::text, 'NULL')
+    IF claim.n IS NULL OR claim.n < 1 OR claim.n > jq.max_claim_batch() THEN
+        RAISE EXCEPTION 'n must be between 1 and %, got %', jq.max_claim_batch(), coalesce(claim.n::text, 'NULL')
             USING ERRCODE = '22023';
     END IF;
     -- A capped queue's row stays locked until the transaction ends. Claiming capped queues one
