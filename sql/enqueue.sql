@@ -212,12 +212,11 @@ CREATE FUNCTION jq.enqueue_many(
 LANGUAGE plpgsql AS $$
 DECLARE
     v_now          timestamptz := pg_catalog.now();
-    v_max_attempts integer;
     v_bad          record;
     v_ids          bigint[];
     r              record;
 BEGIN
-    SELECT t.max_attempts INTO v_max_attempts FROM jq.queues t WHERE t.name = enqueue_many.queue;
+    PERFORM 1 FROM jq.queues t WHERE t.name = enqueue_many.queue;
     IF NOT FOUND THEN
         PERFORM jq._unknown_queue(enqueue_many.queue);
     END IF;
