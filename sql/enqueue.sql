@@ -23,12 +23,17 @@ BEGIN
         RAISE EXCEPTION 'run_at must be a finite timestamp, got %', run_at USING ERRCODE = '22023';
     END IF;
     IF delay IS NOT NULL AND delay > interval '0' THEN
+        IF NOT jq._interval_fields_nonnegative(delay) THEN
+            RAISE EXCEPTION 'delay must not mix positive and negative fields, got %', delay
+                USING ERRCODE = '22023';
+        END IF;
         RETURN at + delay;  -- an overflow raises 22008 (datetime_field_overflow)
     END IF;
     RETURN at;
 END $$;
 COMMENT ON FUNCTION jq._due_at(timestamptz, interval, timestamptz) IS
-'Internal: the due time of a new job. Errors: 22023 both given or infinite run_at, 22008 overflow.';
+'Internal: the due time of a new job. Errors: 22023 both given, infinite run_at or a positive '
+'delay with a negative field (''1 mon -30 days 1 second''), 22008 overflow.';
 
 -- The first problem with a job's fields, as (sqlstate, message), or NULLs when it is valid.
 -- One place for the rules, used by jq.enqueue (raises it) and jq.enqueue_many (raises it with

@@ -179,6 +179,7 @@ BEGIN
         RAISE EXCEPTION 'max_concurrency must be at least 1, or 0 to remove the cap, got %',
             alter_queue.max_concurrency USING ERRCODE = '22023';
     END IF;
+    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;  -- before the queue row, as jq.drop_queue
     UPDATE jq.queues t SET
         max_attempts       = coalesce(alter_queue.max_attempts, t.max_attempts),
         lease              = coalesce(alter_queue.lease, t.lease),
@@ -232,10 +233,13 @@ BEGIN
     -- the queue in its INSERT). Self-conflicting, so two drops queue up instead of
     -- deadlocking. The wait is bounded by lock_timeout (2 s, set on this function) so that a
     -- drop behind a long transaction fails with 55P03 instead of stalling every writer queued
-    -- behind it. The table lock comes before the queue row lock: every jq function that locks
-    -- a queue row (a capped claim, an enqueue outside READ COMMITTED) has written jq.jobs
-    -- first in its transaction, so this order cannot deadlock with them.
-    LOCK TABLE jq.jobs IN SHARE ROW EXCLUSIVE MODE;
+    -- behind it. EXCLUSIVE, not just SHARE ROW EXCLUSIVE, so that it also waits for
+    -- transactions that only row-locked jobs so far (jq.fail's SELECT ... FOR UPDATE) instead
+    -- of deadlocking with them. The table lock comes before the queue row lock: every jq
+    -- function that locks a queue row (a capped claim, an enqueue outside READ COMMITTED,
+    -- pause, resume, alter_queue, the multi-queue claim) takes its lock on jq.jobs first, so
+    -- this order cannot deadlock with them. Plain reads of jq.jobs go on meanwhile.
+    LOCK TABLE jq.jobs IN EXCLUSIVE MODE;
     PERFORM 1 FROM jq.queues t WHERE t.name = drop_queue.name FOR UPDATE;
     IF NOT FOUND THEN
         PERFORM jq._unknown_queue(drop_queue.name);  -- dropped meanwhile
@@ -268,7 +272,7 @@ COMMENT ON FUNCTION jq.drop_queue(text, boolean) IS
 'Deletes a queue with its jobs and execution history. Refuses (55006 object_in_use) while the '
 'queue has ready, scheduled or running jobs unless force => true; forced, those jobs are '
 'cancelled by deletion and any late jq.complete / jq.fail / jq.heartbeat / jq.release on them is '
-'a harmless false/NULL. It locks jq.jobs against writes (SHARE ROW EXCLUSIVE) while it runs, so '
+'a harmless false/NULL. It locks jq.jobs against writes (EXCLUSIVE) while it runs, so '
 'an enqueue racing the drop never leaves a job behind; it waits at most 2 s for that lock, '
 'then fails with 55P03 (lock_not_available: a transaction that wrote jobs is still open; retry). '
 'Needs READ COMMITTED. Errors: 22004/22023 bad name, 42704 unknown queue, 55006 jobs remain, '
@@ -277,6 +281,8 @@ COMMENT ON FUNCTION jq.drop_queue(text, boolean) IS
 CREATE FUNCTION jq.pause(name text) RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
+    -- jq.jobs before the queue row, the order jq.drop_queue takes them in (no deadlock).
+    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;
     UPDATE jq.queues t SET paused = true WHERE t.name = pause.name;
     IF NOT FOUND THEN
         PERFORM jq._unknown_queue(pause.name);
@@ -290,6 +296,8 @@ COMMENT ON FUNCTION jq.pause(text) IS
 CREATE FUNCTION jq.resume(name text) RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
+    -- jq.jobs before the queue row, the order jq.drop_queue takes them in (no deadlock).
+    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;
     UPDATE jq.queues t SET paused = false WHERE t.name = resume.name;
     IF NOT FOUND THEN
         PERFORM jq._unknown_queue(resume.name);

@@ -148,8 +148,17 @@ BEGIN
             RAISE EXCEPTION 'jq.claim on a queue with max_concurrency needs READ COMMITTED, not %',
                 pg_catalog.current_setting('transaction_isolation') USING ERRCODE = '25000';
         END IF;
-        SELECT t.paused, t.max_concurrency INTO v_paused, v_cap
-        FROM jq.queues t WHERE t.name = claim.queue FOR NO KEY UPDATE;
+        IF pg_catalog.current_setting('jq.claim_cap_skip_locked', true) = 'on' THEN
+            -- Inside jq.claim(text[]), which already holds, in name order, the rows of the
+            -- capped queues it saw. A queue that became capped since is not waited for: its
+            -- row is taken only if free (else: no room now, try the next queue), so claims
+            -- never wait for a queue row out of order.
+            SELECT t.paused, t.max_concurrency INTO v_paused, v_cap
+            FROM jq.queues t WHERE t.name = claim.queue FOR NO KEY UPDATE SKIP LOCKED;
+        ELSE
+            SELECT t.paused, t.max_concurrency INTO v_paused, v_cap
+            FROM jq.queues t WHERE t.name = claim.queue FOR NO KEY UPDATE;
+        END IF;
         IF NOT FOUND OR v_paused THEN
             RETURN;
         END IF;
@@ -179,9 +188,10 @@ CREATE FUNCTION jq.claim(queues text[], worker text, n integer DEFAULT 1, lease 
 RETURNS SETOF jq.claimed_job
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_queue  text;
-    v_got    integer := 0;
-    v_last   integer;
+    v_queue   text;
+    v_got     integer := 0;
+    v_last    integer;
+    v_missing record;
 BEGIN
     IF claim.queues IS NULL OR pg_catalog.cardinality(claim.queues) = 0 THEN
         RAISE EXCEPTION 'queues must be a non-empty array' USING ERRCODE = '22023';
@@ -190,31 +200,44 @@ BEGIN
         RAISE EXCEPTION 'n must be between 1 and %, got %', jq.max_claim_batch(), coalesce(claim.n::text, 'NULL')
             USING ERRCODE = '22023';
     END IF;
+    -- Every name is checked up front, so a call fails the same way whatever the queues hold.
+    SELECT u.name INTO v_missing
+    FROM pg_catalog.unnest(claim.queues) AS u(name)
+    WHERE NOT EXISTS (SELECT 1 FROM jq.queues t WHERE t.name = u.name)
+    LIMIT 1;
+    IF FOUND THEN
+        PERFORM jq._unknown_queue(v_missing.name);
+    END IF;
     -- A capped queue's row stays locked until the transaction ends. Claiming capped queues one
     -- after another would let two callers that list them in different orders deadlock, so
-    -- when two or more are capped, lock all of their rows first, in name order.
+    -- when two or more are capped, lock all of their rows first, in name order (jq.jobs
+    -- before them, the order jq.drop_queue takes). A queue that becomes capped after this is
+    -- only claimed if its row is free (jq.claim_cap_skip_locked, read by the claim below).
     IF (SELECT count(*) FROM jq.queues t
         WHERE t.name = ANY (claim.queues) AND t.max_concurrency IS NOT NULL) > 1 THEN
-        -- jq.jobs before the queue rows, the order jq.drop_queue takes them in.
         LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;
         PERFORM 1 FROM (SELECT t.name FROM jq.queues t
                         WHERE t.name = ANY (claim.queues) AND t.max_concurrency IS NOT NULL
                         ORDER BY t.name COLLATE "C"
                         FOR NO KEY UPDATE) locked;
     END IF;
+    PERFORM pg_catalog.set_config('jq.claim_cap_skip_locked', 'on', true);
     FOREACH v_queue IN ARRAY claim.queues LOOP
         RETURN QUERY SELECT * FROM jq.claim(v_queue, claim.worker, claim.n - v_got, claim.lease);
         GET DIAGNOSTICS v_last = ROW_COUNT;
         v_got := v_got + v_last;
         EXIT WHEN v_got >= claim.n;
     END LOOP;
+    PERFORM pg_catalog.set_config('jq.claim_cap_skip_locked', '', true);
 END $$;
 COMMENT ON FUNCTION jq.claim(text[], text, integer, interval) IS
 'Claims up to n jobs in total from several queues, one queue at a time in the given order (each '
 'with the single-queue claim, so each stays on its index; seed A, ADR-002a): earlier queues take '
-'precedence. When two or more of the queues have a max_concurrency, their rows are locked '
-'first, in name order, so that callers listing them in different orders cannot deadlock. '
-'Errors: as jq.claim(text, ...), plus 22023 for an empty array.';
+'precedence. Every name is checked first (22004 NULL, 22023 malformed, 42704 unknown). When two '
+'or more of the queues have a max_concurrency, their rows are locked first, in name order, and '
+'a queue capped after that is skipped while another claimer holds it, so callers listing them '
+'in different orders cannot deadlock. Errors: as jq.claim(text, ...), plus 22023 for an empty '
+'array.';
 
 CREATE FUNCTION jq.complete(id bigint, lease_token uuid, result jsonb DEFAULT NULL) RETURNS boolean
 LANGUAGE plpgsql AS $$

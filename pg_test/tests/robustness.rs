@@ -261,3 +261,43 @@ fn dropping_a_capped_queue_does_not_deadlock_with_a_transaction_claiming_from_it
     assert_eq!(t1_result.unwrap(), 1);
     assert!(drop_result.unwrap());
 }
+
+/// jq.fail row-locks its job before it writes: a forced drop must wait for it rather than take
+/// a table lock that jq.fail's row lock does not conflict with, then wait for that row while
+/// jq.fail waits for the table. Another drop held open lines the three up deterministically.
+/// Broken variant `drop_share_row_exclusive` (the table lock that ignores row locks): the
+/// fail or the drop died with 40P01.
+#[test]
+fn a_forced_drop_does_not_deadlock_with_a_worker_failing_its_job() {
+    let db = TestDb::new("faildrop");
+    let mut c = db.connect();
+    c.batch_execute(
+        "SELECT jq.create_queue('qa'); SELECT jq.create_queue('qb');
+         SELECT jq.enqueue('qb');",
+    )
+    .unwrap();
+    if broken("drop_share_row_exclusive") {
+        sabotage(&mut c, "jq.drop_queue(text,boolean)", "LOCK TABLE jq.jobs IN EXCLUSIVE MODE", "LOCK TABLE jq.jobs IN SHARE ROW EXCLUSIVE MODE", 1);
+    }
+    let row = c.query_one("SELECT id, lease_token FROM jq.claim('qb', 'w')", &[]).unwrap();
+    let (id, token): (i64, uuid::Uuid) = (row.get(0), row.get(1));
+
+    let mut holder = db.connect();
+    holder.batch_execute("BEGIN; SELECT jq.drop_queue('qa');").unwrap();
+    let spawn = |sql: String| {
+        let mut conn = db.connect();
+        thread::spawn(move || {
+            conn.batch_execute("SET deadlock_timeout = '100ms'").unwrap();
+            conn.simple_query(&sql).map(|_| ()).map_err(|e| e.code().map(|s| s.code().to_string()))
+        })
+    };
+    let dropper = spawn("SELECT jq.drop_queue('qb', force => true)".into());
+    thread::sleep(Duration::from_millis(300));
+    let failer = spawn(format!("SELECT jq.fail({id}, '{token}', 'boom')"));
+    thread::sleep(Duration::from_millis(300));
+    holder.batch_execute("COMMIT").unwrap();
+    let (d, f) = (dropper.join().unwrap(), failer.join().unwrap());
+    assert_eq!((d, f), (Ok(()), Ok(())), "drop and fail must both finish, without 40P01");
+    let left: i64 = c.query_one("SELECT count(*) FROM jq.jobs", &[]).unwrap().get(0);
+    assert_eq!(left, 0);
+}
