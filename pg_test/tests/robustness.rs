@@ -301,3 +301,53 @@ fn a_forced_drop_does_not_deadlock_with_a_worker_failing_its_job() {
     let left: i64 = c.query_one("SELECT count(*) FROM jq.jobs", &[]).unwrap().get(0);
     assert_eq!(left, 0);
 }
+
+/// An admin transaction that pauses a queue and then writes its jobs must not deadlock with a
+/// drop of that queue: jq.pause locks jq.jobs before the queue row, as the drop does. Broken
+/// variant `pause_row_first` (pause without its table lock): one of the two died with 40P01.
+#[test]
+fn pausing_then_cancelling_does_not_deadlock_with_a_drop() {
+    let db = TestDb::new("pausedrop");
+    let mut c = db.connect();
+    c.batch_execute("SELECT jq.create_queue('p1')").unwrap();
+    let id: i64 = c.query_one("SELECT jq.enqueue('p1')", &[]).unwrap().get(0);
+    if broken("pause_row_first") {
+        sabotage(&mut c, "jq.pause(text)", "    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;\n", "", 1);
+    }
+    let mut admin = db.connect();
+    admin.batch_execute("SET deadlock_timeout = '100ms'; BEGIN; SELECT jq.pause('p1');").unwrap();
+    let dropper = {
+        let mut d = db.connect();
+        thread::spawn(move || {
+            d.batch_execute("SET deadlock_timeout = '100ms'").unwrap();
+            d.simple_query("SELECT jq.drop_queue('p1', force => true)")
+                .map(|_| ())
+                .map_err(|e| e.code().map(|s| s.code().to_string()))
+        })
+    };
+    thread::sleep(Duration::from_millis(300));
+    let cancel = admin
+        .simple_query(&format!("SELECT jq.cancel({id})"))
+        .map(|_| ())
+        .map_err(|e| e.code().map(|s| s.code().to_string()));
+    admin.batch_execute(if cancel.is_ok() { "COMMIT" } else { "ROLLBACK" }).unwrap();
+    let dropped = dropper.join().unwrap();
+    assert_eq!((cancel, dropped), (Ok(()), Ok(())), "no 40P01 on either side");
+}
+
+#[test]
+fn a_delay_with_a_negative_field_is_refused() {
+    let db = TestDb::new("mixdelay");
+    let mut c = db.connect();
+    c.batch_execute("SELECT jq.create_queue('d')").unwrap();
+    assert_eq!(sqlstate(c.query_one("SELECT jq.enqueue('d', delay => '1 mon -29 days')", &[])), "22023");
+    assert_eq!(
+        sqlstate(c.query("SELECT jq.enqueue_many('d', '[{\"delay\": \"1 mon -29 days\"}]', specs => true)", &[])),
+        "22023"
+    );
+    let n: i64 = c.query_one("SELECT count(*) FROM jq.jobs", &[]).unwrap().get(0);
+    assert_eq!(n, 0);
+    // A plainly negative delay is not refused: it means now.
+    let id: i64 = c.query_one("SELECT jq.enqueue('d', delay => '-1 day')", &[]).unwrap().get(0);
+    assert_eq!(jq_pg_test::state(&mut c, id).as_deref(), Some("ready"));
+}
