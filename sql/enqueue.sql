@@ -156,6 +156,9 @@ BEGIN
         SELECT t.name, coalesce(enqueue.kind, t.name), v_state, coalesce(enqueue.priority, 0),
                coalesce(enqueue.max_attempts, t.max_attempts), v_run_at, v_now, enqueue.payload
         FROM jq.queues t WHERE t.name = enqueue.queue
+          -- A job that is claimable at once wakes the claims waiting on its queue when this
+          -- transaction commits (jq._wake returns true; it only notes the queue).
+          AND (v_state = 'scheduled' OR jq._wake(t.name))
         RETURNING id INTO v_id;
         IF v_id IS NULL THEN
             PERFORM jq._unknown_queue(enqueue.queue);
@@ -171,6 +174,7 @@ BEGIN
                    coalesce(enqueue.max_attempts, t.max_attempts), v_run_at, v_now, enqueue.payload,
                    enqueue.idempotency_key
             FROM jq.queues t WHERE t.name = enqueue.queue
+              AND (v_state = 'scheduled' OR jq._wake(t.name))
             ON CONFLICT (queue, idempotency_key)
                 WHERE idempotency_key IS NOT NULL AND state IN ('scheduled', 'ready', 'running')
                 DO NOTHING
@@ -287,6 +291,7 @@ BEGIN
         IF NOT FOUND AND pg_catalog.jsonb_array_length(enqueue_many.payloads) > 0 THEN
             PERFORM jq._unknown_queue(enqueue_many.queue);  -- dropped while we waited
         END IF;
+        PERFORM jq._wake(enqueue_many.queue);  -- at commit, wake claims waiting on the queue
         PERFORM jq._lock_queue_for_snapshot(enqueue_many.queue);
         RETURN;
     END IF;

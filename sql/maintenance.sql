@@ -10,14 +10,18 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_count integer;
 BEGIN
-    UPDATE jq.jobs j SET state = 'ready'
-    WHERE j.id = ANY (ARRAY(
-        SELECT d.id FROM jq.jobs d
-        WHERE d.state = 'scheduled' AND d.run_at <= _promote.now
-        ORDER BY d.run_at
-        LIMIT _promote.batch
-        FOR UPDATE SKIP LOCKED)) AND j.state = 'scheduled' AND j.run_at <= _promote.now;
-    GET DIAGNOSTICS v_count = ROW_COUNT;
+    -- jq._wake (per row, deduplicated in memory) wakes waiting claims of these queues at commit.
+    WITH moved AS (
+        UPDATE jq.jobs j SET state = 'ready'
+        WHERE j.id = ANY (ARRAY(
+            SELECT d.id FROM jq.jobs d
+            WHERE d.state = 'scheduled' AND d.run_at <= _promote.now
+            ORDER BY d.run_at
+            LIMIT _promote.batch
+            FOR UPDATE SKIP LOCKED)) AND j.state = 'scheduled' AND j.run_at <= _promote.now
+        RETURNING j.queue
+    )
+    SELECT count(*) INTO v_count FROM moved m WHERE jq._wake(m.queue);
     RETURN v_count;
 END $$;
 COMMENT ON FUNCTION jq._promote(timestamptz, integer) IS
@@ -65,7 +69,10 @@ BEGIN
            CASE WHEN b.state = 'dead' THEN 'lease expired; max_lease_expiries reached'
                 WHEN b.state = 'cancelled' THEN 'lease expired after a cancellation request'
                 ELSE 'lease expired' END
-    FROM back b;
+    FROM back b
+    -- At commit, wake waiting claims: the job is claimable again, or its slot of a capped queue
+    -- is free.
+    WHERE CASE WHEN b.state = 'ready' THEN jq._wake(b.queue) ELSE jq._wake_slot(b.queue) END;
     GET DIAGNOSTICS v_count = ROW_COUNT;
     RETURN v_count;
 END $$;
@@ -123,35 +130,109 @@ COMMENT ON FUNCTION jq._prune(timestamptz, integer) IS
 '(history outlives its jobs). Returns how many rows it deleted. Safe to run concurrently: it '
 'skips rows another session has locked.';
 
+CREATE FUNCTION jq._maintain(duty text, now timestamptz) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_total integer := 0;
+    v_step  integer;
+BEGIN
+    CASE _maintain.duty
+    WHEN 'promote' THEN
+        -- In batches until the due backlog is gone or 50,000 rows were moved.
+        LOOP
+            v_step := jq._promote(_maintain.now, 5000);
+            v_total := v_total + v_step;
+            EXIT WHEN v_step < 5000 OR v_total >= 50000;
+        END LOOP;
+    WHEN 'reap' THEN
+        LOOP
+            v_step := jq._reap(_maintain.now, 1000);
+            v_total := v_total + v_step;
+            EXIT WHEN v_step < 1000 OR v_total >= 10000;
+        END LOOP;
+    WHEN 'cron' THEN
+        IF pg_catalog.to_regprocedure('jq.cron_tick(timestamptz)') IS NOT NULL THEN
+            EXECUTE 'SELECT jq.cron_tick($1)' INTO v_total USING _maintain.now;
+        END IF;
+    WHEN 'prune' THEN
+        v_total := jq._prune(_maintain.now, 5000);
+    ELSE
+        RAISE EXCEPTION 'unknown maintenance duty %', _maintain.duty USING ERRCODE = '22023';
+    END CASE;
+    RETURN coalesce(v_total, 0);
+END $$;
+COMMENT ON FUNCTION jq._maintain(text, timestamptz) IS
+'Maintenance: runs one duty at now and returns its count: promote (due scheduled jobs to ready, '
+'up to 50,000 in batches of 5,000), reap (expired leases, up to 10,000 in batches of 1,000), '
+'cron (jq.cron_tick: due cron schedules), prune (jq._prune with batch 5,000). jq.tick() runs all '
+'four; the background worker runs each in its own transaction through jq._maintain_guarded. '
+'Errors: 22023 unknown duty; errors of the duty itself propagate.';
+
+CREATE FUNCTION jq._maintain_guarded(duty text, now timestamptz, OUT done integer, OUT error text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_state text;
+BEGIN
+    done := 0;
+    BEGIN
+        done := jq._maintain(_maintain_guarded.duty, _maintain_guarded.now);
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS error = MESSAGE_TEXT, v_state = RETURNED_SQLSTATE;
+        error := v_state || ': ' || error;
+    END;
+END $$;
+COMMENT ON FUNCTION jq._maintain_guarded(text, timestamptz) IS
+'jq._maintain for the background worker: an error is returned as text ("SQLSTATE: message"), '
+'with the duty''s work rolled back, instead of raised, so a failing duty never stops the worker '
+'or the other duties.';
+
 CREATE FUNCTION jq.tick() RETURNS jq.tick_result
 LANGUAGE plpgsql AS $$
 DECLARE
     v_now    timestamptz := pg_catalog.now();
     v_result jq.tick_result;
-    v_step   integer;
 BEGIN
-    v_result := ROW(0, 0, 0);
-    -- Promote in batches until the due backlog is gone or 50,000 rows were moved.
-    LOOP
-        v_step := jq._promote(v_now, 5000);
-        v_result.promoted := v_result.promoted + v_step;
-        EXIT WHEN v_step < 5000 OR v_result.promoted >= 50000;
-    END LOOP;
-    LOOP
-        v_step := jq._reap(v_now, 1000);
-        v_result.reaped := v_result.reaped + v_step;
-        EXIT WHEN v_step < 1000 OR v_result.reaped >= 10000;
-    END LOOP;
-    v_result.pruned := jq._prune(v_now, 5000);
+    v_result.promoted := jq._maintain('promote', v_now);
+    v_result.reaped := jq._maintain('reap', v_now);
+    v_result.fired := jq._maintain('cron', v_now);
+    v_result.pruned := jq._maintain('prune', v_now);
     RETURN v_result;
 END $$;
 COMMENT ON FUNCTION jq.tick() IS
-'One maintenance pass at now(): promote due scheduled jobs (up to 50,000), reap expired leases '
-'(up to 10,000), prune past retention (up to 5,000 jobs of each kind per queue and 5,000 '
-'execution rows); returns the '
-'counts. Safe to run from '
-'several sessions at once. Call it about once a second, from pg_cron or any client, unless a '
-'background worker does (see README).';
+'One maintenance pass at now(), in the caller''s transaction: promote due scheduled jobs (up to '
+'50,000), reap expired leases (up to 10,000), fire due cron schedules (jq.cron_tick), prune past '
+'retention (up to 5,000 jobs of each kind per queue and 5,000 execution rows); returns the '
+'counts. Safe to run from several sessions at once and beside the background worker. With jq '
+'in shared_preload_libraries the background worker does this every jq.tick_interval; otherwise '
+'call it about once a second, from pg_cron or any client (see README).';
+
+CREATE FUNCTION jq.status(
+    OUT database name, OUT state text, OUT pid integer, OUT started_at timestamptz,
+    OUT last_pass_at timestamptz, OUT passes bigint, OUT promoted bigint, OUT reaped bigint,
+    OUT fired bigint, OUT pruned bigint, OUT notified bigint, OUT pass_ms float8,
+    OUT last_error text, OUT last_error_at timestamptz)
+RETURNS SETOF record
+LANGUAGE sql STABLE AS $$
+    SELECT d.datname, s.state, s.pid, s.started_at, s.last_pass_at, s.passes, s.promoted,
+           s.reaped, s.fired, s.pruned, s.notified, s.pass_ms, s.last_error, s.last_error_at
+    FROM jq._status() s LEFT JOIN pg_catalog.pg_database d ON d.oid = s.dboid
+    UNION ALL
+    SELECT pg_catalog.current_database(), 'not preloaded', NULL, NULL, NULL, 0, 0, 0, 0, 0, 0, 0,
+           'jq is not in shared_preload_libraries: no background worker and no wakeups; call '
+           'jq.tick() about once a second (see README)', NULL
+    WHERE NOT jq._preloaded()
+    ORDER BY 1
+$$;
+COMMENT ON FUNCTION jq.status() IS
+'The background workers, one row per database the launcher tracks (all databases of the '
+'cluster): state (running, starting, restarting, no extension, suspended while the database '
+'is dropped/renamed/copied, waiting for a worker slot), the worker''s pid, when it started, '
+'the time, number and duration (pass_ms, milliseconds) of its passes with the counts of the '
+'last one (promoted, reaped, fired cron jobs, pruned rows, NOTIFYs sent on channel jq_ready), '
+'and its last error with its time. Without jq in shared_preload_libraries: one row saying so.';
+
+-- A database that just got jq is served within a second rather than at the next recheck.
+SELECT jq._launcher_wake();
 
 CREATE VIEW jq.queue_stats AS
 SELECT t.name AS queue,
@@ -181,3 +262,33 @@ COMMENT ON VIEW jq.queue_stats IS
 'One row per queue: depth = claimable (ready, due now) + scheduled (waiting for run_at, including '
 'retries in backoff); running; dead, completed and cancelled jobs still within retention; '
 'oldest_claimable_age (interval since the oldest claimable job became due; NULL when none); paused.';
+
+-- The functions written in Rust (src/wakeup.rs, src/bgworker.rs).
+COMMENT ON FUNCTION jq._wake(text) IS
+'Internal: notes that this transaction made jobs of queue claimable; at commit, claims waiting on '
+'it (jq.claim with wait) are woken through shared memory and the maintenance worker NOTIFYs '
+'jq_ready. A rolled-back transaction wakes nobody. Returns true (used inside WHERE clauses).';
+COMMENT ON FUNCTION jq._wake_slot(text) IS
+'Internal: notes that a running job of queue ended; at commit, claims waiting on it are woken if '
+'they wait on it as a capped queue (a slot is free). Returns true.';
+COMMENT ON FUNCTION jq._wake_on_abort(text) IS
+'Internal: if this transaction rolls back, wake claims waiting on queue (a rolled-back claim '
+'hands its jobs back). Returns true.';
+COMMENT ON FUNCTION jq._wait_register(text[], boolean[]) IS
+'Internal: registers this backend as waiting for jobs in queues (capped[i]: also for a running '
+'job of queues[i] ending) until jq._wait_done() or the end of the transaction, and resets its '
+'latch. Returns false when waiting must poll (jq not preloaded, or more than 4,096 processes).';
+COMMENT ON FUNCTION jq._wait(timestamptz) IS
+'Internal: sleeps until woken or deadline (with jq not preloaded: at most jq.poll_interval), '
+'answering query cancel and termination. Returns false if deadline had passed.';
+COMMENT ON FUNCTION jq._wait_done() IS
+'Internal: ends this backend''s waiter registration (also done at transaction end).';
+COMMENT ON FUNCTION jq._queue_bit(text) IS
+'Internal: the bit (0..1023) of queue in the per-database ready filter read by the maintenance '
+'worker to send its jq_ready NOTIFYs.';
+COMMENT ON FUNCTION jq._status() IS
+'Internal: the background workers'' shared-memory table behind jq.status(), by database oid.';
+COMMENT ON FUNCTION jq._preloaded() IS
+'Whether jq is in shared_preload_libraries (background workers and shared-memory wakeups on).';
+COMMENT ON FUNCTION jq._launcher_wake() IS
+'Internal: asks the launcher to look for databases now (run by CREATE EXTENSION jq).';

@@ -196,6 +196,7 @@ BEGIN
         max_lease_expiries = coalesce(alter_queue.max_lease_expiries, t.max_lease_expiries),
         paused             = coalesce(alter_queue.paused, t.paused)
     WHERE t.name = alter_queue.name
+      AND jq._wake(t.name)  -- a raised cap or an unpause can make jobs claimable
     RETURNING * INTO q;
     IF q.name IS NULL THEN
         PERFORM jq._unknown_queue(alter_queue.name);
@@ -298,7 +299,7 @@ LANGUAGE plpgsql AS $$
 BEGIN
     -- jq.jobs before the queue row, the order jq.drop_queue takes them in (no deadlock).
     LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;
-    UPDATE jq.queues t SET paused = false WHERE t.name = resume.name;
+    UPDATE jq.queues t SET paused = false WHERE t.name = resume.name AND jq._wake(t.name);
     IF NOT FOUND THEN
         PERFORM jq._unknown_queue(resume.name);
     END IF;

@@ -172,11 +172,12 @@ COMMENT ON TYPE jq.claimed_job IS
 CREATE TYPE jq.tick_result AS (
     promoted integer,
     reaped   integer,
-    pruned   integer
+    pruned   integer,
+    fired    integer
 );
 COMMENT ON TYPE jq.tick_result IS
 'Counts of one maintenance pass: jobs promoted scheduled -> ready, expired leases reaped, '
-'finished jobs and execution rows pruned.';
+'finished jobs and execution rows pruned, jobs enqueued by cron schedules.';
 
 -- Extension tables are left out of pg_dump unless registered: without this a dump/restore
 -- silently loses every queue, job and history row.

@@ -32,15 +32,17 @@ CREATE FUNCTION jq.max_claim_batch() RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 1000 $$;
 COMMENT ON FUNCTION jq.max_claim_batch() IS 'Largest n accepted by jq.claim: 1,000 jobs per call.';
 
-CREATE FUNCTION jq.claim(queue text, worker text, n integer DEFAULT 1, lease interval DEFAULT NULL)
+CREATE FUNCTION jq.claim(queue text, worker text, n integer DEFAULT 1, lease interval DEFAULT NULL,
+                         wait interval DEFAULT NULL)
 RETURNS SETOF jq.claimed_job
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_limit   integer := claim.n;
-    v_locked  boolean := false;  -- a capped claim holds its queue row lock
-    v_paused  boolean;
-    v_cap     integer;
-    v_running integer;
+    v_limit    integer := claim.n;
+    v_locked   boolean := false;  -- a capped claim holds its queue row lock
+    v_paused   boolean;
+    v_cap      integer;
+    v_running  integer;
+    v_deadline timestamptz;       -- long-poll: when waiting ends
 BEGIN
     IF claim.n IS NULL OR claim.n < 1 OR claim.n > jq.max_claim_batch() THEN
         RAISE EXCEPTION 'n must be between 1 and %, got %', jq.max_claim_batch(), coalesce(claim.n::text, 'NULL')
@@ -55,7 +57,16 @@ BEGIN
         RAISE EXCEPTION 'lease must be greater than zero and at most 100 years, got %', claim.lease
             USING ERRCODE = '22023';
     END IF;
+    v_deadline := jq._wait_deadline(claim.wait);
+    IF v_deadline IS NOT NULL THEN
+        -- Registered before the first look, so a commit after that look wakes us.
+        PERFORM jq._wait_register(ARRAY[claim.queue],
+            ARRAY[EXISTS (SELECT FROM jq.queues t WHERE t.name = claim.queue
+                          AND t.max_concurrency IS NOT NULL)]);
+    END IF;
 
+    <<poll>>
+    LOOP
     LOOP
         -- One statement claims: the ids are picked and locked by an uncorrelated sub-select on
         -- the partial claim index (FOR UPDATE SKIP LOCKED), then updated through the primary
@@ -95,6 +106,7 @@ BEGIN
         SELECT c.id, c.queue, c.kind, c.payload, c.attempt, c.max_attempts, c.lease_token,
                c.lease_expires_at, c.priority, c.run_at, c.created_at
         FROM claimed c
+        WHERE jq._wake_on_abort(c.queue)  -- a rolled-back claim hands its jobs back: wake waiters
         ORDER BY c.priority DESC, c.run_at, c.id;
         ELSE
         RETURN QUERY
@@ -124,9 +136,13 @@ BEGIN
         SELECT c.id, c.queue, c.kind, c.payload, c.attempt, c.max_attempts, c.lease_token,
                c.lease_expires_at, c.priority, c.run_at, c.created_at
         FROM claimed c
+        WHERE jq._wake_on_abort(c.queue)  -- a rolled-back claim hands its jobs back: wake waiters
         ORDER BY c.priority DESC, c.run_at, c.id;
         END IF;
         IF FOUND OR v_locked THEN
+            IF v_deadline IS NOT NULL THEN
+                PERFORM jq._wait_done();
+            END IF;
             RETURN;
         END IF;
 
@@ -137,7 +153,17 @@ BEGIN
             PERFORM jq._unknown_queue(claim.queue);
         END IF;
         IF v_paused OR v_cap IS NULL THEN
-            RETURN;
+            EXIT;  -- nothing to claim now
+        END IF;
+        IF v_deadline IS NOT NULL THEN
+            -- Long-poll on a capped queue: while the cap is reached, wait (a job ending wakes
+            -- us) instead of holding the queue row lock; the count is taken again under the
+            -- lock below.
+            SELECT count(*) INTO v_running FROM jq.jobs j
+            WHERE j.queue = claim.queue AND j.state = 'running';
+            IF v_running >= v_cap THEN
+                EXIT;
+            END IF;
         END IF;
         -- A capped queue: serialise its claims on the queue row (seed A, ADR-003), since
         -- counting and claiming must not interleave with another claimer's, or ten claimers
@@ -172,8 +198,18 @@ BEGIN
         END IF;
         v_locked := true;
     END LOOP;
+    -- Nothing claimable. Without wait, or once it ran out, return nothing; else sleep until a
+    -- wakeup for this queue (or the deadline) and look again. A capped claim that took the
+    -- queue row lock never gets here: it returns, even empty, rather than sleep holding it.
+    IF v_deadline IS NULL OR NOT jq._wait(v_deadline) THEN
+        IF v_deadline IS NOT NULL THEN
+            PERFORM jq._wait_done();
+        END IF;
+        RETURN;
+    END IF;
+    END LOOP poll;
 END $$;
-COMMENT ON FUNCTION jq.claim(text, text, integer, interval) IS
+COMMENT ON FUNCTION jq.claim(text, text, integer, interval, interval) IS
 'Claims up to n (1..jq.max_claim_batch()) ready jobs of one queue for worker (a free-form name '
 'of at most 200 characters, kept for operators; recovery never depends on it), in order '
 'priority DESC, run_at, id, and returns them (jq.claimed_job) with a fresh lease_token each. '
@@ -181,17 +217,63 @@ COMMENT ON FUNCTION jq.claim(text, text, integer, interval) IS
 'extended one by one with jq.heartbeat. One SELECT ... FOR UPDATE SKIP LOCKED on the partial '
 'claim index, then UPDATE, in one statement: concurrent claimers never get the same job while '
 'its lease holds. A paused queue yields nothing. With max_concurrency set, claims on that queue '
-'serialise on its row and never exceed the cap. Errors: 22023 bad n, worker or lease; 42704 '
-'unknown queue; 22004/22023 bad queue name.';
+'serialise on its row and never exceed the cap. wait (interval, 0 to 1 hour; default NULL = '
+'return at once): long-poll: when nothing is claimable, sleep until a transaction that makes '
+'a job of this queue claimable commits (enqueue, promotion, reaping, release, retry, resume, '
+'and for a capped queue a job ending), then claim; return nothing once wait has passed. '
+'Sleeping backends are woken through shared memory with jq in shared_preload_libraries, else '
+'re-check every jq.poll_interval. The snapshot of the call is held while it sleeps. A capped '
+'queue whose cap is reached is not locked while waiting; a claim that locked it and still found '
+'nothing returns empty early. Errors: 22023 bad n, worker, lease or wait; 42704 '
+'unknown queue; 22004/22023 bad queue name; 25000 wait, or a capped queue, outside READ '
+'COMMITTED.';
 
-CREATE FUNCTION jq.claim(queues text[], worker text, n integer DEFAULT 1, lease interval DEFAULT NULL)
+CREATE FUNCTION jq._wait_deadline(wait interval) RETURNS timestamptz
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF _wait_deadline.wait IS NULL OR _wait_deadline.wait = interval '0' THEN
+        RETURN NULL;
+    END IF;
+    IF _wait_deadline.wait < interval '0' OR _wait_deadline.wait > interval '1 hour'
+       OR NOT jq._interval_fields_nonnegative(_wait_deadline.wait) THEN
+        RAISE EXCEPTION 'wait must be between 0 and 1 hour, got %', _wait_deadline.wait
+            USING ERRCODE = '22023';
+    END IF;
+    IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'jq.claim with wait needs READ COMMITTED (each look needs a new snapshot), not %',
+            pg_catalog.current_setting('transaction_isolation') USING ERRCODE = '25000';
+    END IF;
+    RETURN pg_catalog.clock_timestamp() + _wait_deadline.wait;
+END $$;
+COMMENT ON FUNCTION jq._wait_deadline(interval) IS
+'Internal: validates a claim''s wait (interval, 0 to 1 hour; NULL or 0 = do not wait) and returns '
+'when the wait ends, or NULL. Errors: 22023 out of range, 25000 outside READ COMMITTED.';
+
+CREATE FUNCTION jq._claimable(queues text[]) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT EXISTS (
+        SELECT FROM jq.queues t
+        WHERE t.name = ANY (_claimable.queues) AND NOT t.paused
+          AND EXISTS (SELECT FROM jq.jobs j WHERE j.queue = t.name AND j.state = 'ready')
+          AND (t.max_concurrency IS NULL
+               OR (SELECT count(*) FROM jq.jobs r WHERE r.queue = t.name AND r.state = 'running')
+                  < t.max_concurrency))
+$$;
+COMMENT ON FUNCTION jq._claimable(text[]) IS
+'Internal: whether any of queues (unpaused, under its cap) has a ready job, by a lock-free '
+'look; the long-poll of jq.claim(text[], ...) takes locks only when this says yes.';
+
+CREATE FUNCTION jq.claim(queues text[], worker text, n integer DEFAULT 1, lease interval DEFAULT NULL,
+                         wait interval DEFAULT NULL)
 RETURNS SETOF jq.claimed_job
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_queue   text;
-    v_got     integer := 0;
-    v_last    integer;
-    v_missing record;
+    v_queue    text;
+    v_got      integer := 0;
+    v_last     integer;
+    v_missing  record;
+    v_capped   boolean[];
+    v_deadline timestamptz;
 BEGIN
     IF claim.queues IS NULL OR pg_catalog.cardinality(claim.queues) = 0 THEN
         RAISE EXCEPTION 'queues must be a non-empty array' USING ERRCODE = '22023';
@@ -207,6 +289,25 @@ BEGIN
     LIMIT 1;
     IF FOUND THEN
         PERFORM jq._unknown_queue(v_missing.name);
+    END IF;
+    v_deadline := jq._wait_deadline(claim.wait);
+    IF v_deadline IS NOT NULL THEN
+        SELECT pg_catalog.array_agg(EXISTS (SELECT FROM jq.queues t WHERE t.name = u.name
+                                            AND t.max_concurrency IS NOT NULL) ORDER BY u.ord)
+        INTO v_capped
+        FROM pg_catalog.unnest(claim.queues) WITH ORDINALITY AS u(name, ord);
+        PERFORM jq._wait_register(claim.queues, v_capped);
+        -- Long-poll: sleep until a lock-free look finds something, so that nothing (the capped
+        -- queues' rows below) is locked while waiting.
+        WHILE NOT jq._claimable(claim.queues) LOOP
+            IF NOT jq._wait(v_deadline) THEN
+                PERFORM jq._wait_done();
+                RETURN;
+            END IF;
+        END LOOP;
+        PERFORM jq._wait_done();
+        -- Then one claim as without wait: it may still come back empty if other claimers
+        -- were faster; the caller simply claims again.
     END IF;
     -- A capped queue's row stays locked until the transaction ends. Claiming capped queues one
     -- after another would let two callers that list them in different orders deadlock, so
@@ -230,14 +331,16 @@ BEGIN
     END LOOP;
     PERFORM pg_catalog.set_config('jq.claim_cap_skip_locked', '', true);
 END $$;
-COMMENT ON FUNCTION jq.claim(text[], text, integer, interval) IS
+COMMENT ON FUNCTION jq.claim(text[], text, integer, interval, interval) IS
 'Claims up to n jobs in total from several queues, one queue at a time in the given order (each '
 'with the single-queue claim, so each stays on its index; seed A, ADR-002a): earlier queues take '
 'precedence. Every name is checked first (22004 NULL, 22023 malformed, 42704 unknown). When two '
 'or more of the queues have a max_concurrency, their rows are locked first, in name order, and '
 'a queue capped after that is skipped while another claimer holds it, so callers listing them '
-'in different orders cannot deadlock. Errors: as jq.claim(text, ...), plus 22023 for an empty '
-'array.';
+'in different orders cannot deadlock. wait (interval, 0 to 1 hour; default NULL = return at '
+'once): long-poll as in jq.claim(text, ...): sleeps, holding no lock, until a job in any of the '
+'queues is claimable, then claims once (which can still return nothing if another claimer was '
+'faster). Errors: as jq.claim(text, ...), plus 22023 for an empty array.';
 
 CREATE FUNCTION jq.complete(id bigint, lease_token uuid, result jsonb DEFAULT NULL) RETURNS boolean
 LANGUAGE plpgsql AS $$
@@ -255,7 +358,8 @@ BEGIN
                                finished_at, queue, worker)
     SELECT d.id, d.claims, d.attempt, 'completed', d.started_at, d.lease_expires_at,
            d.finished_at, d.queue, d.worker
-    FROM done d;
+    FROM done d
+    WHERE jq._wake_slot(d.queue);  -- a capped queue has a free slot at commit
     RETURN FOUND;
 END $$;
 COMMENT ON FUNCTION jq.complete(bigint, uuid, jsonb) IS
@@ -293,6 +397,7 @@ BEGIN
         SELECT d.id, d.claims, d.attempt, 'completed', d.started_at, d.lease_expires_at,
                d.finished_at, d.queue, d.worker
         FROM done d
+        WHERE jq._wake_slot(d.queue)
         RETURNING job_id
     )
     SELECT h.job_id FROM hist h ORDER BY h.job_id;
@@ -354,7 +459,8 @@ BEGIN
     SELECT j.id, j.claims, j.attempt,
            CASE WHEN v_state = 'cancelled' THEN 'cancelled' ELSE 'failed' END::jq.execution_outcome,
            j.started_at, j.lease_expires_at, v_now, j.queue, j.worker, v_error
-    FROM jq.jobs j WHERE j.id = fail.id;
+    FROM jq.jobs j WHERE j.id = fail.id
+      AND CASE WHEN v_state = 'ready' THEN jq._wake(j.queue) ELSE jq._wake_slot(j.queue) END;
     RETURN v_state;
 END $$;
 COMMENT ON FUNCTION jq.fail(bigint, uuid, text, interval) IS
@@ -408,7 +514,8 @@ BEGIN
     SELECT b.id, b.claims, b.attempt + 1,
            CASE WHEN b.state = 'cancelled' THEN 'cancelled' ELSE 'released' END::jq.execution_outcome,
            b.started_at, b.lease_expires_at, pg_catalog.clock_timestamp(), b.queue, b.worker
-    FROM back b;
+    FROM back b
+    WHERE jq._wake(b.queue);
     RETURN FOUND;
 END $$;
 COMMENT ON FUNCTION jq.release(bigint, uuid) IS
@@ -451,7 +558,7 @@ BEGIN
     UPDATE jq.jobs j SET
         state = 'ready', attempt = 0, lease_expiries = 0, cancel_requested = false,
         run_at = pg_catalog.now(), finished_at = NULL
-    WHERE j.id = retry.id AND j.state IN ('dead', 'cancelled');
+    WHERE j.id = retry.id AND j.state IN ('dead', 'cancelled') AND jq._wake(j.queue);
     RETURN FOUND;
 EXCEPTION WHEN unique_violation THEN
     RAISE EXCEPTION 'job % cannot be retried: another unfinished job in its queue has the same '

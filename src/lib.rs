@@ -10,14 +10,42 @@
 use pgrx::prelude::*;
 
 pub mod backoff;
+pub mod bgworker;
+pub mod gucs;
+pub mod shmem;
+pub mod wakeup;
 
 ::pgrx::pg_module_magic!(name, version);
 
+/// Library load: GUCs always; shared memory, the launcher and the utility hook only while
+/// PostgreSQL preloads the library (`shared_preload_libraries = 'jq'`). Loaded later (on first
+/// use in a session), jq works without background workers and with polling long-polls.
+#[pg_guard]
+pub extern "C-unwind" fn _PG_init() {
+    gucs::init();
+    // SAFETY: a PostgreSQL global, read in _PG_init.
+    if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
+        shmem::init();
+        bgworker::register_launcher();
+        bgworker::init_utility_hook();
+    }
+}
+
 extension_sql_file!("../sql/schema.sql", name = "schema", bootstrap);
 extension_sql_file!("../sql/queues.sql", name = "queues", requires = ["schema"]);
-extension_sql_file!("../sql/enqueue.sql", name = "enqueue", requires = ["queues"]);
+extension_sql_file!(
+    "../sql/enqueue.sql",
+    name = "enqueue",
+    requires = ["queues", wakeup::_wake, wakeup::_wake_slot, wakeup::_wake_on_abort,
+                wakeup::_wait_register, wakeup::_wait, wakeup::_wait_done, wakeup::_queue_bit]
+);
 extension_sql_file!("../sql/work.sql", name = "work", requires = ["enqueue", backoff::backoff_seconds]);
-extension_sql_file!("../sql/maintenance.sql", name = "maintenance", requires = ["work"], finalize);
+extension_sql_file!(
+    "../sql/maintenance.sql",
+    name = "maintenance",
+    requires = ["work", bgworker::_status, bgworker::_preloaded, bgworker::_launcher_wake],
+    finalize
+);
 
 #[cfg(any(test, feature = "pg_test"))]
 mod pg_tests;

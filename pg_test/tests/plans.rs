@@ -333,7 +333,7 @@ fn norm(sql: &str) -> String {
 
 const CLAIM_PICK: HotPath = HotPath {
     label: "jq.claim: selection of ready jobs",
-    function: "jq.claim(text,text,integer,interval)",
+    function: "jq.claim(text,text,integer,interval,interval)",
     source: "SELECT p.id FROM jq.jobs p
              WHERE p.queue = claim.queue AND p.state = 'ready'
                AND EXISTS (SELECT FROM jq.queues g WHERE g.name = claim.queue
@@ -349,7 +349,7 @@ const CLAIM_PICK: HotPath = HotPath {
 /// the two copies cannot drift apart.
 const CLAIM_PICK_ONE: HotPath = HotPath {
     label: "jq.claim: selection of one ready job",
-    function: "jq.claim(text,text,integer,interval)",
+    function: "jq.claim(text,text,integer,interval,interval)",
     source: "SELECT p.id FROM jq.jobs p
              WHERE p.queue = claim.queue AND p.state = 'ready'
                AND EXISTS (SELECT FROM jq.queues g WHERE g.name = claim.queue
@@ -363,7 +363,7 @@ const CLAIM_PICK_ONE: HotPath = HotPath {
 
 const CLAIM_RUNNING_COUNT: HotPath = HotPath {
     label: "jq.claim: running count for max_concurrency",
-    function: "jq.claim(text,text,integer,interval)",
+    function: "jq.claim(text,text,integer,interval,interval)",
     source: "SELECT count(*) INTO v_running FROM jq.jobs j
              WHERE j.queue = claim.queue AND j.state = 'running'",
     subst: &[("INTO v_running ", ""), ("claim.queue", "$1")],

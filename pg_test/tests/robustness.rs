@@ -10,7 +10,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-const CLAIM_MANY: &str = "jq.claim(text[],text,integer,interval)";
+const CLAIM_MANY: &str = "jq.claim(text[],text,integer,interval,interval)";
 const ENQUEUE_MANY: &str = "jq.enqueue_many(text,jsonb,text,timestamptz,interval,integer,integer,boolean)";
 const PRUNE: &str = "jq._prune(timestamptz,integer)";
 const ENQUEUE: &str = "jq.enqueue(text,jsonb,text,timestamptz,interval,integer,integer,text)";

@@ -1,0 +1,373 @@
+//! The background workers and the long-poll, tested from committed data on the test cluster,
+//! which `pg_test/run` starts with `shared_preload_libraries = jq`, `jq.tick_interval = 1s` and
+//! `jq.databases = 'jqt_bgw_*'`: only these tests' databases (`TestDb::new("bgw_…")`) are
+//! served, and no test here calls `jq.tick()` — maintenance happens only if the worker does it.
+//!
+//! Negative controls (each seen failing):
+//! * `JQ_TEST_BREAK=no_wake`: enqueue no longer wakes waiting claims → the long-poll tests wait
+//!   out their full `wait` and fail.
+//! * `JQ_TEST_BREAK=no_promote`: the worker's promote duty does nothing → the retry test fails.
+//! * `JQ_TEST_BREAK=no_reap`: the worker's reap duty does nothing → the lease test fails.
+//! * The restart tests were seen failing with the launcher's respawn of exited workers removed
+//!   (a manual edit of `launcher_pass` in src/bgworker.rs: `slot_state::EXITED => false`).
+
+use jq_pg_test::*;
+use postgres::fallible_iterator::FallibleIterator;
+use std::time::{Duration, Instant};
+
+const TICK: Duration = Duration::from_secs(1);
+
+fn status(c: &mut Client, db: &str) -> Option<(String, Option<i32>, i64, Option<String>)> {
+    c.query_opt(
+        "SELECT state, pid, passes, last_error FROM jq.status() WHERE database = $1",
+        &[&db],
+    )
+    .unwrap()
+    .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+}
+
+/// Waits until `cond` holds, polling every 50 ms, at most `limit`; returns how long it took.
+fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> Option<Duration> {
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        if cond() {
+            return Some(t.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+/// The maintenance worker of `db` is running and has completed a pass; returns its pid.
+fn served(db: &TestDb, limit: Duration) -> i32 {
+    let mut c = db.connect();
+    let mut pid = 0;
+    eventually(limit, || match status(&mut c, &db.name) {
+        Some((state, Some(p), passes, _)) if state == "running" && passes > 0 => {
+            pid = p;
+            true
+        }
+        _ => false,
+    })
+    .unwrap_or_else(|| panic!("{} not served: {:?}", db.name, status(&mut c, &db.name)));
+    pid
+}
+
+#[test]
+fn a_new_database_with_jq_is_served_within_seconds_and_others_are_not() {
+    let db = TestDb::new("bgw_new");
+    served(&db, Duration::from_secs(5));
+    // A database outside jq.databases gets no worker.
+    let other = TestDb::new("nobgw");
+    let mut c = other.connect();
+    std::thread::sleep(Duration::from_millis(1500));
+    let st = status(&mut c, &other.name);
+    assert!(st.is_none(), "{st:?}");
+}
+
+#[test]
+fn two_databases_are_both_served() {
+    let a = TestDb::new("bgw_two_a");
+    let b = TestDb::new("bgw_two_b");
+    for db in [&a, &b] {
+        let mut c = db.connect();
+        c.batch_execute("SELECT jq.create_queue('q')").unwrap();
+        // Due in 1 s: only a worker's promotion makes it claimable.
+        c.batch_execute("SELECT jq.enqueue('q', '{}', delay => '1 second')").unwrap();
+    }
+    for db in [&a, &b] {
+        let mut c = db.connect();
+        let got = eventually(Duration::from_secs(5), || !claim(&mut c, "q", "w", 1, None).is_empty());
+        assert!(got.is_some(), "{}: the scheduled job was never promoted", db.name);
+    }
+}
+
+#[test]
+fn a_failed_job_with_a_1s_backoff_is_claimable_again_within_1s_plus_one_tick() {
+    let db = TestDb::new("bgw_retry");
+    let mut c = db.connect();
+    if broken("no_promote") {
+        sabotage(&mut c, "jq._maintain(text,timestamptz)", "v_step := jq._promote(_maintain.now, 5000);",
+                 "v_step := 0;", 1);
+    }
+    served(&db, Duration::from_secs(5));
+    c.batch_execute("SELECT jq.create_queue('q')").unwrap();
+    c.batch_execute("SELECT jq.enqueue('q', '{\"n\": 1}')").unwrap();
+    let job = claim(&mut c, "q", "w", 1, None).pop().unwrap();
+    let failed_at = Instant::now();
+    let st: String = c
+        .query_one("SELECT jq.fail($1, $2, 'boom', '1 second')::text", &[&job.id, &job.token])
+        .unwrap()
+        .get(0);
+    assert_eq!(st, "scheduled");
+    // Long-poll: promotion by the worker wakes this claim.
+    let rows = c
+        .query("SELECT id, attempt FROM jq.claim('q', 'w', wait => '6 s')", &[])
+        .unwrap();
+    let took = failed_at.elapsed();
+    assert_eq!(rows.len(), 1, "not claimable again within 6 s");
+    assert_eq!(rows[0].get::<_, i64>(0), job.id);
+    assert_eq!(rows[0].get::<_, i32>(1), 2);
+    assert!(took < Duration::from_secs(1) + TICK + Duration::from_millis(700), "took {took:?}");
+    eprintln!("retry due after 1 s was claimed {took:?} after the failure");
+}
+
+#[test]
+fn an_expired_lease_comes_back_with_the_attempt_refunded() {
+    let db = TestDb::new("bgw_lease");
+    let mut c = db.connect();
+    if broken("no_reap") {
+        sabotage(&mut c, "jq._maintain(text,timestamptz)", "v_step := jq._reap(_maintain.now, 1000);",
+                 "v_step := 0;", 1);
+    }
+    served(&db, Duration::from_secs(5));
+    c.batch_execute("SELECT jq.create_queue('q')").unwrap();
+    c.batch_execute("SELECT jq.enqueue('q', '{}')").unwrap();
+    // A worker claims with a 1 s lease and vanishes.
+    let job = claim(&mut c, "q", "crashed", 1, Some("1 second"));
+    assert_eq!(job[0].attempt, 1);
+    let rows = c
+        .query("SELECT id, attempt FROM jq.claim('q', 'w2', wait => '6 s')", &[])
+        .unwrap();
+    assert_eq!(rows.len(), 1, "the expired lease never came back");
+    assert_eq!(rows[0].get::<_, i64>(0), job[0].id);
+    assert_eq!(rows[0].get::<_, i32>(1), 1, "attempt refunded");
+    let stale = complete(&mut c, &job[0]);
+    assert!(!stale, "the vanished worker's token must be fenced out");
+}
+
+#[test]
+fn a_waiting_claim_returns_right_after_the_enqueue_commits_and_not_before() {
+    let db = TestDb::new("bgw_longpoll");
+    let mut c = db.connect();
+    if broken("no_wake") {
+        sabotage(&mut c, "jq.enqueue(text,jsonb,text,timestamptz,interval,integer,integer,text)",
+                 "jq._wake(t.name)", "true", 2);
+    }
+    c.batch_execute("SELECT jq.create_queue('q')").unwrap();
+    let name = db.name.clone();
+    let waiter = std::thread::spawn(move || {
+        let mut w = Client::connect(&conninfo(&name), NoTls).unwrap();
+        let rows = w.query("SELECT id FROM jq.claim('q', 'w', wait => '10 s')", &[]).unwrap();
+        (Instant::now(), rows.len())
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    // The producer's transaction stays open for 1 s after the enqueue: nothing may be claimed
+    // before its commit.
+    let mut p = db.connect();
+    let mut tx = p.transaction().unwrap();
+    tx.execute("SELECT jq.enqueue('q', '{}')", &[]).unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(!waiter.is_finished(), "the claim returned before the enqueue committed");
+    tx.commit().unwrap();
+    let committed = Instant::now();
+    let (returned, n) = waiter.join().unwrap();
+    assert_eq!(n, 1);
+    let lag = returned.saturating_duration_since(committed);
+    eprintln!("long-poll returned {lag:?} after the commit");
+    assert!(lag < Duration::from_millis(500), "woken {lag:?} after the commit");
+}
+
+#[test]
+fn a_rolled_back_enqueue_wakes_nobody_into_a_claim() {
+    let db = TestDb::new("bgw_rollback");
+    let mut c = db.connect();
+    c.batch_execute("SELECT jq.create_queue('q')").unwrap();
+    let name = db.name.clone();
+    let waiter = std::thread::spawn(move || {
+        let mut w = Client::connect(&conninfo(&name), NoTls).unwrap();
+        let t = Instant::now();
+        let rows = w.query("SELECT id FROM jq.claim('q', 'w', wait => '2 s')", &[]).unwrap();
+        (t.elapsed(), rows.len())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let mut p = db.connect();
+    p.batch_execute("BEGIN; SELECT jq.enqueue('q', '{}'); ROLLBACK;").unwrap();
+    let (took, n) = waiter.join().unwrap();
+    assert_eq!(n, 0);
+    assert!(took >= Duration::from_millis(1900), "returned after {took:?}");
+}
+
+#[test]
+fn a_waiting_multi_queue_claim_is_woken_by_any_of_its_queues() {
+    let db = TestDb::new("bgw_multi");
+    let mut c = db.connect();
+    c.batch_execute("SELECT jq.create_queue('a'); SELECT jq.create_queue('b')").unwrap();
+    let name = db.name.clone();
+    let waiter = std::thread::spawn(move || {
+        let mut w = Client::connect(&conninfo(&name), NoTls).unwrap();
+        let rows = w
+            .query("SELECT queue FROM jq.claim(ARRAY['a', 'b'], 'w', wait => '10 s')", &[])
+            .unwrap();
+        (Instant::now(), rows.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>())
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    c.batch_execute("SELECT jq.enqueue('b', '{}')").unwrap();
+    let committed = Instant::now();
+    let (returned, queues) = waiter.join().unwrap();
+    assert_eq!(queues, vec!["b".to_string()]);
+    assert!(returned.saturating_duration_since(committed) < Duration::from_millis(500));
+}
+
+#[test]
+fn a_waiting_claim_on_a_full_capped_queue_is_woken_when_a_job_completes() {
+    let db = TestDb::new("bgw_capped");
+    let mut c = db.connect();
+    c.batch_execute("SELECT jq.create_queue('q', max_concurrency => 1)").unwrap();
+    c.batch_execute("SELECT jq.enqueue('q', '{}'); SELECT jq.enqueue('q', '{}')").unwrap();
+    let first = claim(&mut c, "q", "w1", 1, None).pop().unwrap();
+    let name = db.name.clone();
+    let waiter = std::thread::spawn(move || {
+        let mut w = Client::connect(&conninfo(&name), NoTls).unwrap();
+        let rows = w.query("SELECT id FROM jq.claim('q', 'w2', wait => '10 s')", &[]).unwrap();
+        (Instant::now(), rows.len())
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    // The waiter holds no lock on the queue row while it waits: pausing does not block.
+    c.batch_execute("SET lock_timeout = '1s'; SELECT jq.pause('q'); SELECT jq.resume('q')").unwrap();
+    assert!(complete(&mut c, &first));
+    let done = Instant::now();
+    let (returned, n) = waiter.join().unwrap();
+    assert_eq!(n, 1);
+    assert!(returned.saturating_duration_since(done) < Duration::from_millis(500));
+}
+
+#[test]
+fn a_listener_gets_one_notify_per_queue_when_the_worker_makes_jobs_ready() {
+    let db = TestDb::new("bgw_notify");
+    let mut c = db.connect();
+    c.batch_execute("SELECT jq.create_queue('q')").unwrap();
+    served(&db, Duration::from_secs(5));
+    let mut l = db.connect();
+    l.batch_execute("LISTEN jq_ready").unwrap();
+    c.batch_execute("SELECT jq.enqueue_many('q', '[1, 2, 3]', delay => '1 second')").unwrap();
+    let mut got = Vec::new();
+    let mut n = l.notifications();
+    let mut it = n.timeout_iter(Duration::from_secs(4));
+    while let Ok(Some(msg)) = it.next() {
+        got.push(msg.payload().to_string());
+        if got.len() == 1 {
+            break;
+        }
+    }
+    assert_eq!(got, vec!["q".to_string()]);
+}
+
+#[test]
+fn a_failing_duty_is_recorded_and_the_worker_goes_on() {
+    let db = TestDb::new("bgw_poison");
+    let mut c = db.connect();
+    served(&db, Duration::from_secs(5));
+    c.batch_execute("SELECT jq.create_queue('q')").unwrap();
+    // Poison the reaper: any history row it writes violates a constraint.
+    c.batch_execute(
+        "ALTER TABLE jq.executions ADD CONSTRAINT poison CHECK (outcome <> 'lease_expired')",
+    )
+    .unwrap();
+    c.batch_execute("SELECT jq.enqueue('q', '{}')").unwrap();
+    claim(&mut c, "q", "gone", 1, Some("1 second"));
+    c.batch_execute("SELECT jq.enqueue('q', '{}', delay => '1 second')").unwrap();
+    let err = eventually(Duration::from_secs(6), || {
+        matches!(status(&mut c, &db.name), Some((_, _, _, Some(e))) if e.contains("reap") && e.contains("23514"))
+    });
+    assert!(err.is_some(), "{:?}", status(&mut c, &db.name));
+    // The other duties go on: the scheduled job gets promoted.
+    let promoted = eventually(Duration::from_secs(4), || {
+        c.query_one("SELECT count(*) FROM jq.jobs WHERE state = 'ready'", &[]).unwrap().get::<_, i64>(0) == 1
+    });
+    assert!(promoted.is_some());
+    let (state, pid, _, _) = status(&mut c, &db.name).unwrap();
+    assert_eq!(state, "running");
+    // Cured, the reaper catches up.
+    c.batch_execute("ALTER TABLE jq.executions DROP CONSTRAINT poison").unwrap();
+    let reaped = eventually(Duration::from_secs(4), || {
+        c.query_one("SELECT count(*) FROM jq.jobs WHERE state = 'running'", &[]).unwrap().get::<_, i64>(0) == 0
+    });
+    assert!(reaped.is_some());
+    assert_eq!(status(&mut c, &db.name).unwrap().1, pid, "the worker never restarted");
+}
+
+#[test]
+fn terminated_workers_and_launcher_come_back_within_seconds() {
+    let db = TestDb::new("bgw_kill");
+    let pid = served(&db, Duration::from_secs(5));
+    let mut a = admin();
+    a.execute("SELECT pg_terminate_backend($1)", &[&pid]).unwrap();
+    let mut c = db.connect();
+    let back = eventually(Duration::from_secs(5), || {
+        matches!(status(&mut c, &db.name), Some((s, Some(p), _, _)) if s == "running" && p != pid)
+    });
+    assert!(back.is_some(), "worker not back: {:?}", status(&mut c, &db.name));
+    eprintln!("maintenance worker back after {:?}", back.unwrap());
+    // The launcher too; afterwards the worker still serves (the job gets promoted).
+    a.batch_execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type = 'jq launcher'",
+    )
+    .unwrap();
+    let launcher = eventually(Duration::from_secs(5), || {
+        a.batch_execute("SELECT pg_stat_clear_snapshot()").unwrap();
+        a.query_one("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'jq launcher'", &[])
+            .unwrap()
+            .get::<_, i64>(0)
+            == 1
+    });
+    assert!(launcher.is_some(), "launcher not back");
+    // Everything connected to the database terminated (field case Q18), worker included.
+    a.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
+        &[&db.name],
+    )
+    .unwrap();
+    let mut c = db.connect();
+    c.batch_execute("SELECT jq.create_queue('q'); SELECT jq.enqueue('q', '{}', delay => '1 second')").unwrap();
+    let rows = c.query("SELECT id FROM jq.claim('q', 'w', wait => '6 s')", &[]).unwrap();
+    assert_eq!(rows.len(), 1, "no promotion after the terminations");
+}
+
+#[test]
+fn drop_database_and_template_use_are_not_blocked_by_the_worker() {
+    let db = TestDb::new("bgw_drop");
+    served(&db, Duration::from_secs(5));
+    let mut a = admin();
+    // Without FORCE: refused while another session is connected, so the worker must leave.
+    let copy = format!("{}_copy", db.name);
+    a.batch_execute(&format!("CREATE DATABASE {copy} TEMPLATE {}", db.name)).expect("template in use");
+    a.batch_execute(&format!("DROP DATABASE {copy}")).expect("drop the copy");
+    a.batch_execute(&format!("DROP DATABASE {}", db.name)).expect("drop refused");
+}
+
+#[test]
+fn drop_and_create_extension_stop_and_start_the_worker() {
+    let db = TestDb::new("bgw_ext");
+    let pid = served(&db, Duration::from_secs(5));
+    let mut c = db.connect();
+    c.batch_execute("DROP EXTENSION jq").unwrap();
+    let mut a = admin();
+    let gone = eventually(Duration::from_secs(4), || {
+        a.batch_execute("SELECT pg_stat_clear_snapshot()").unwrap();
+        a.query_one("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", &[&pid]).unwrap().get::<_, i64>(0) == 0
+    });
+    assert!(gone.is_some(), "worker still running after DROP EXTENSION");
+    c.batch_execute("CREATE EXTENSION jq").unwrap();
+    served(&db, Duration::from_secs(4));
+}
+
+#[test]
+fn waiting_validates_its_arguments() {
+    let db = TestDb::new("bgw_args");
+    let mut c = db.connect();
+    c.batch_execute("SELECT jq.create_queue('q')").unwrap();
+    assert_eq!(sqlstate(c.query("SELECT * FROM jq.claim('q', 'w', wait => '-1 s')", &[])), "22023");
+    assert_eq!(sqlstate(c.query("SELECT * FROM jq.claim('q', 'w', wait => '2 hours')", &[])), "22023");
+    c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ").unwrap();
+    assert_eq!(sqlstate(c.query("SELECT * FROM jq.claim('q', 'w', wait => '1 s')", &[])), "25000");
+    c.batch_execute("ROLLBACK").unwrap();
+    // wait => 0 returns at once; a query cancel interrupts a wait.
+    assert!(c.query("SELECT * FROM jq.claim('q', 'w', wait => '0')", &[]).unwrap().is_empty());
+    c.batch_execute("SET statement_timeout = '300ms'").unwrap();
+    let t = Instant::now();
+    assert_eq!(sqlstate(c.query("SELECT * FROM jq.claim('q', 'w', wait => '10 s')", &[])), "57014");
+    assert!(t.elapsed() < Duration::from_secs(2));
+    // The registration ended with the cancelled transaction; a later enqueue commits normally.
+    c.batch_execute("RESET statement_timeout; SELECT jq.enqueue('q', '{}')").unwrap();
+}

@@ -1,0 +1,61 @@
+//! jq's configuration parameters (GUCs), all named `jq.<word>`.
+//!
+//! Registered in `_PG_init`, before the background workers are, so that a preloaded library
+//! reads them from postgresql.conf. `jq.databases` and `jq.tick_interval` are `sighup`
+//! (change them and `SELECT pg_reload_conf()`); `jq.poll_interval` may be set per session.
+
+use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
+use std::ffi::CString;
+
+/// `jq.databases`: comma-separated database names the maintenance workers serve (an entry
+/// ending in `*` is a prefix: `app_*`); empty (the default) serves every database that has the
+/// extension installed.
+pub static DATABASES: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+
+/// `jq.tick_interval`: milliseconds between two maintenance passes of a database's worker.
+pub static TICK_INTERVAL_MS: GucSetting<i32> = GucSetting::<i32>::new(1000);
+
+/// `jq.poll_interval`: milliseconds between re-checks of a waiting `jq.claim(…, wait => …)`
+/// when jq is not in `shared_preload_libraries` (no shared-memory wakeups).
+pub static POLL_INTERVAL_MS: GucSetting<i32> = GucSetting::<i32>::new(200);
+
+/// Registers every GUC. Called once from `_PG_init`.
+pub fn init() {
+    GucRegistry::define_string_guc(
+        c"jq.databases",
+        c"Databases served by jq's maintenance workers (comma-separated, prefix* allowed; empty = every database with jq).",
+        c"A worker runs only in databases where the jq extension is installed. Reloaded on SIGHUP.",
+        &DATABASES,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"jq.tick_interval",
+        c"Time between maintenance passes (promote, reap, cron, prune) of each jq worker.",
+        c"Reloaded on SIGHUP; takes effect at the next pass.",
+        &TICK_INTERVAL_MS,
+        10,
+        3_600_000,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"jq.poll_interval",
+        c"Re-check interval of a waiting jq.claim when jq is not preloaded.",
+        c"With jq in shared_preload_libraries waiting claims are woken through shared memory instead.",
+        &POLL_INTERVAL_MS,
+        10,
+        60_000,
+        GucContext::Userset,
+        GucFlags::UNIT_MS,
+    );
+}
+
+/// The `jq.databases` list, trimmed; empty means every database.
+pub fn databases() -> Vec<String> {
+    DATABASES
+        .get()
+        .and_then(|s| s.into_string().ok())
+        .map(|s| s.split(',').map(|d| d.trim().to_string()).filter(|d| !d.is_empty()).collect())
+        .unwrap_or_default()
+}
