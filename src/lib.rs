@@ -10,6 +10,8 @@
 use pgrx::prelude::*;
 
 pub mod backoff;
+pub mod cron;
+mod cron_sql;
 
 ::pgrx::pg_module_magic!(name, version);
 
@@ -17,6 +19,7 @@ extension_sql_file!("../sql/schema.sql", name = "schema", bootstrap);
 extension_sql_file!("../sql/queues.sql", name = "queues", requires = ["schema"]);
 extension_sql_file!("../sql/enqueue.sql", name = "enqueue", requires = ["queues"]);
 extension_sql_file!("../sql/work.sql", name = "work", requires = ["enqueue", backoff::backoff_seconds]);
+extension_sql_file!("../sql/cron.sql", name = "cron", requires = ["work", cron_sql::cron_next, cron_sql::cron_fires, cron_sql::_cron_check, cron_sql::_cron_latest, cron_sql::_cron_count]);
 extension_sql_file!("../sql/maintenance.sql", name = "maintenance", requires = ["work"], finalize);
 
 #[cfg(any(test, feature = "pg_test"))]
