@@ -643,3 +643,56 @@ fn cron_next_agrees_with_croniter() {
     assert!(compared > 2500, "only {compared} cases compared");
     assert!(mismatches.is_empty(), "{} of {compared} differ, e.g. {:#?}", mismatches.len(), &mismatches[..mismatches.len().min(10)]);
 }
+
+/// pg_dump / pg_restore keep the schedules (timer and counters) and the fire log: after a
+/// restore, a pass at an instant already handled enqueues nothing, and the next minute fires.
+///
+/// Seen failing with JQ_TEST_BREAK=cron_no_dump (jq.schedules and jq.cron_runs removed from
+/// pg_extension.extconfig in the source database): the restored database had no schedule.
+#[test]
+fn dump_and_restore_keep_schedules_and_the_fire_log() {
+    use jq_pg_test::conninfo;
+    let pg_bin = |name: &str| {
+        format!("{}/{name}", std::env::var("JQ_PG_BIN").unwrap_or_else(|_| "/usr/lib/postgresql/15/bin".into()))
+    };
+    let (src, mut c) = setup("cron_dumpsrc");
+    c.batch_execute("SELECT jq.schedule('m', '* * * * *', 'cq', '{\"x\": 1}', timezone => 'Europe/Paris')").unwrap();
+    let m = hour_ahead(&mut c, 1);
+    assert_eq!(tick(&mut c, m), 1);
+    let before = counters(&mut c, "m");
+    if broken("cron_no_dump") {
+        c.batch_execute(
+            "UPDATE pg_extension e SET
+                 extcondition = (SELECT array_agg(u.c ORDER BY u.i) FROM unnest(e.extconfig, e.extcondition)
+                                     WITH ORDINALITY AS u(o, c, i)
+                                 WHERE u.o NOT IN ('jq.schedules'::regclass, 'jq.cron_runs'::regclass)),
+                 extconfig = (SELECT array_agg(u.o ORDER BY u.i) FROM unnest(e.extconfig) WITH ORDINALITY AS u(o, i)
+                              WHERE u.o NOT IN ('jq.schedules'::regclass, 'jq.cron_runs'::regclass))
+             WHERE e.extname = 'jq'",
+        )
+        .unwrap();
+    }
+    let dump = std::env::temp_dir().join(format!("jq-cron-dump-{}.pgc", std::process::id()));
+    let ok = Command::new(pg_bin("pg_dump"))
+        .args(["-Fc", "-f", dump.to_str().unwrap(), "-d", &conninfo(&src.name)])
+        .status()
+        .expect("run pg_dump");
+    assert!(ok.success(), "pg_dump failed");
+    let dst = TestDb::new("cron_dumpdst");
+    dst.connect().batch_execute("DROP EXTENSION jq; DROP SCHEMA jq").unwrap();
+    let ok = Command::new(pg_bin("pg_restore"))
+        .args(["--exit-on-error", "-d", &conninfo(&dst.name), dump.to_str().unwrap()])
+        .status()
+        .expect("run pg_restore");
+    let _ = std::fs::remove_file(&dump);
+    assert!(ok.success(), "pg_restore failed");
+    let mut r = dst.connect();
+    let n: i64 = r.query_one("SELECT count(*) FROM jq.schedules", &[]).unwrap().get(0);
+    assert_eq!(n, 1, "schedules lost by the dump");
+    assert_eq!(counters(&mut r, "m"), before);
+    assert_eq!(runs(&mut r, "m"), runs(&mut c, "m"));
+    // The fire log came along: M is not enqueued again, even with the timer moved back.
+    r.batch_execute("SELECT jq.alter_schedule('m', cron => '*/1 * * * *')").unwrap();
+    assert_eq!(tick(&mut r, m), 0);
+    assert_eq!(tick(&mut r, m + 60), 1);
+}
