@@ -151,9 +151,7 @@ BEGIN
             EXIT WHEN v_step < 1000 OR v_total >= 10000;
         END LOOP;
     WHEN 'cron' THEN
-        IF pg_catalog.to_regprocedure('jq.cron_tick(timestamptz)') IS NOT NULL THEN
-            EXECUTE 'SELECT jq.cron_tick($1)' INTO v_total USING _maintain.now;
-        END IF;
+        v_total := jq.cron_tick(_maintain.now);
     WHEN 'prune' THEN
         v_total := jq._prune(_maintain.now, 5000);
     ELSE

@@ -254,6 +254,18 @@ BEGIN
             USING ERRCODE = '55006',
                   HINT = 'Pass force => true to cancel and delete them with the queue.';
     END IF;
+    -- Cron schedules that target the queue: refused like unfinished jobs, deleted with force
+    -- (after the queue row lock, as jq.schedule / jq.alter_schedule lock the queue row FOR KEY
+    -- SHARE before their schedule row; jq.cron_tick locks jq.jobs first, as above).
+    IF EXISTS (SELECT 1 FROM jq.schedules s WHERE s.queue = drop_queue.name) THEN
+        IF NOT coalesce(drop_queue.force, false) THEN
+            RAISE EXCEPTION 'queue "%" is the target of % cron schedule(s)', drop_queue.name,
+                (SELECT count(*) FROM jq.schedules s WHERE s.queue = drop_queue.name)
+                USING ERRCODE = '55006',
+                      HINT = 'Unschedule them, point them at another queue, or pass force => true to delete them with the queue.';
+        END IF;
+        DELETE FROM jq.schedules s WHERE s.queue = drop_queue.name;
+    END IF;
     DELETE FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'ready';
     GET DIAGNOSTICS v_count = ROW_COUNT; v_jobs := v_jobs + v_count;
     DELETE FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'running';
@@ -276,7 +288,9 @@ COMMENT ON FUNCTION jq.drop_queue(text, boolean) IS
 'a harmless false/NULL. It locks jq.jobs against writes (EXCLUSIVE) while it runs, so '
 'an enqueue racing the drop never leaves a job behind; it waits at most 2 s for that lock, '
 'then fails with 55P03 (lock_not_available: a transaction that wrote jobs is still open; retry). '
-'Needs READ COMMITTED. Errors: 22004/22023 bad name, 42704 unknown queue, 55006 jobs remain, '
+'Cron schedules targeting the queue also make it refuse (55006) unless force => true, which '
+'deletes them (their fire log stays until its retention). '
+'Needs READ COMMITTED. Errors: 22004/22023 bad name, 42704 unknown queue, 55006 jobs or schedules remain, '
 '55P03 busy, 25000 other isolation level.';
 
 CREATE FUNCTION jq.pause(name text) RETURNS boolean

@@ -2,8 +2,9 @@
 //!
 //! The public API is hand-written SQL in `sql/` (schema, queue administration, enqueue, the
 //! worker calls, maintenance), included here in dependency order. Rust holds what is better in
-//! Rust: the retry backoff arithmetic ([`backoff`]). The background worker, cron and wakeups
-//! arrive with their own issue.
+//! Rust: the retry backoff arithmetic ([`backoff`]), cron expressions and time zones ([`cron`]),
+//! the configuration ([`gucs`]), shared memory ([`shmem`]), the wakeups of long-polling claims
+//! ([`wakeup`]) and the background workers ([`bgworker`]).
 //!
 //! See `docs/semantics.md` for the job model and `docs/sql-api.md` for the reference.
 
@@ -11,6 +12,8 @@ use pgrx::prelude::*;
 
 pub mod backoff;
 pub mod bgworker;
+pub mod cron;
+mod cron_sql;
 pub mod gucs;
 pub mod shmem;
 pub mod wakeup;
@@ -41,9 +44,15 @@ extension_sql_file!(
 );
 extension_sql_file!("../sql/work.sql", name = "work", requires = ["enqueue", backoff::backoff_seconds]);
 extension_sql_file!(
+    "../sql/cron.sql",
+    name = "cron",
+    requires = ["work", cron_sql::cron_next, cron_sql::cron_fires, cron_sql::_cron_check,
+                cron_sql::_cron_latest, cron_sql::_cron_count]
+);
+extension_sql_file!(
     "../sql/maintenance.sql",
     name = "maintenance",
-    requires = ["work", bgworker::_status, bgworker::_preloaded, bgworker::_launcher_wake],
+    requires = ["cron", bgworker::_status, bgworker::_preloaded, bgworker::_launcher_wake],
     finalize
 );
 
