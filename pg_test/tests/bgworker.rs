@@ -8,6 +8,7 @@
 //!   out their full `wait` and fail.
 //! * `JQ_TEST_BREAK=no_promote`: the worker's promote duty does nothing → the retry test fails.
 //! * `JQ_TEST_BREAK=no_reap`: the worker's reap duty does nothing → the lease test fails.
+//! * `JQ_TEST_BREAK=no_cron_duty`: the worker never runs jq.cron_tick → the cron test fails.
 //! * The restart tests were seen failing with the launcher's respawn of exited workers removed
 //!   (a manual edit of `launcher_pass` in src/bgworker.rs: `slot_state::EXITED => false`).
 
@@ -370,4 +371,27 @@ fn waiting_validates_its_arguments() {
     assert!(t.elapsed() < Duration::from_secs(2));
     // The registration ended with the cancelled transaction; a later enqueue commits normally.
     c.batch_execute("RESET statement_timeout; SELECT jq.enqueue('q', '{}')").unwrap();
+}
+
+#[test]
+fn a_cron_schedule_fires_with_no_client_ticking() {
+    let db = TestDb::new("bgw_cron");
+    let mut c = db.connect();
+    if broken("no_cron_duty") {
+        sabotage(&mut c, "jq._maintain(text,timestamptz)", "v_total := jq.cron_tick(_maintain.now);",
+                 "v_total := 0;", 1);
+    }
+    served(&db, Duration::from_secs(5));
+    c.batch_execute("SELECT jq.create_queue('q')").unwrap();
+    // Every second (6 fields, seconds first).
+    c.batch_execute("SELECT jq.schedule('every-second', '* * * * * *', 'q', '{\"from\": \"cron\"}')")
+        .unwrap();
+    let rows = c.query("SELECT kind, payload::text FROM jq.claim('q', 'w', wait => '5 s')", &[]).unwrap();
+    assert_eq!(rows.len(), 1, "the schedule never fired");
+    assert_eq!(rows[0].get::<_, String>(0), "every-second");
+    let fired: i64 = c
+        .query_one("SELECT count(*) FROM jq.cron_runs WHERE schedule = 'every-second' AND outcome = 'enqueued'", &[])
+        .unwrap()
+        .get(0);
+    assert!(fired >= 1);
 }
