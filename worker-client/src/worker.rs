@@ -226,7 +226,7 @@ impl WorkerBuilder {
                 idle_wait: self.idle_wait,
                 poll_min: self.poll_min,
                 poll_max: self.poll_max,
-                break_fail_on_shutdown: std::env::var("JQ_CLIENT_BREAK").is_ok_and(|v| v == "fail_on_shutdown"),
+                breaks: Breaks::from_env(),
             }),
         })
     }
@@ -259,10 +259,38 @@ struct Opts {
     idle_wait: Duration,
     poll_min: Duration,
     poll_max: Duration,
-    /// Negative control (`JQ_CLIENT_BREAK=fail_on_shutdown`): treat a handler aborted by
-    /// shutdown as failed — the bug seed A's ADR-007 records (a handler that rejects on abort
-    /// was sent down the retry path). The shutdown test must fail with it.
-    break_fail_on_shutdown: bool,
+    breaks: Breaks,
+}
+
+/// Deliberately broken variants for the tests' negative controls, chosen with the environment
+/// variable `JQ_CLIENT_BREAK` (never set in production). Each names a bug a test must catch.
+#[derive(Default, Clone, Copy)]
+struct Breaks {
+    /// `fail_on_shutdown`: a handler aborted by shutdown is failed instead of released — the
+    /// bug seed A's ADR-007 records (a handler that rejects on abort went down the retry path;
+    /// seen only in a container). tests/shutdown.rs must fail with it.
+    fail_on_shutdown: bool,
+    /// `no_heartbeat_on_shutdown`: heartbeats stop when shutdown starts (field case Q04), so
+    /// jobs finishing within the grace period lose their leases. tests/shutdown.rs must fail.
+    no_heartbeat_on_shutdown: bool,
+    /// `no_reconnect`: the claim loop gives up after a lost connection. tests/reconnect.rs
+    /// must fail with it.
+    no_reconnect: bool,
+}
+
+impl Breaks {
+    fn from_env() -> Breaks {
+        let v = std::env::var("JQ_CLIENT_BREAK").unwrap_or_default();
+        let b = Breaks {
+            fail_on_shutdown: v == "fail_on_shutdown",
+            no_heartbeat_on_shutdown: v == "no_heartbeat_on_shutdown",
+            no_reconnect: v == "no_reconnect",
+        };
+        if !v.is_empty() {
+            tracing::warn!(variant = %v, "JQ_CLIENT_BREAK is set: running a deliberately broken worker");
+        }
+        b
+    }
 }
 
 impl Opts {
@@ -333,6 +361,10 @@ struct Entry {
 struct Shared {
     jobs: Mutex<HashMap<i64, Entry>>,
     counters: Counters,
+    /// Shutdown has started (only read by the `no_heartbeat_on_shutdown` negative control).
+    stopping: std::sync::atomic::AtomicBool,
+    /// Wakes the reporter when jobs were claimed, so their first heartbeat is scheduled.
+    claimed: tokio::sync::Notify,
 }
 
 enum Outcome {
@@ -470,7 +502,12 @@ impl Worker {
             long_poll = has_wait, "worker started"
         );
 
-        let shared = Arc::new(Shared { jobs: Mutex::new(HashMap::new()), counters: Counters::default() });
+        let shared = Arc::new(Shared {
+            jobs: Mutex::new(HashMap::new()),
+            counters: Counters::default(),
+            stopping: std::sync::atomic::AtomicBool::new(false),
+            claimed: tokio::sync::Notify::new(),
+        });
         let (tx, rx) = mpsc::unbounded_channel::<Finished>();
         let stop_claiming = CancellationToken::new();
         let hard_stop = CancellationToken::new();
@@ -499,6 +536,7 @@ impl Worker {
         let running = opts.concurrency - slots.available_permits();
         tracing::info!(running, grace = ?opts.shutdown_grace, "shutting down: no new claims");
         stop_claiming.cancel();
+        shared.stopping.store(true, Ordering::SeqCst);
         if !claimer_done {
             let _ = claimer.await;
         }
@@ -672,6 +710,9 @@ async fn claim_loop(mut cl: ClaimLoop) {
                     let permit = permits.pop().expect("at most n rows");
                     start_job(&cl, row, permit);
                 }
+                if got > 0 {
+                    cl.shared.claimed.notify_one();
+                }
                 drop(permits);
                 if cl.has_wait {
                     idle = got < n as usize;
@@ -695,6 +736,12 @@ async fn claim_loop(mut cl: ClaimLoop) {
                 if is_transient(&e) {
                     tracing::warn!(error = %describe(&e), "claim: connection lost; reconnecting");
                     cl.conn.reset();
+                    if cl.opts.breaks.no_reconnect {
+                        // Negative control: the claim loop silently stops claiming (the
+                        // worker stays up, like pg-boss's half-open listener in Q12).
+                        cl.stop.cancelled().await;
+                        break;
+                    }
                 } else {
                     tracing::error!(error = %describe(&e), "claim failed; retrying");
                 }
@@ -770,7 +817,7 @@ fn start_job(cl: &ClaimLoop, row: Row, permit: OwnedSemaphorePermit) {
         hard_stop: cl.hard_stop.clone(),
         tx: cl.tx.clone(),
         permit,
-        break_fail_on_shutdown: cl.opts.break_fail_on_shutdown,
+        break_fail_on_shutdown: cl.opts.breaks.fail_on_shutdown,
         fut,
     }));
 }
@@ -877,13 +924,15 @@ fn clean_text(s: &str) -> String {
 // Reporter: the only task that sends heartbeats and outcomes, on a connection of its own.
 
 async fn reporter(shared: Arc<Shared>, opts: Arc<Opts>, mut conn: Conn, mut rx: mpsc::UnboundedReceiver<Finished>) {
-    let far = Duration::from_secs(3600);
+    // Never sleep longer than this, whatever the schedule says (a safety net: new jobs also
+    // wake the reporter through `shared.claimed`).
+    let far = Duration::from_secs(1);
     loop {
         let next_hb = {
             let jobs = shared.jobs.lock().unwrap();
             jobs.values().filter(|e| !e.lost).map(|e| e.next_heartbeat).min()
         };
-        let wake = next_hb.unwrap_or_else(|| Instant::now() + far);
+        let wake = next_hb.unwrap_or_else(|| Instant::now() + far).min(Instant::now() + far);
         tokio::select! {
             biased;
             msg = rx.recv() => match msg {
@@ -899,6 +948,7 @@ async fn reporter(shared: Arc<Shared>, opts: Arc<Opts>, mut conn: Conn, mut rx: 
                 }
                 None => break,
             },
+            _ = shared.claimed.notified() => {}
             _ = tokio::time::sleep_until(wake.into()) => heartbeat(&shared, &opts, &mut conn).await,
         }
     }
@@ -911,6 +961,14 @@ async fn reporter(shared: Arc<Shared>, opts: Arc<Opts>, mut conn: Conn, mut rx: 
 
 /// Heartbeats every job due within the next 250 ms, in one statement.
 async fn heartbeat(shared: &Shared, opts: &Opts, conn: &mut Conn) {
+    if opts.breaks.no_heartbeat_on_shutdown && shared.stopping.load(Ordering::SeqCst) {
+        // Negative control (Q04): stop heartbeating at shutdown; push the due times out so
+        // the reporter does not spin.
+        for e in shared.jobs.lock().unwrap().values_mut() {
+            e.next_heartbeat = Instant::now() + Duration::from_secs(3600);
+        }
+        return;
+    }
     let horizon = Instant::now() + Duration::from_millis(250);
     let (ids, tokens): (Vec<i64>, Vec<Uuid>) = {
         let jobs = shared.jobs.lock().unwrap();
