@@ -76,11 +76,20 @@ pub(crate) fn describe(e: &tokio_postgres::Error) -> String {
 pub(crate) struct Conn {
     config: Config,
     client: Option<Client>,
+    /// Negative control only (`JQ_CLIENT_BREAK=no_reconnect`): never connect a second time.
+    once: bool,
+    connected_before: bool,
 }
 
 impl Conn {
     pub(crate) fn new(config: Config) -> Conn {
-        Conn { config, client: None }
+        Conn { config, client: None, once: false, connected_before: false }
+    }
+
+    /// A connection that is never re-established once lost: the `no_reconnect` negative
+    /// control of tests/reconnect.rs.
+    pub(crate) fn broken_once(config: Config) -> Conn {
+        Conn { config, client: None, once: true, connected_before: false }
     }
 
     /// The current client, connecting first when there is none or it has closed.
@@ -89,7 +98,11 @@ impl Conn {
             self.client = None;
         }
         if self.client.is_none() {
+            if self.once && self.connected_before {
+                return Err(Error::Config("reconnecting is disabled (JQ_CLIENT_BREAK=no_reconnect)".into()));
+            }
             self.client = Some(connect(&self.config).await?);
+            self.connected_before = true;
             tracing::debug!(target = %crate::describe_target(&self.config), "connected");
         }
         Ok(self.client.as_ref().expect("just connected"))

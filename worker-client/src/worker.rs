@@ -273,8 +273,8 @@ struct Breaks {
     /// `no_heartbeat_on_shutdown`: heartbeats stop when shutdown starts (field case Q04), so
     /// jobs finishing within the grace period lose their leases. tests/shutdown.rs must fail.
     no_heartbeat_on_shutdown: bool,
-    /// `no_reconnect`: the claim loop gives up after a lost connection. tests/reconnect.rs
-    /// must fail with it.
+    /// `no_reconnect`: the claim connection is never re-established once lost, so the worker
+    /// stays up but claims nothing more. tests/reconnect.rs must fail with it.
     no_reconnect: bool,
 }
 
@@ -495,7 +495,11 @@ impl Worker {
         F: Future<Output = ()> + Send,
     {
         let opts = self.opts.clone();
-        let mut claim_conn = Conn::new(self.config.clone());
+        let mut claim_conn = if opts.breaks.no_reconnect {
+            Conn::broken_once(self.config.clone())
+        } else {
+            Conn::new(self.config.clone())
+        };
         let has_wait = preflight(&mut claim_conn, &self.config, &opts.queues).await?;
         tracing::info!(
             queues = ?opts.queues, concurrency = opts.concurrency, worker = %opts.worker_name,
@@ -736,12 +740,6 @@ async fn claim_loop(mut cl: ClaimLoop) {
                 if is_transient(&e) {
                     tracing::warn!(error = %describe(&e), "claim: connection lost; reconnecting");
                     cl.conn.reset();
-                    if cl.opts.breaks.no_reconnect {
-                        // Negative control: the claim loop silently stops claiming (the
-                        // worker stays up, like pg-boss's half-open listener in Q12).
-                        cl.stop.cancelled().await;
-                        break;
-                    }
                 } else {
                     tracing::error!(error = %describe(&e), "claim failed; retrying");
                 }

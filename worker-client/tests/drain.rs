@@ -24,7 +24,7 @@ fn three_workers_drain_10k_jobs_exactly_once() {
     let _ = std::fs::remove_file(&runs);
     // Each run appends its job id (one short O_APPEND write: atomic) and echoes the payload,
     // which becomes the job's result.
-    let script = format!("echo \"$JQ_JOB_ID\" >> '{}'; cat", runs.display());
+    let script = format!("echo \"$JQ_JOB_ID\" >> '{}'; IFS= read -r p; printf '%s' \"$p\"", runs.display());
     let start = Instant::now();
     let mut workers: Vec<WorkerProc> =
         (1..=3).map(|w| WorkerProc::start(&db, "bulk", &format!("w{w}"), &["-c", "6", "--batch", "6"], &script, &[])).collect();
