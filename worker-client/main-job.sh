@@ -96,6 +96,7 @@ fi
 
 echo "== running $workers workers: jqctl work --queue compress --queue checksum --queue reports -c 4 -- main-job-task.sh"
 worker_pids=()
+rm -f "$run"/worker-*.log
 for w in $(seq 1 "$workers"); do
     "$JQCTL" -q work --worker "main-$w" --queue compress --queue checksum --queue reports -c 4 \
         -- "$root/worker-client/main-job-task.sh" 2>"$run/worker-$w.log" &
