@@ -50,6 +50,10 @@ fn stopped_server_missing_extension_missing_queue() {
         let out = db.jqctl().args(args).output().unwrap();
         assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
     }
+    // A command that cannot run is refused before any job is claimed.
+    let mut c = db.jqctl();
+    c.args(["work", "--queue", "nope", "--", "/no/such/handler"]);
+    check(c, "command not found or not executable: /no/such/handler");
     // Bad input is refused with one line too.
     let mut c = db.jqctl();
     c.args(["enqueue", "nope", "{not json"]);

@@ -52,7 +52,22 @@ pub struct WorkArgs {
     pub command: Vec<OsString>,
 }
 
+/// Whether `cmd` names an executable file, directly or through PATH — checked before any job
+/// is claimed, so a typo does not fail every job of the queue.
+fn command_exists(cmd: &std::ffi::OsStr) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let runnable = |p: &std::path::Path| p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+    let path = std::path::Path::new(cmd);
+    if path.components().count() > 1 || cmd.to_string_lossy().contains('/') {
+        return runnable(path);
+    }
+    std::env::var_os("PATH").is_some_and(|dirs| std::env::split_paths(&dirs).any(|d| runnable(&d.join(cmd))))
+}
+
 pub async fn run(cli: &Cli, a: &WorkArgs) -> CliResult {
+    if !command_exists(&a.command[0]) {
+        return Err(format!("command not found or not executable: {}", a.command[0].to_string_lossy()).into());
+    }
     let mut config = worker_client::config_from_env(cli.database_url.as_deref())?;
     if config.get_application_name() == Some("jq-worker-client") {
         config.application_name("jqctl-work");
