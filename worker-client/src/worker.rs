@@ -537,7 +537,7 @@ impl Worker {
                 true
             }
         };
-        let running = opts.concurrency - slots.available_permits();
+        let running = shared.jobs.lock().unwrap().values().filter(|e| !e.done).count();
         tracing::info!(running, grace = ?opts.shutdown_grace, "shutting down: no new claims");
         stop_claiming.cancel();
         shared.stopping.store(true, Ordering::SeqCst);
@@ -942,7 +942,7 @@ async fn reporter(shared: Arc<Shared>, opts: Arc<Opts>, mut conn: Conn, mut rx: 
                             Err(_) => break,
                         }
                     }
-                    report(&shared, &opts, &mut conn, batch).await;
+                    report(&shared, &mut conn, batch).await;
                 }
                 None => break,
             },
@@ -1083,7 +1083,7 @@ struct Pending {
     deadline: Instant,
 }
 
-async fn report(shared: &Shared, opts: &Opts, conn: &mut Conn, batch: Vec<Finished>) {
+async fn report(shared: &Shared, conn: &mut Conn, batch: Vec<Finished>) {
     let mut completes: Vec<(Pending, Option<Value>)> = Vec::new();
     let mut others: Vec<(Pending, Outcome)> = Vec::new();
     {
@@ -1116,7 +1116,6 @@ async fn report(shared: &Shared, opts: &Opts, conn: &mut Conn, batch: Vec<Finish
             Outcome::Done(_) => unreachable!("completes are batched"),
         }
     }
-    let _ = opts;
 }
 
 async fn fail_one(shared: &Shared, conn: &mut Conn, p: &Pending, msg: &str) {
