@@ -1,51 +1,77 @@
 #!/usr/bin/env bash
-# The main job, for now: a private PostgreSQL cluster with jq, real jobs flowing through SQL.
+# The main job: a private PostgreSQL cluster with jq preloaded, real jobs flowing through
+# `jqctl work` workers.
 #
-# Installs what is missing, builds and installs jq (release), starts a private cluster (data
-# and socket in /tmp/jq-main-54400, port 54400), creates two queues, generates files and enqueues one
-# job per file, then runs several workers that claim batches with jq.claim, do real local work
-# (SHA-256 of the file, then gzip it) and report with jq.complete_many or jq.fail. A few jobs
-# point at files that do not exist: they fail, back off and end up dead after max_attempts. A
-# maintenance loop calls jq.tick() (the background worker replaces it in a later issue). Prints
-# progress and the final jq.queue_stats, then stops the cluster. Safe to run again.
+# Installs what is missing, builds and installs jq and jqctl (release), starts a private
+# cluster (data and socket in /tmp/jq-main-PORT, port 54400, shared_preload_libraries=jq),
+# creates three queues and, when this jq has cron (jq.schedule), a schedule firing a report
+# job every minute. Generates files and enqueues one checksum job per file with `jqctl enqueue`.
+# Several `jqctl work` processes run worker-client/main-job-task.sh per job: hash the file,
+# enqueue a compress job for it (idempotency key), gzip it. Two jobs name files that do not
+# exist: they fail, back off and end up dead after 3 attempts. Shows `jqctl stats` while it
+# runs, stops the workers with SIGTERM (graceful), prints the final `jqctl stats`, then stops
+# the cluster. Safe to run again.
 #
-# Usage: worker-client/main-job.sh [JOBS] [WORKERS]    (defaults: 2000 jobs, 4 workers)
-# The worker-client issue replaces these shell workers with `jqctl work`.
+# Usage: worker-client/main-job.sh [JOBS] [WORKERS]    (defaults: 2000 jobs, 3 workers of 4 slots)
+# Environment: PG_CONFIG (the PostgreSQL installation to install jq into and run; default the
+# system PostgreSQL 15), JQ_MAIN_PORT (54400), JQ_MAIN_DATA (/tmp/jq-main-PORT).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 jobs=${1:-2000}
-workers=${2:-4}
+workers=${2:-3}
 port=${JQ_MAIN_PORT:-54400}
 run=$root/.jq-run
 # The cluster's data directory lives under /tmp: Postgres runs as the postgres user, which
 # may not be allowed into a clone under a private home directory.
 data=${JQ_MAIN_DATA:-/tmp/jq-main-$port}
 files=$run/files
+PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 
-bash .ci/setup
+# .ci/setup prepares the system PostgreSQL 15 and points cargo-pgrx at it (cargo pgrx init
+# uses PG_CONFIG): keep a PG_CONFIG given for this script away from it.
+env -u PG_CONFIG bash .ci/setup
 mkdir -p "$run"
-echo "== building and installing jq (release)"
-cargo pgrx install --release --pg-config "${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}" >"$run/install.log" 2>&1 \
+echo "== building and installing jq into $("$PG_CONFIG" --sharedir) (release)"
+cargo pgrx install --release --pg-config "$PG_CONFIG" >"$run/install.log" 2>&1 \
     || { tail -40 "$run/install.log"; exit 1; }
+echo "== building jqctl (release)"
+cargo build --release -q -p worker-client --bin jqctl 2>"$run/build.log" || { tail -40 "$run/build.log"; exit 1; }
+export JQCTL=$root/target/release/jqctl
 
+export JQ_PG_BIN=$("$PG_CONFIG" --bindir)
 source pg_test/cluster.sh
-mkdir -p "$run"
+pids=()
+cleanup() {
+    local p
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    jq_cluster_stop "$data"
+}
 jq_cluster_stop "$data" || true
-trap 'jq_cluster_stop "$data"' EXIT
-echo "== starting a private cluster in $data (port $port)"
-jq_cluster_start "$data" "$port"
+trap cleanup EXIT
+echo "== starting a private cluster in $data (port $port, shared_preload_libraries=jq)"
+jq_cluster_start "$data" "$port" shared_preload_libraries=jq
 
+export PGHOST=127.0.0.1 PGPORT=$port PGUSER=postgres PGDATABASE=jq_main
 export PGOPTIONS="-c client_min_messages=warning"
-psql_() { psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres -d jq_main "$@"; }
-psql -X -q -h 127.0.0.1 -p "$port" -U postgres -d postgres -c "DROP DATABASE IF EXISTS jq_main" -c "CREATE DATABASE jq_main"
-echo "== creating the extension and two queues: checksum (3 attempts, 1 s fixed backoff) and compress"
-psql_ -At >/dev/null <<'SQL'
-CREATE EXTENSION jq;
-SELECT jq.create_queue('checksum', max_attempts => 3, lease => '30 seconds',
-                       backoff => 'fixed', backoff_base => '1 second', jitter => 'none');
-SELECT jq.create_queue('compress', lease => '30 seconds');
-SQL
+unset DATABASE_URL
+psql_() { psql -X -q -v ON_ERROR_STOP=1 "$@"; }
+psql_ -d postgres -c "DROP DATABASE IF EXISTS jq_main" -c "CREATE DATABASE jq_main"
+psql_ -c "CREATE EXTENSION jq"
+
+echo "== queues: checksum (3 attempts, 1 s fixed backoff), compress, reports"
+"$JQCTL" create-queue checksum --max-attempts 3 --lease 30s --backoff fixed --backoff-base 1s --jitter none
+"$JQCTL" create-queue compress --lease 30s
+"$JQCTL" create-queue reports --lease 30s --max-attempts 2
+
+if [ "$(psql_ -At -c "SELECT count(*) FROM pg_proc WHERE pronamespace = 'jq'::regnamespace AND proname = 'schedule'")" != 0 ]; then
+    echo "== cron: a report of $files every minute"
+    "$JQCTL" schedule files-report '* * * * *' reports --payload "{\"dir\":\"$files\"}"
+    "$JQCTL" schedules
+else
+    echo "== cron: skipped (this jq has no jq.schedule yet)"
+fi
 
 echo "== generating $jobs files and enqueueing one checksum job per file"
 rm -rf "$files"; mkdir -p "$files"
@@ -54,81 +80,47 @@ for i in $(seq 1 "$jobs"); do
 done
 # Two jobs name files that do not exist: they fail, retry after 1 s, and go dead after 3 attempts.
 {
-    printf '['
-    for i in $(seq 1 "$jobs"); do printf '{"path":"%s"},' "$files/f$i.bin"; done
-    printf '{"path":"%s"},{"path":"%s"}]' "$files/missing-1.bin" "$files/missing-2.bin"
-} > "$run/payloads.json"
-psql_ -v payloads="$(cat "$run/payloads.json")" <<'SQL'
-SELECT count(*) AS enqueued FROM jq.enqueue_many('checksum', :'payloads'::jsonb);
-SQL
+    for i in $(seq 1 "$jobs"); do printf '{"path":"%s"}\n' "$files/f$i.bin"; done
+    printf '{"path":"%s"}\n{"path":"%s"}\n' "$files/missing-1.bin" "$files/missing-2.bin"
+} | "$JQCTL" enqueue checksum
 
-# A worker: claim up to 20 jobs, checksum each file, enqueue a compress job for it and complete
-# the batch in one transaction; failures are reported one by one with jq.fail.
-worker() {
-    local name=$1 queue=$2 batch
-    while :; do
-        batch=$(psql_ -At -F '|' -c "SELECT id, lease_token, payload->>'path' FROM jq.claim('$queue', '$name', 20)") \
-            || { echo "$name: claim failed; retrying" >&2; sleep 1; continue; }
-        if [ -z "$batch" ]; then
-            [ -f "$run/stop" ] && return 0
-            sleep 0.2; continue
-        fi
-        local ids=() tokens=() results=() sql=""
-        while IFS='|' read -r id token path; do
-            if [ "$queue" = checksum ]; then
-                if sum=$(sha256sum "$path" 2>/dev/null); then
-                    ids+=("$id"); tokens+=("$token"); results+=("{\"sha256\":\"${sum%% *}\"}")
-                    sql+="SELECT jq.enqueue('compress', jsonb_build_object('path', '$path'));"
-                else
-                    sql+="SELECT jq.fail($id, '$token', 'cannot read $path');"
-                fi
-            else
-                if gzip -kf "$path" 2>/dev/null; then
-                    ids+=("$id"); tokens+=("$token"); results+=("{\"bytes\":$(stat -c %s "$path.gz")}")
-                else
-                    sql+="SELECT jq.fail($id, '$token', 'gzip failed for $path');"
-                fi
-            fi
-        done <<< "$batch"
-        if [ ${#ids[@]} -gt 0 ]; then
-            local a_ids a_tokens a_results
-            a_ids=$(IFS=,; echo "${ids[*]}"); a_tokens=$(IFS=,; echo "${tokens[*]}")
-            a_results=$(printf "'%s'::jsonb," "${results[@]}"); a_results=${a_results%,}
-            sql+="SELECT count(*) FROM jq.complete_many('{$a_ids}'::bigint[], '{$a_tokens}'::uuid[], ARRAY[$a_results]);"
-        fi
-        psql_ -At -c "BEGIN; $sql COMMIT;" >/dev/null \
-            || echo "$name: reporting a batch failed; its jobs come back when their leases expire" >&2
-    done
-}
+# Maintenance (promoting retries, reaping expired leases, pruning) is jq.tick(): the background
+# worker runs it when this jq has one; otherwise a loop here calls it.
+sleep 1
+if [ "$(psql_ -At -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type ILIKE '%jq%'")" = 0 ]; then
+    echo "== maintenance: no jq background worker; calling jq.tick() every 0.5 s"
+    ( while :; do psql_ -At -c "SELECT jq.tick()" >/dev/null 2>&1 || true; sleep 0.5; done ) & pids+=($!)
+else
+    echo "== maintenance: jq's background worker"
+fi
 
-maintenance() {
-    while [ ! -f "$run/stop" ]; do psql_ -At -c "SELECT jq.tick()" >/dev/null; sleep 0.5; done
-}
-
-rm -f "$run/stop"
-echo "== running $workers checksum workers and $workers compress workers"
-pids=()
+echo "== running $workers workers: jqctl work --queue compress --queue checksum --queue reports -c 4 -- main-job-task.sh"
+worker_pids=()
+rm -f "$run"/worker-*.log
 for w in $(seq 1 "$workers"); do
-    worker "checksum-$w" checksum & pids+=($!)
-    worker "compress-$w" compress & pids+=($!)
+    "$JQCTL" -q work --worker "main-$w" --queue compress --queue checksum --queue reports -c 4 \
+        -- "$root/worker-client/main-job-task.sh" 2>"$run/worker-$w.log" &
+    worker_pids+=($!); pids+=($!)
 done
-maintenance & pids+=($!)
 
 start=$(date +%s)
 while :; do
-    sleep 1
-    line=$(psql_ -At -F ' ' -c "SELECT string_agg(format('%s: %s claimable, %s scheduled, %s running, %s completed, %s dead', queue, claimable, scheduled, running, completed, dead), ' | ' ORDER BY queue) FROM jq.queue_stats")
-    echo "[$(( $(date +%s) - start ))s] $line"
-    left=$(psql_ -At -c "SELECT coalesce(sum(depth + running), 0) FROM jq.queue_stats")
+    sleep 5
+    left=$(psql_ -At -c "SELECT coalesce(sum(depth + running), 0) FROM jq.queue_stats WHERE queue IN ('checksum', 'compress')")
+    echo "-- after $(( $(date +%s) - start )) s: $left checksum/compress jobs left"
+    "$JQCTL" stats
     [ "$left" = 0 ] && break
 done
-touch "$run/stop"
-wait "${pids[@]}"
 
-echo "== final jq.queue_stats (the two dead jobs name missing files: 3 failed attempts each)"
-psql_ -c "SELECT queue, depth, claimable, scheduled, running, completed, dead FROM jq.queue_stats ORDER BY queue"
+echo "== stopping the workers (SIGTERM: finish or release running jobs)"
+kill -TERM "${worker_pids[@]}"
+for p in "${worker_pids[@]}"; do wait "$p" || echo "worker $p exited with status $?"; done
+tail -q -n1 "$run"/worker-*.log
+
+echo "== final jqctl stats (the two dead jobs name missing files: 3 failed attempts each)"
+"$JQCTL" stats
 echo "== executions by outcome (one row per claim; failed = attempts of the two missing files)"
-psql_ -c "SELECT outcome, count(*) FROM jq.executions GROUP BY outcome ORDER BY outcome"
+psql_ -c "SELECT queue, outcome, count(*) FROM jq.executions GROUP BY 1, 2 ORDER BY 1, 2"
 echo "== dead jobs"
-psql_ -c "SELECT id, attempt, last_error FROM jq.jobs WHERE state = 'dead' ORDER BY id"
+"$JQCTL" jobs --queue checksum --state dead
 echo "== done; stopping the cluster (data stays in $data; generated files in $files)"

@@ -1,0 +1,336 @@
+//! Operator commands: listings, retry/cancel, pause/resume, queues and schedules.
+
+use std::io::{IsTerminal, Write};
+
+use clap::{Args, ValueEnum};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::Client;
+
+use crate::{connect, table, Cli, CliError, CliResult, JobState};
+
+/// Named arguments of a `jq.*` call, only those the user gave, so jq's own defaults apply
+/// to the rest.
+#[derive(Default)]
+struct NamedArgs {
+    parts: Vec<String>,
+    values: Vec<Box<dyn ToSql + Sync + Send>>,
+}
+
+impl NamedArgs {
+    /// `name => $n::cast`.
+    fn add<T: ToSql + Sync + Send + 'static>(&mut self, name: &str, value: T, cast: &str) {
+        self.values.push(Box::new(value));
+        self.parts.push(format!("{name} => ${}::{cast}", self.values.len()));
+    }
+
+    fn opt<T: ToSql + Sync + Send + 'static>(&mut self, name: &str, value: Option<T>, cast: &str) {
+        if let Some(v) = value {
+            self.add(name, v, cast);
+        }
+    }
+
+    fn sql(&self, func: &str) -> String {
+        format!("SELECT {func}({})::text", self.parts.join(", "))
+    }
+
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        self.values.iter().map(|v| &**v as &(dyn ToSql + Sync)).collect()
+    }
+}
+
+pub async fn queues(cli: &Cli) -> CliResult {
+    let client = connect(cli).await?;
+    let (h, rows) = table::query_text(
+        &client,
+        "SELECT name, paused, coalesce(max_concurrency::text, '') AS max_concurrency, max_attempts, lease, \
+                backoff, backoff_base, backoff_max, jitter, max_lease_expiries, retention, dead_retention \
+         FROM jq.queues ORDER BY name",
+    )
+    .await?;
+    table::print(&h, &rows);
+    Ok(())
+}
+
+const STATS_SQL: &str = "SELECT queue, depth, claimable, scheduled, running, completed, dead, cancelled, \
+        coalesce(date_trunc('second', oldest_claimable_age)::text, '') AS oldest_claimable, paused \
+     FROM jq.queue_stats ORDER BY queue";
+
+pub async fn stats(cli: &Cli, watch: Option<f64>) -> CliResult {
+    let client = connect(cli).await?;
+    let Some(every) = watch else {
+        let (h, rows) = table::query_text(&client, STATS_SQL).await?;
+        table::print(&h, &rows);
+        return Ok(());
+    };
+    let every = std::time::Duration::try_from_secs_f64(every.max(0.1)).map_err(|_| "invalid --watch interval")?;
+    let tty = std::io::stdout().is_terminal();
+    loop {
+        let (h, rows) = table::query_text(&client, STATS_SQL).await?;
+        let now: String = client.query_one("SELECT to_char(clock_timestamp(), 'YYYY-MM-DD HH24:MI:SS')", &[]).await?.get(0);
+        let mut text = String::new();
+        if tty {
+            text.push_str("\x1b[2J\x1b[H");
+        }
+        text.push_str(&format!("jq.queue_stats at {now} (every {}s; Ctrl-C to stop)\n", every.as_secs_f64()));
+        text.push_str(&table::render(&h, &rows));
+        let mut out = std::io::stdout().lock();
+        if write!(out, "{text}").and_then(|_| out.flush()).is_err() {
+            return Ok(()); // stdout closed
+        }
+        drop(out);
+        tokio::time::sleep(every).await;
+    }
+}
+
+async fn queue_exists(client: &Client, queue: &str) -> Result<bool, CliError> {
+    Ok(client.query_opt("SELECT 1 FROM jq.queues WHERE name = $1", &[&queue]).await?.is_some())
+}
+
+fn no_queue(queue: &str) -> CliError {
+    worker_client::Error::QueueNotFound(queue.to_string()).into()
+}
+
+pub async fn jobs(cli: &Cli, queue: &str, state: Option<JobState>, limit: i64) -> CliResult {
+    let client = connect(cli).await?;
+    if !queue_exists(&client, queue).await? {
+        return Err(no_queue(queue));
+    }
+    let state = state.map(|s| s.as_str());
+    let rows = client
+        .query(
+            "SELECT id::text, state::text, kind, attempt::text || '/' || max_attempts::text AS attempts, \
+                    priority::text, to_char(run_at, 'YYYY-MM-DD HH24:MI:SS') AS run_at, \
+                    to_char(finished_at, 'YYYY-MM-DD HH24:MI:SS') AS finished_at, \
+                    left(regexp_replace(last_error, '\\s+', ' ', 'g'), 100) AS last_error \
+             FROM jq.jobs WHERE queue = $1 AND ($2::text IS NULL OR state = $2::text::jq.job_state) \
+             ORDER BY id DESC LIMIT $3",
+            &[&queue, &state, &limit],
+        )
+        .await?;
+    let (mut h, body) = table::rows_text(&rows);
+    if h.is_empty() {
+        h = ["id", "state", "kind", "attempts", "priority", "run_at", "finished_at", "last_error"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+    }
+    table::print(&h, &body);
+    Ok(())
+}
+
+pub async fn retry(cli: &Cli, id: i64) -> CliResult {
+    let client = connect(cli).await?;
+    let ok: bool = client.query_one("SELECT jq.retry($1)", &[&id]).await?.get(0);
+    if ok {
+        println!("job {id} is ready again");
+        Ok(())
+    } else {
+        Err(CliError(format!("job {id} was not retried: it is not dead or cancelled, or does not exist")))
+    }
+}
+
+pub async fn cancel(cli: &Cli, id: i64) -> CliResult {
+    let client = connect(cli).await?;
+    let ok: bool = client.query_one("SELECT jq.cancel($1)", &[&id]).await?.get(0);
+    if !ok {
+        return Err(CliError(format!("job {id} was not cancelled: it is already finished, or does not exist")));
+    }
+    let state: Option<String> =
+        client.query_opt("SELECT state::text FROM jq.jobs WHERE id = $1", &[&id]).await?.map(|r| r.get(0));
+    match state.as_deref() {
+        Some("running") => println!("job {id}: cancel requested; its worker stops it at its next heartbeat"),
+        _ => println!("job {id} cancelled"),
+    }
+    Ok(())
+}
+
+pub async fn pause_resume(cli: &Cli, queue: &str, pause: bool) -> CliResult {
+    let client = connect(cli).await?;
+    let sql = if pause { "SELECT jq.pause($1)" } else { "SELECT jq.resume($1)" };
+    client.query_one(sql, &[&queue]).await?;
+    println!("queue {queue} {}", if pause { "paused" } else { "resumed" });
+    Ok(())
+}
+
+/// Retry policy, as in jq.backoff_policy.
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub enum Backoff {
+    Fixed,
+    Linear,
+    Exponential,
+}
+
+/// Jitter mode, as in jq.jitter_mode.
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub enum Jitter {
+    None,
+    Full,
+}
+
+#[derive(Args, Debug)]
+pub struct CreateQueueArgs {
+    /// Queue name (1-128 of A-Z a-z 0-9 _ . : -).
+    pub name: String,
+    /// Attempts before a failing job goes dead.
+    #[arg(long)]
+    pub max_attempts: Option<i32>,
+    /// Default lease of a claim (PostgreSQL interval: 30s, 5min, '2 minutes').
+    #[arg(long)]
+    pub lease: Option<String>,
+    /// Retry delay policy.
+    #[arg(long, value_enum)]
+    pub backoff: Option<Backoff>,
+    /// Base retry delay (interval).
+    #[arg(long)]
+    pub backoff_base: Option<String>,
+    /// Cap of the retry delay (interval).
+    #[arg(long)]
+    pub backoff_max: Option<String>,
+    /// Jitter of the retry delay.
+    #[arg(long, value_enum)]
+    pub jitter: Option<Jitter>,
+    /// Most jobs running at once across all workers.
+    #[arg(long)]
+    pub max_concurrency: Option<i32>,
+    /// Lease expiries before a job goes dead.
+    #[arg(long)]
+    pub max_lease_expiries: Option<i32>,
+    /// How long completed and cancelled jobs are kept (interval).
+    #[arg(long)]
+    pub retention: Option<String>,
+    /// How long dead jobs are kept (interval).
+    #[arg(long)]
+    pub dead_retention: Option<String>,
+    /// How long execution history is kept (interval).
+    #[arg(long)]
+    pub history_retention: Option<String>,
+    /// Create it paused.
+    #[arg(long)]
+    pub paused: bool,
+    /// Succeed, changing nothing, when the queue exists.
+    #[arg(long)]
+    pub if_not_exists: bool,
+}
+
+pub async fn create_queue(cli: &Cli, a: &CreateQueueArgs) -> CliResult {
+    let client = connect(cli).await?;
+    let mut args = NamedArgs::default();
+    args.add("name", a.name.clone(), "text");
+    args.opt("max_attempts", a.max_attempts, "int4");
+    args.opt("lease", a.lease.clone(), "text::interval");
+    args.opt("backoff", a.backoff.map(|b| format!("{b:?}").to_lowercase()), "text::jq.backoff_policy");
+    args.opt("backoff_base", a.backoff_base.clone(), "text::interval");
+    args.opt("backoff_max", a.backoff_max.clone(), "text::interval");
+    args.opt("jitter", a.jitter.map(|j| format!("{j:?}").to_lowercase()), "text::jq.jitter_mode");
+    args.opt("max_concurrency", a.max_concurrency, "int4");
+    args.opt("max_lease_expiries", a.max_lease_expiries, "int4");
+    args.opt("retention", a.retention.clone(), "text::interval");
+    args.opt("dead_retention", a.dead_retention.clone(), "text::interval");
+    args.opt("history_retention", a.history_retention.clone(), "text::interval");
+    if a.paused {
+        args.add("paused", true, "bool");
+    }
+    if a.if_not_exists {
+        args.add("if_not_exists", true, "bool");
+    }
+    client.query_one(&args.sql("jq.create_queue"), &args.params()).await?;
+    println!("queue {} ready", a.name);
+    Ok(())
+}
+
+#[derive(Args, Debug)]
+pub struct ScheduleArgs {
+    /// Schedule name (replaces an existing schedule of that name).
+    pub name: String,
+    /// Cron expression, e.g. '*/5 * * * *'.
+    pub cron: String,
+    /// Queue the fired jobs go to.
+    pub queue: String,
+    /// Payload of each fired job (JSON; default {}).
+    #[arg(long)]
+    pub payload: Option<String>,
+    /// Kind of each fired job (default: the queue name).
+    #[arg(long)]
+    pub kind: Option<String>,
+    /// Time zone the cron expression is read in (default UTC).
+    #[arg(long)]
+    pub timezone: Option<String>,
+    /// Priority of each fired job.
+    #[arg(long)]
+    pub priority: Option<i32>,
+    /// Attempt limit of each fired job (default: the queue's).
+    #[arg(long)]
+    pub max_attempts: Option<i32>,
+    /// What to do about fire times missed while nothing ran (jq's misfire policy).
+    #[arg(long)]
+    pub misfire: Option<String>,
+    /// What to do when the previous fired job is still unfinished (jq's overlap policy).
+    #[arg(long)]
+    pub overlap: Option<String>,
+}
+
+async fn require_cron(client: &Client, what: &str) -> CliResult {
+    let exists: bool = client
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_proc WHERE pronamespace = 'jq'::regnamespace AND proname = $1)",
+            &[&what],
+        )
+        .await?
+        .get(0);
+    if exists {
+        Ok(())
+    } else {
+        Err(CliError(format!(
+            "this jq has no cron schedules (function jq.{what} does not exist); install a jq version with cron support"
+        )))
+    }
+}
+
+pub async fn schedule(cli: &Cli, a: &ScheduleArgs) -> CliResult {
+    let client = connect(cli).await?;
+    require_cron(&client, "schedule").await?;
+    if let Some(p) = &a.payload {
+        serde_json::from_str::<serde_json::Value>(p).map_err(|e| format!("--payload is not JSON: {e}"))?;
+    }
+    let mut args = NamedArgs::default();
+    args.add("name", a.name.clone(), "text");
+    args.add("cron", a.cron.clone(), "text");
+    args.add("queue", a.queue.clone(), "text");
+    args.opt("payload", a.payload.clone(), "text::jsonb");
+    args.opt("kind", a.kind.clone(), "text");
+    args.opt("timezone", a.timezone.clone(), "text");
+    args.opt("priority", a.priority, "int4");
+    args.opt("max_attempts", a.max_attempts, "int4");
+    args.opt("misfire", a.misfire.clone(), "text");
+    args.opt("overlap", a.overlap.clone(), "text");
+    client.query_one(&args.sql("jq.schedule"), &args.params()).await?;
+    println!("schedule {} set: {:?} into queue {}", a.name, a.cron, a.queue);
+    Ok(())
+}
+
+pub async fn unschedule(cli: &Cli, name: &str) -> CliResult {
+    let client = connect(cli).await?;
+    require_cron(&client, "unschedule").await?;
+    let r: Option<String> = client.query_one("SELECT jq.unschedule($1)::text", &[&name]).await?.get(0);
+    match r.as_deref() {
+        Some("false") => Err(CliError(format!("schedule {name} does not exist"))),
+        _ => {
+            println!("schedule {name} removed");
+            Ok(())
+        }
+    }
+}
+
+pub async fn schedules(cli: &Cli) -> CliResult {
+    let client = connect(cli).await?;
+    let exists: bool = client.query_one("SELECT to_regclass('jq.schedules') IS NOT NULL", &[]).await?.get(0);
+    if !exists {
+        return Err(CliError(
+            "this jq has no cron schedules (table jq.schedules does not exist); install a jq version with cron support"
+                .into(),
+        ));
+    }
+    let (h, rows) = table::query_text(&client, "SELECT * FROM jq.schedules ORDER BY 1").await?;
+    table::print(&h, &rows);
+    Ok(())
+}

@@ -1,0 +1,133 @@
+//! Connection settings: a URL or `key=value` string, completed from the libpq environment
+//! variables the way `psql` completes them.
+
+use std::time::Duration;
+
+use tokio_postgres::config::Host;
+use tokio_postgres::Config;
+
+use crate::Error;
+
+/// Builds connection settings the way libpq-based tools such as `psql` do.
+///
+/// `url` is a `postgresql://` URL or a `key=value` connection string (for example the value of
+/// `DATABASE_URL`); `None` means "only the environment". Every setting the string leaves out is
+/// taken from the libpq environment variables `PGHOST` (a comma-separated list; a value starting
+/// with `/` is a Unix-socket directory), `PGPORT`, `PGUSER`, `PGDATABASE`, `PGPASSWORD`,
+/// `PGAPPNAME`, `PGOPTIONS` and `PGCONNECT_TIMEOUT`, and then from libpq's defaults: the socket
+/// directory `/var/run/postgresql` when it exists (else `localhost`), port 5432, the operating
+/// system user (`USER`), and a database named like the user. The connect timeout defaults to
+/// 10 seconds so that an unreachable server gives an error rather than a hang.
+///
+/// TLS is not supported: connections are made without it (see docs/worker-client.md).
+///
+/// # Errors
+///
+/// [`Error::Config`] when `url` or `PGPORT` / `PGCONNECT_TIMEOUT` cannot be parsed.
+///
+/// # Example
+///
+/// ```
+/// let config = worker_client::config_from_env(Some("postgresql://postgres@127.0.0.1:5432/app")).unwrap();
+/// assert_eq!(config.get_dbname(), Some("app"));
+/// assert_eq!(worker_client::describe_target(&config), "127.0.0.1:5432");
+/// ```
+pub fn config_from_env(url: Option<&str>) -> Result<Config, Error> {
+    let mut config = match url {
+        Some(u) if !u.trim().is_empty() => u
+            .parse::<Config>()
+            .map_err(|e| Error::Config(format!("invalid database URL: {e}")))?,
+        _ => Config::new(),
+    };
+    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+
+    if config.get_hosts().is_empty() && config.get_hostaddrs().is_empty() {
+        match env("PGHOST") {
+            Some(hosts) => {
+                for h in hosts.split(',') {
+                    if h.starts_with('/') {
+                        config.host_path(h);
+                    } else {
+                        config.host(h);
+                    }
+                }
+            }
+            None if std::path::Path::new("/var/run/postgresql").is_dir() => {
+                config.host_path("/var/run/postgresql");
+            }
+            None => {
+                config.host("localhost");
+            }
+        }
+    }
+    if config.get_ports().is_empty() {
+        if let Some(p) = env("PGPORT") {
+            let port = p
+                .parse::<u16>()
+                .map_err(|_| Error::Config(format!("PGPORT is not a port number: {p:?}")))?;
+            config.port(port);
+        }
+    }
+    if config.get_user().is_none() {
+        let user = env("PGUSER").or_else(|| env("USER")).unwrap_or_else(|| "postgres".into());
+        config.user(user);
+    }
+    if config.get_dbname().is_none() {
+        let db = env("PGDATABASE").unwrap_or_else(|| config.get_user().unwrap_or("postgres").to_string());
+        config.dbname(db);
+    }
+    if config.get_password().is_none() {
+        if let Some(p) = env("PGPASSWORD") {
+            config.password(p);
+        }
+    }
+    if config.get_application_name().is_none() {
+        config.application_name(env("PGAPPNAME").unwrap_or_else(|| "jq-worker-client".into()));
+    }
+    if config.get_options().is_none() {
+        if let Some(o) = env("PGOPTIONS") {
+            config.options(o);
+        }
+    }
+    if config.get_connect_timeout().is_none() {
+        let secs = match env("PGCONNECT_TIMEOUT") {
+            Some(t) => t
+                .parse::<u64>()
+                .map_err(|_| Error::Config(format!("PGCONNECT_TIMEOUT is not a number of seconds: {t:?}")))?,
+            None => 10,
+        };
+        if secs > 0 {
+            config.connect_timeout(Duration::from_secs(secs));
+        }
+    }
+    Ok(config)
+}
+
+/// Where `config` points, for messages: `host:port` or `socket-dir:port`, comma-separated when
+/// several hosts are given.
+///
+/// # Example
+///
+/// ```
+/// let mut config = tokio_postgres::Config::new();
+/// config.host("db.internal").port(6432);
+/// assert_eq!(worker_client::describe_target(&config), "db.internal:6432");
+/// ```
+pub fn describe_target(config: &Config) -> String {
+    let ports = config.get_ports();
+    let port = |i: usize| ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+    let mut parts = Vec::new();
+    for (i, h) in config.get_hosts().iter().enumerate() {
+        match h {
+            Host::Tcp(name) => parts.push(format!("{name}:{}", port(i))),
+            #[cfg(unix)]
+            Host::Unix(path) => parts.push(format!("{}:{}", path.display(), port(i))),
+        }
+    }
+    if parts.is_empty() {
+        for (i, a) in config.get_hostaddrs().iter().enumerate() {
+            parts.push(format!("{a}:{}", port(i)));
+        }
+    }
+    parts.join(",")
+}

@@ -1,0 +1,155 @@
+//! One connection owned by one task, reconnected on demand, and the error classification that
+//! decides between "reconnect and retry" and "this call is wrong".
+
+use std::time::Duration;
+
+use tokio_postgres::{Client, Config, NoTls};
+
+use crate::Error;
+
+/// Connects once, spawning the connection's I/O task on the current runtime.
+pub(crate) async fn connect(config: &Config) -> Result<Client, Error> {
+    let (client, connection) = config.connect(NoTls).await.map_err(|e| connect_error(config, &e))?;
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!(error = %e, "connection closed");
+        }
+    });
+    Ok(client)
+}
+
+/// [`Error::Connect`] for a failed connection attempt, as one line.
+pub(crate) fn connect_error(config: &Config, e: &tokio_postgres::Error) -> Error {
+    let target = crate::describe_target(config);
+    let reason = match e.as_db_error() {
+        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
+        None => {
+            let mut s = e.to_string();
+            let mut src = std::error::Error::source(e);
+            while let Some(inner) = src {
+                let t = inner.to_string();
+                if !s.contains(&t) {
+                    s = format!("{s}: {t}");
+                }
+                src = inner.source();
+            }
+            s
+        }
+    };
+    Error::Connect { target, reason }
+}
+
+/// True when the error says the connection (or the server) is gone or not accepting work right
+/// now, so the call should be retried on a new connection rather than reported as wrong.
+pub(crate) fn is_transient(e: &tokio_postgres::Error) -> bool {
+    if e.is_closed() {
+        return true;
+    }
+    match e.as_db_error() {
+        // Not a server error: I/O, protocol, timeout — the connection is suspect.
+        None => e.code().is_none(),
+        Some(db) => {
+            let code = db.code().code();
+            code.starts_with("08")            // connection exception
+                || code == "57P01"           // admin_shutdown (pg_terminate_backend, fast stop)
+                || code == "57P02"           // crash_shutdown
+                || code == "57P03"           // cannot_connect_now (starting up)
+                || code == "53300"           // too_many_connections
+                || code == "40001"           // serialization_failure: retry is the documented cure
+                || code == "40P01" // deadlock_detected
+        }
+    }
+}
+
+/// A server error as one line: `message (SQLSTATE xxxxx)`; other errors as their text.
+pub(crate) fn describe(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
+        None => match std::error::Error::source(e) {
+            Some(src) => format!("{e}: {src}"),
+            None => e.to_string(),
+        },
+    }
+}
+
+/// A lazily (re)connected client owned by one task.
+pub(crate) struct Conn {
+    config: Config,
+    client: Option<Client>,
+    /// Negative control only (`JQ_CLIENT_BREAK=no_reconnect`): never connect a second time.
+    once: bool,
+    connected_before: bool,
+}
+
+impl Conn {
+    pub(crate) fn new(config: Config) -> Conn {
+        Conn { config, client: None, once: false, connected_before: false }
+    }
+
+    /// A connection that is never re-established once lost: the `no_reconnect` negative
+    /// control of tests/reconnect.rs.
+    pub(crate) fn broken_once(config: Config) -> Conn {
+        Conn { config, client: None, once: true, connected_before: false }
+    }
+
+    /// The current client, connecting first when there is none or it has closed.
+    pub(crate) async fn get(&mut self) -> Result<&Client, Error> {
+        if self.client.as_ref().is_some_and(|c| c.is_closed()) {
+            self.client = None;
+        }
+        if self.client.is_none() {
+            if self.once && self.connected_before {
+                return Err(Error::Config("reconnecting is disabled (JQ_CLIENT_BREAK=no_reconnect)".into()));
+            }
+            self.client = Some(connect(&self.config).await?);
+            self.connected_before = true;
+            tracing::debug!(target = %crate::describe_target(&self.config), "connected");
+        }
+        Ok(self.client.as_ref().expect("just connected"))
+    }
+
+    /// Forgets the client after an error that makes it suspect; the next [`Conn::get`]
+    /// reconnects.
+    pub(crate) fn reset(&mut self) {
+        self.client = None;
+    }
+}
+
+/// Capped exponential backoff with jitter, for reconnects and idle polling.
+#[derive(Debug, Clone)]
+pub(crate) struct Backoff {
+    min: Duration,
+    max: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    pub(crate) fn new(min: Duration, max: Duration) -> Backoff {
+        Backoff { min, max, next: min }
+    }
+
+    /// The next delay, drawn uniformly from [d/2, d] where d doubles from `min` up to `max`.
+    pub(crate) fn next_delay(&mut self) -> Duration {
+        let d = self.next;
+        self.next = (self.next * 2).min(self.max);
+        let half = d / 2;
+        half + half.mul_f64(jitter_fraction())
+    }
+
+    pub(crate) fn reset(&mut self) {
+        self.next = self.min;
+    }
+}
+
+/// A number in [0, 1) that differs between calls and processes (not cryptographic: it only
+/// spreads workers' retries apart).
+pub(crate) fn jitter_fraction() -> f64 {
+    use std::collections::hash_map::RandomState;
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut h = RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
+    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
+}

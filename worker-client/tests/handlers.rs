@@ -1,0 +1,114 @@
+//! The library in-process: a handler's success, error, panic, timeout, an operator's cancel
+//! seen through a heartbeat, and a kind without a handler, each ending as jq records it.
+
+mod common;
+use common::*;
+use std::time::Duration;
+use worker_client::{config_from_env, Job, Worker};
+
+#[derive(Debug)]
+struct Cause;
+impl std::fmt::Display for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "disk full")
+    }
+}
+impl std::error::Error for Cause {}
+
+#[derive(Debug)]
+struct Outer(Cause);
+impl std::fmt::Display for Outer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cannot write report")
+    }
+}
+impl std::error::Error for Outer {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}
+
+#[test]
+fn outcomes_of_handlers() {
+    let db = TestDb::new("handlers");
+    let mut c = db.connect();
+    create_queue(&mut c, "lib", "3 seconds", ", max_attempts => 1");
+    let id = |c: &mut Client, kind: &str| -> i64 {
+        c.query_one("SELECT jq.enqueue('lib', '{\"x\":1}', kind => $1)", &[&kind]).unwrap().get(0)
+    };
+    let ok = id(&mut c, "ok");
+    let err = id(&mut c, "err");
+    let panics = id(&mut c, "panic");
+    let slow = id(&mut c, "slow");
+    let cancel = id(&mut c, "cancelme");
+    let unknown = id(&mut c, "mystery");
+    let nul = id(&mut c, "nul");
+
+    let config = config_from_env(Some(&db.conninfo())).unwrap();
+    let worker = Worker::builder(config)
+        .queue("lib")
+        .handler("ok", |job: Job| async move { Ok(Some(serde_json::json!({ "got": job.payload["x"] }))) })
+        .handler("err", |_job: Job| async move { Err(Box::new(Outer(Cause)) as worker_client::BoxError) })
+        .handler("panic", |_job: Job| async move {
+            if true {
+                panic!("kaboom");
+            }
+            Ok(None)
+        })
+        .handler("slow", |_job: Job| async move {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            Ok(None)
+        })
+        .handler("cancelme", |job: Job| async move {
+            tokio::select! {
+                _ = job.cancelled() => Err("stopped on request".into()),
+                _ = tokio::time::sleep(Duration::from_secs(60)) => Ok(None),
+            }
+        })
+        .handler("nul", |_job: Job| async move { Err("bad \0 byte".into()) })
+        .concurrency(8)
+        .job_timeout(Duration::from_secs(3))
+        .heartbeat_interval(Duration::from_millis(300))
+        .worker_name("lib-test")
+        .build()
+        .unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let runner = std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(worker.run_until(async {
+            let _ = stop_rx.await;
+        }))
+    });
+
+    wait_until(Duration::from_secs(20), "cancelme running", || {
+        state(&mut c, cancel).as_deref() == Some("running")
+    });
+    assert!(c.query_one("SELECT jq.cancel($1)", &[&cancel]).unwrap().get::<_, bool>(0));
+    wait_until(Duration::from_secs(30), "all settled", || {
+        db.count(&mut c, "SELECT count(*) FROM jq.jobs WHERE state IN ('completed','dead','cancelled')") == 7
+    });
+    stop_tx.send(()).unwrap();
+    let stats = runner.join().unwrap().unwrap();
+    assert_eq!(stats.claimed, 7);
+    assert_eq!(stats.completed, 1);
+    assert_eq!(stats.failed, 6);
+
+    let row = |c: &mut Client, id: i64| -> (String, Option<String>, Option<String>) {
+        let r = c.query_one("SELECT state::text, last_error, result::text FROM jq.jobs WHERE id = $1", &[&id]).unwrap();
+        (r.get(0), r.get(1), r.get(2))
+    };
+    assert_eq!(row(&mut c, ok), ("completed".into(), None, Some("{\"got\": 1}".into())));
+    assert_eq!(row(&mut c, err), ("dead".into(), Some("cannot write report: disk full".into()), None));
+    assert_eq!(row(&mut c, panics), ("dead".into(), Some("handler panicked: kaboom".into()), None));
+    assert_eq!(row(&mut c, slow), ("dead".into(), Some("timed out after 3s".into()), None));
+    assert_eq!(row(&mut c, cancel), ("cancelled".into(), Some("stopped on request".into()), None));
+    let (st, e, _) = row(&mut c, unknown);
+    assert_eq!(st, "dead");
+    assert!(e.unwrap().starts_with("no handler for kind \"mystery\""));
+    // Q13: a NUL in the error text is recorded (escaped), not a reason to strand the job.
+    assert_eq!(row(&mut c, nul), ("dead".into(), Some("bad \\u0000 byte".into()), None));
+}
+
+fn state(c: &mut Client, id: i64) -> Option<String> {
+    c.query_opt("SELECT state::text FROM jq.jobs WHERE id = $1", &[&id]).unwrap().map(|r| r.get(0))
+}
