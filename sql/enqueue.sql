@@ -284,6 +284,8 @@ BEGIN
                  LATERAL (SELECT jq._due_at(s.run_at, s.delay, v_now) AS due) d,
                  jq.queues t
             WHERE t.name = enqueue_many.queue  -- see jq.enqueue: no job for a dropped queue
+              -- one wakeup per job claimable at once (jq._wake only counts it)
+              AND (d.due > v_now OR jq._wake(t.name))
             ORDER BY s.ord
             RETURNING jq.jobs.id
         )
@@ -291,7 +293,6 @@ BEGIN
         IF NOT FOUND AND pg_catalog.jsonb_array_length(enqueue_many.payloads) > 0 THEN
             PERFORM jq._unknown_queue(enqueue_many.queue);  -- dropped while we waited
         END IF;
-        PERFORM jq._wake(enqueue_many.queue);  -- at commit, wake claims waiting on the queue
         PERFORM jq._lock_queue_for_snapshot(enqueue_many.queue);
         RETURN;
     END IF;

@@ -263,9 +263,13 @@ COMMENT ON VIEW jq.queue_stats IS
 
 -- The functions written in Rust (src/wakeup.rs, src/bgworker.rs).
 COMMENT ON FUNCTION jq._wake(text) IS
-'Internal: notes that this transaction made jobs of queue claimable; at commit, claims waiting on '
-'it (jq.claim with wait) are woken through shared memory and the maintenance worker NOTIFYs '
-'jq_ready. A rolled-back transaction wakes nobody. Returns true (used inside WHERE clauses).';
+'Internal: notes that this transaction made one job of queue claimable (call once per job); at '
+'commit, one more claim waiting on it (jq.claim with wait) is woken through shared memory, and '
+'the maintenance worker NOTIFYs jq_ready. A rolled-back transaction wakes nobody. Returns true '
+'(used inside WHERE clauses).';
+COMMENT ON FUNCTION jq._wake_n(text, integer) IS
+'Internal: as jq._wake for n jobs at once: at commit, up to n claims waiting on queue are woken '
+'(a very large n wakes them all). Returns true.';
 COMMENT ON FUNCTION jq._wake_slot(text) IS
 'Internal: notes that a running job of queue ended; at commit, claims waiting on it are woken if '
 'they wait on it as a capped queue (a slot is free). Returns true.';
@@ -284,6 +288,10 @@ COMMENT ON FUNCTION jq._wait_done() IS
 COMMENT ON FUNCTION jq._queue_bit(text) IS
 'Internal: the bit (0..1023) of queue in the per-database ready filter read by the maintenance '
 'worker to send its jq_ready NOTIFYs.';
+COMMENT ON FUNCTION jq._wakeups() IS
+'How many waiting claims were woken through shared memory since the server started (bigint; '
+'NULL without shared_preload_libraries). A commit that makes k jobs claimable wakes at most k '
+'waiters of their queue.';
 COMMENT ON FUNCTION jq._status() IS
 'Internal: the background workers'' shared-memory table behind jq.status(), by database oid.';
 COMMENT ON FUNCTION jq._preloaded() IS

@@ -196,7 +196,7 @@ BEGIN
         max_lease_expiries = coalesce(alter_queue.max_lease_expiries, t.max_lease_expiries),
         paused             = coalesce(alter_queue.paused, t.paused)
     WHERE t.name = alter_queue.name
-      AND jq._wake(t.name)  -- a raised cap or an unpause can make jobs claimable
+      AND jq._wake_n(t.name, 2147483647)  -- a raised cap or an unpause: every waiter may find work
     RETURNING * INTO q;
     IF q.name IS NULL THEN
         PERFORM jq._unknown_queue(alter_queue.name);
@@ -313,7 +313,8 @@ LANGUAGE plpgsql AS $$
 BEGIN
     -- jq.jobs before the queue row, the order jq.drop_queue takes them in (no deadlock).
     LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;
-    UPDATE jq.queues t SET paused = false WHERE t.name = resume.name AND jq._wake(t.name);
+    UPDATE jq.queues t SET paused = false
+    WHERE t.name = resume.name AND jq._wake_n(t.name, 2147483647);  -- every waiter may find work
     IF NOT FOUND THEN
         PERFORM jq._unknown_queue(resume.name);
     END IF;

@@ -156,9 +156,13 @@ BEGIN
             EXIT;  -- nothing to claim now
         END IF;
         IF v_deadline IS NOT NULL THEN
-            -- Long-poll on a capped queue: while the cap is reached, wait (a job ending wakes
-            -- us) instead of holding the queue row lock; the count is taken again under the
-            -- lock below.
+            -- Long-poll on a capped queue: while it has no ready job or its cap is reached,
+            -- wait (an enqueue or a job ending wakes us) instead of taking the queue row lock,
+            -- which a claim keeps until its transaction ends; the count is taken again under
+            -- the lock below.
+            IF NOT EXISTS (SELECT FROM jq.jobs j WHERE j.queue = claim.queue AND j.state = 'ready') THEN
+                EXIT;
+            END IF;
             SELECT count(*) INTO v_running FROM jq.jobs j
             WHERE j.queue = claim.queue AND j.state = 'running';
             IF v_running >= v_cap THEN
@@ -297,18 +301,12 @@ BEGIN
         INTO v_capped
         FROM pg_catalog.unnest(claim.queues) WITH ORDINALITY AS u(name, ord);
         PERFORM jq._wait_register(claim.queues, v_capped);
-        -- Long-poll: sleep until a lock-free look finds something, so that nothing (the capped
-        -- queues' rows below) is locked while waiting.
-        WHILE NOT jq._claimable(claim.queues) LOOP
-            IF NOT jq._wait(v_deadline) THEN
-                PERFORM jq._wait_done();
-                RETURN;
-            END IF;
-        END LOOP;
-        PERFORM jq._wait_done();
-        -- Then one claim as without wait: it may still come back empty if other claimers
-        -- were faster; the caller simply claims again.
     END IF;
+    <<poll>>
+    LOOP
+    -- Long-poll: claim only when a lock-free look finds something, so that nothing (the capped
+    -- queues' rows below) is locked while waiting.
+    IF v_deadline IS NULL OR jq._claimable(claim.queues) THEN
     -- A capped queue's row stays locked until the transaction ends. Claiming capped queues one
     -- after another would let two callers that list them in different orders deadlock, so
     -- when two or more are capped, lock all of their rows first, in name order (jq.jobs
@@ -330,6 +328,21 @@ BEGIN
         EXIT WHEN v_got >= claim.n;
     END LOOP;
     PERFORM pg_catalog.set_config('jq.claim_cap_skip_locked', '', true);
+    -- Done unless waiting and nothing was claimed. A capped queue's row may now be locked until
+    -- the transaction ends: never sleep holding it, return (empty) instead.
+    IF v_deadline IS NULL OR v_got > 0 OR true = ANY (v_capped) THEN
+        EXIT poll;
+    END IF;
+    END IF;
+    -- Nothing claimable now (or the jobs the look saw are locked by an unfinished claim, which
+    -- wakes us if it rolls back): sleep until a wakeup or the deadline, then look again.
+    IF NOT jq._wait(v_deadline) THEN
+        EXIT poll;
+    END IF;
+    END LOOP poll;
+    IF v_deadline IS NOT NULL THEN
+        PERFORM jq._wait_done();
+    END IF;
 END $$;
 COMMENT ON FUNCTION jq.claim(text[], text, integer, interval, interval) IS
 'Claims up to n jobs in total from several queues, one queue at a time in the given order (each '
@@ -338,9 +351,11 @@ COMMENT ON FUNCTION jq.claim(text[], text, integer, interval, interval) IS
 'or more of the queues have a max_concurrency, their rows are locked first, in name order, and '
 'a queue capped after that is skipped while another claimer holds it, so callers listing them '
 'in different orders cannot deadlock. wait (interval, 0 to 1 hour; default NULL = return at '
-'once): long-poll as in jq.claim(text, ...): sleeps, holding no lock, until a job in any of the '
-'queues is claimable, then claims once (which can still return nothing if another claimer was '
-'faster). Errors: as jq.claim(text, ...), plus 22023 for an empty array.';
+'once): long-poll as in jq.claim(text, ...): sleeps, holding no lock, until a lock-free look '
+'finds a claimable job in any of the queues, then claims; if that gets nothing (other claimers '
+'were faster), it sleeps again, except when a capped queue is listed: then it returns empty '
+'rather than sleep holding that queue''s row lock. Errors: as jq.claim(text, ...), plus 22023 '
+'for an empty array.';
 
 CREATE FUNCTION jq.complete(id bigint, lease_token uuid, result jsonb DEFAULT NULL) RETURNS boolean
 LANGUAGE plpgsql AS $$

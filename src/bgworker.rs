@@ -106,6 +106,23 @@ unsafe extern "C" {
     fn libc_kill(pid: i32, sig: i32) -> i32;
 }
 
+/// SIGTERM as in any backend (PostgreSQL's `die`): it also interrupts a wait for a lock, where
+/// pgrx's flag-only handler would leave the worker (and a fast shutdown) hanging. The worker
+/// then exits through FATAL; the postmaster (launcher) or the launcher (workers) restarts it
+/// unless the server is shutting down.
+fn die_on_sigterm() {
+    // SAFETY: installs PostgreSQL's standard backend SIGTERM handler.
+    unsafe {
+        pg_sys::pqsignal(pg_sys::SIGTERM as i32, Some(postgres_die));
+    }
+}
+
+unsafe extern "C-unwind" {
+    /// PostgreSQL's `die` signal handler itself (pgrx's `pg_sys::die` is a Rust wrapper).
+    #[link_name = "die"]
+    fn postgres_die(signal: i32);
+}
+
 fn reload_config_if_asked() {
     if BackgroundWorker::sighup_received() {
         // SAFETY: called from the worker's main loop, outside any transaction.
@@ -118,6 +135,7 @@ fn reload_config_if_asked() {
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn jq_launcher_main(_arg: pg_sys::Datum) {
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    die_on_sigterm();
     BackgroundWorker::connect_worker_to_spi(None, None);
     let Some(sh) = shmem::get() else {
         log!("jq launcher: shared memory missing, exiting");
@@ -292,7 +310,12 @@ fn run_duty(duty: &str) -> Duty {
         )
     });
     match r {
-        Ok(Ok((done, error))) => Duty { done: done.unwrap_or(0), error },
+        Ok(Ok((done, error))) => {
+            if let Some(e) = &error {
+                warning!("jq maintenance: {duty}: {e}");
+            }
+            Duty { done: done.unwrap_or(0), error }
+        }
         Ok(Err(e)) => Duty { done: 0, error: Some(e.to_string()) },
         Err(msg) => Duty { done: 0, error: Some(msg) },
     }
@@ -336,7 +359,16 @@ fn notify_ready_queues() -> Duty {
 pub extern "C-unwind" fn jq_db_worker_main(arg: pg_sys::Datum) {
     let dboid = arg.value() as u32;
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    die_on_sigterm();
     BackgroundWorker::connect_worker_to_spi_by_oid(Some(pg_sys::Oid::from(dboid)), None);
+    // A duty that waits longer than this for a lock (a transaction holding jq.jobs in EXCLUSIVE
+    // mode, e.g. an open jq.drop_queue or a prepared transaction) fails and is recorded instead
+    // of stalling this database's maintenance.
+    // SAFETY: sets a GUC for this session, as SET would.
+    unsafe {
+        pg_sys::SetConfigOption(c"lock_timeout".as_ptr(), c"5s".as_ptr(),
+                                pg_sys::GucContext::PGC_SUSET, pg_sys::GucSource::PGC_S_SESSION);
+    }
     let Some(sh) = shmem::get() else { return };
     let Some(slot) = sh.slot_for(dboid) else { return };
     // SAFETY: MyProcPid is this process's pid.
@@ -501,17 +533,25 @@ pub fn init_utility_hook() {
     }
 }
 
-/// Stops the maintenance worker of `dbname` (if any) for [`SUSPEND_SECS`] s.
+/// Stops the maintenance worker of `dbname` (if any) for [`SUSPEND_SECS`] s — only for a
+/// superuser or the database's owner, who alone may drop, rename or copy it, so that no other
+/// role can pause maintenance with a statement that is then refused.
 fn suspend_database(dbname: *const std::ffi::c_char) {
     if dbname.is_null() {
         return;
     }
     let Some(sh) = shmem::get() else { return };
     // SAFETY: catalog lookup by name in the current transaction; missing_ok.
-    let oid = unsafe { pg_sys::get_database_oid(dbname, true) }.to_u32();
-    if oid == 0 {
+    let oid = unsafe { pg_sys::get_database_oid(dbname, true) };
+    if oid.to_u32() == 0 {
         return;
     }
+    // SAFETY: permission checks on the current user, as the statement itself will make.
+    let allowed = unsafe { pg_sys::superuser() || pg_sys::pg_database_ownercheck(oid, pg_sys::GetUserId()) };
+    if !allowed {
+        return;
+    }
+    let oid = oid.to_u32();
     if let Some(slot) = sh.slot_of(oid) {
         let pid = slot.with(|s| {
             let pid = s.pid;
@@ -545,9 +585,11 @@ unsafe extern "C-unwind" fn utility_hook(
     // SAFETY: pstmt is a valid planned utility statement; node tags identify the struct types.
     unsafe {
         let node = (*pstmt).utilityStmt;
+        // DROP/CREATE DATABASE refuse to run in a transaction block; don't suspend for them.
+        let in_block = pg_sys::IsTransactionBlock();
         if !node.is_null() {
             match (*node).type_ {
-                pg_sys::NodeTag::T_DropdbStmt => {
+                pg_sys::NodeTag::T_DropdbStmt if !in_block => {
                     suspend_database((*(node as *mut pg_sys::DropdbStmt)).dbname);
                 }
                 pg_sys::NodeTag::T_RenameStmt => {
@@ -556,7 +598,7 @@ unsafe extern "C-unwind" fn utility_hook(
                         suspend_database((*r).subname);
                     }
                 }
-                pg_sys::NodeTag::T_CreatedbStmt => {
+                pg_sys::NodeTag::T_CreatedbStmt if !in_block => {
                     let c = node as *mut pg_sys::CreatedbStmt;
                     let opts = pgrx::PgList::<pg_sys::DefElem>::from_pg((*c).options);
                     for d in opts.iter_ptr() {

@@ -39,8 +39,9 @@ extension_sql_file!("../sql/queues.sql", name = "queues", requires = ["schema"])
 extension_sql_file!(
     "../sql/enqueue.sql",
     name = "enqueue",
-    requires = ["queues", wakeup::_wake, wakeup::_wake_slot, wakeup::_wake_on_abort,
-                wakeup::_wait_register, wakeup::_wait, wakeup::_wait_done, wakeup::_queue_bit]
+    requires = ["queues", wakeup::_wake, wakeup::_wake_n, wakeup::_wake_slot, wakeup::_wake_on_abort,
+                wakeup::_wait_register, wakeup::_wait, wakeup::_wait_done, wakeup::_queue_bit,
+                wakeup::_wakeups]
 );
 extension_sql_file!("../sql/work.sql", name = "work", requires = ["enqueue", backoff::backoff_seconds]);
 extension_sql_file!(

@@ -140,6 +140,8 @@ pub struct Shared {
     pub launcher_procno: AtomicI32,
     /// Registered waiters; committers skip the scan when 0.
     pub waiters_active: AtomicU32,
+    /// Latches set for waiting claims since the server started (observability, tests).
+    pub wakeups: AtomicU64,
     /// Slot table guard for allocating/freeing database slots.
     slots_lock: AtomicBool,
     pub dbs: [DbSlot; MAX_DATABASES],

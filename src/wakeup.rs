@@ -24,8 +24,18 @@ const SLOT: u8 = 2;
 const ABORT: u8 = 4;
 const CAPPED_BIT: u32 = 1 << 31;
 
-/// Queue hashes this transaction touched, with what it did to them.
-static mut PENDING: Vec<(u32, u8)> = Vec::new();
+/// One queue this transaction touched: its hash and how many jobs became claimable (`ready`),
+/// how many running jobs ended (`slot`) and how many claimed jobs a rollback hands back
+/// (`abort`).
+#[derive(Clone, Copy, Default)]
+struct Pending {
+    hash: u32,
+    ready: u32,
+    slot: u32,
+    abort: u32,
+}
+
+static mut PENDING: Vec<Pending> = Vec::new();
 static mut CALLBACK_REGISTERED: bool = false;
 /// This backend holds a waiter slot.
 static mut WAITING: bool = false;
@@ -67,13 +77,22 @@ pub fn queue_hash(name: &str) -> u32 {
 fn note(queue: &str, what: u8) {
     let h = queue_hash(queue);
     // SAFETY: backends are single-threaded; PENDING is only touched from SQL calls and the
-    // transaction callback of this backend.
+    // transaction callbacks of this backend.
     unsafe {
         ensure_callback();
         let pending = &mut *(&raw mut PENDING);
-        match pending.iter_mut().find(|(ph, _)| *ph == h) {
-            Some(entry) => entry.1 |= what,
-            None => pending.push((h, what)),
+        let i = match pending.iter().position(|p| p.hash == h) {
+            Some(i) => i,
+            None => {
+                pending.push(Pending { hash: h, ..Default::default() });
+                pending.len() - 1
+            }
+        };
+        let e = &mut pending[i];
+        match what {
+            READY => e.ready = e.ready.saturating_add(1),
+            SLOT => e.slot = e.slot.saturating_add(1),
+            _ => e.abort = e.abort.saturating_add(1),
         }
     }
 }
@@ -83,6 +102,7 @@ unsafe fn ensure_callback() {
     unsafe {
         if !CALLBACK_REGISTERED {
             pg_sys::RegisterXactCallback(Some(xact_callback), std::ptr::null_mut());
+            pg_sys::RegisterSubXactCallback(Some(subxact_callback), std::ptr::null_mut());
             CALLBACK_REGISTERED = true;
         }
     }
@@ -111,23 +131,56 @@ unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: 
     if pending.is_empty() || event == XACT_EVENT_PREPARE {
         return;
     }
+    let wakes: Vec<Pending> = pending
+        .into_iter()
+        .map(|p| if commit { Pending { abort: 0, ..p } } else { Pending { hash: p.hash, ready: p.abort, slot: 0, abort: 0 } })
+        .filter(|p| p.ready > 0 || p.slot > 0)
+        .collect();
+    wake(&wakes, commit);
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn subxact_callback(
+    event: pg_sys::SubXactEvent::Type,
+    _my: pg_sys::SubTransactionId,
+    _parent: pg_sys::SubTransactionId,
+    _arg: *mut std::ffi::c_void,
+) {
+    if event != pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB {
+        return;
+    }
+    // A claim rolled back to a savepoint (or by a plpgsql EXCEPTION block) hands its jobs back
+    // now: wake for them at once. The entries stay, so a later top-level abort wakes again
+    // (spurious, harmless); the commit of the outer transaction ignores them.
+    // SAFETY: single-threaded backend.
+    let pending = unsafe { &*(&raw const PENDING) };
+    let wakes: Vec<Pending> = pending
+        .iter()
+        .filter(|p| p.abort > 0)
+        .map(|p| Pending { hash: p.hash, ready: p.abort, slot: 0, abort: 0 })
+        .collect();
+    if !wakes.is_empty() {
+        wake(&wakes, false);
+    }
+}
+
+/// Where the next waiter scan starts, so that wakeups rotate over the waiters of a queue.
+static mut CURSOR: usize = 0;
+
+/// Sets the latches of waiters of this database: for each entry, as many waiters of its queue
+/// as jobs became claimable (`ready`), plus as many waiting on it as a capped queue as running
+/// jobs ended (`slot`). Waking every waiter of a queue for each job would make N waiters run N
+/// claims per job (a thundering herd that cost producers 100x at 150 waiters). A waiter that
+/// was woken but leaves without claiming passes the wakeup on ([`stop_waiting`]). With `notify`,
+/// also marks the queues in the database's ready filter for the maintenance worker's NOTIFY.
+fn wake(wakes: &[Pending], notify: bool) {
     let Some(sh) = shmem::get() else { return };
     // SAFETY: MyDatabaseId is set in every backend connected to a database.
     let db = unsafe { pg_sys::MyDatabaseId }.to_u32();
-    let wakes: Vec<(u32, u8)> = pending
-        .into_iter()
-        .filter_map(|(h, w)| {
-            let w = if commit { w & (READY | SLOT) } else { if w & ABORT != 0 { READY } else { 0 } };
-            (w != 0).then_some((h, w))
-        })
-        .collect();
-    if wakes.is_empty() {
-        return;
-    }
-    if let Some(slot) = sh.slot_of(db) {
-        for (h, w) in &wakes {
-            if w & READY != 0 {
-                let bit = (*h as usize) % shmem::READY_BITS;
+    if notify {
+        if let Some(slot) = sh.slot_of(db) {
+            for p in wakes.iter().filter(|p| p.ready > 0) {
+                let bit = (p.hash as usize) % shmem::READY_BITS;
                 slot.ready[bit / 64].fetch_or(1 << (bit % 64), Ordering::Relaxed);
             }
         }
@@ -139,24 +192,56 @@ unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: 
     }
     let me = shmem::my_procno();
     let n = shmem::proc_count().min(shmem::MAX_WAITERS);
-    for (i, w) in sh.waiters[..n].iter().enumerate() {
-        if w.db.load(Ordering::Acquire) != db || i as i32 == me {
+    if n == 0 {
+        return;
+    }
+    // Budget per entry: (ready wakes left, slot wakes left).
+    let mut budget: Vec<(u32, u32, u32)> = wakes.iter().map(|p| (p.hash, p.ready, p.slot)).collect();
+    // SAFETY: single-threaded backend.
+    let start = unsafe {
+        CURSOR = CURSOR.wrapping_add(1);
+        CURSOR % n
+    };
+    for k in 0..n {
+        if budget.iter().all(|b| b.1 == 0 && b.2 == 0) {
+            break;
+        }
+        let i = (start + k) % n;
+        let w = &sh.waiters[i];
+        if i as i32 == me || w.db.load(Ordering::Acquire) != db {
             continue;
         }
         let count = w.count.load(Ordering::Acquire);
-        let hit = count == shmem::ALL_QUEUES
-            || w.hashes[..(count as usize).min(shmem::WAITER_QUEUES)].iter().any(|x| {
-                let x = x.load(Ordering::Relaxed);
-                wakes.iter().any(|(h, what)| {
-                    (x & !CAPPED_BIT) == *h && (what & READY != 0 || x & CAPPED_BIT != 0)
-                })
-            });
-        if hit {
+        let all = count == shmem::ALL_QUEUES;
+        let hashes: Vec<u32> = if all {
+            Vec::new()
+        } else {
+            w.hashes[..(count as usize).min(shmem::WAITER_QUEUES)].iter().map(|x| x.load(Ordering::Relaxed)).collect()
+        };
+        let hit = budget.iter_mut().find_map(|b| {
+            let (h, ready, slot) = (b.0, &mut b.1, &mut b.2);
+            let mine = hashes.iter().find(|x| (**x & !CAPPED_BIT) == h);
+            if *ready > 0 && (all || mine.is_some()) {
+                *ready -= 1;
+                Some(())
+            } else if *slot > 0 && mine.is_some_and(|x| x & CAPPED_BIT != 0) {
+                *slot -= 1;
+                Some(())
+            } else {
+                None
+            }
+        });
+        if hit.is_some() {
+            sh.wakeups.fetch_add(1, Ordering::Relaxed);
             shmem::set_latch_of(i as i32);
         }
     }
 }
 
+/// Ends this backend's waiter registration. If its latch is set, a wakeup meant for it may be
+/// lost with it (it was woken for a job but is leaving without that job: its wait ran out, it
+/// was cancelled, or it claimed something else), so the wakeup is passed on to one other waiter
+/// of its first queue (a spurious one at worst).
 fn stop_waiting() {
     // SAFETY: single-threaded backend.
     unsafe {
@@ -165,20 +250,47 @@ fn stop_waiting() {
         }
         WAITING = false;
     }
-    if let Some(sh) = shmem::get() {
-        let me = shmem::my_procno();
-        if me >= 0 && (me as usize) < shmem::MAX_WAITERS {
-            sh.waiters[me as usize].db.store(0, Ordering::Release);
-            sh.waiters_active.fetch_sub(1, Ordering::SeqCst);
-        }
+    let Some(sh) = shmem::get() else { return };
+    let me = shmem::my_procno();
+    if me < 0 || me as usize >= shmem::MAX_WAITERS {
+        return;
+    }
+    let w = &sh.waiters[me as usize];
+    let count = w.count.load(Ordering::Relaxed);
+    let first = (count != shmem::ALL_QUEUES && count > 0)
+        .then(|| w.hashes[0].load(Ordering::Relaxed) & !CAPPED_BIT);
+    w.db.store(0, Ordering::Release);
+    sh.waiters_active.fetch_sub(1, Ordering::SeqCst);
+    // SAFETY: MyLatch is this backend's latch; reading its flag is what WaitLatch does.
+    let latched = unsafe { std::ptr::read_volatile(&(*pg_sys::MyLatch).is_set) } != 0;
+    if let (true, Some(h)) = (latched, first) {
+        wake(&[Pending { hash: h, ready: 1, slot: 0, abort: 0 }], false);
     }
 }
 
-/// `jq._wake(queue text) RETURNS boolean`: at this transaction's commit, wake claims waiting on
-/// `queue` (jobs became claimable). Always returns true, so it can sit in a WHERE clause.
+/// `jq._wake(queue text) RETURNS boolean`: at this transaction's commit, wake one more claim
+/// waiting on `queue` (a job became claimable; call it once per job). Always returns true, so
+/// it can sit in a WHERE clause.
 #[pg_extern(volatile, parallel_unsafe)]
 fn _wake(queue: &str) -> bool {
     note(queue, READY);
+    true
+}
+
+/// `jq._wake_n(queue text, n integer) RETURNS boolean`: as [`_wake`] for `n` jobs at once (up to
+/// `n` waiters are woken; a large `n` wakes them all, e.g. when a queue is resumed).
+#[pg_extern(volatile, parallel_unsafe)]
+fn _wake_n(queue: &str, n: i32) -> bool {
+    if n > 0 {
+        note(queue, READY);
+        let h = queue_hash(queue);
+        // SAFETY: single-threaded backend; `note` just created or found the entry.
+        unsafe {
+            if let Some(e) = (*(&raw mut PENDING)).iter_mut().find(|p| p.hash == h) {
+                e.ready = e.ready.saturating_add((n - 1) as u32);
+            }
+        }
+    }
     true
 }
 
@@ -270,6 +382,13 @@ fn _wait(deadline: TimestampWithTimeZone) -> bool {
 #[pg_extern(volatile, parallel_unsafe)]
 fn _wait_done() {
     stop_waiting();
+}
+
+/// `jq._wakeups()`: how many waiting claims were woken (latches set) since the server started;
+/// NULL when jq is not preloaded.
+#[pg_extern(volatile, parallel_safe)]
+fn _wakeups() -> Option<i64> {
+    shmem::get().map(|sh| sh.wakeups.load(Ordering::Relaxed) as i64)
 }
 
 /// Takes (and clears) the ready-queue filter of this database: the bit numbers of queues that

@@ -395,3 +395,139 @@ fn a_cron_schedule_fires_with_no_client_ticking() {
         .get(0);
     assert!(fired >= 1);
 }
+
+#[test]
+fn a_waiting_claim_on_an_empty_capped_queue_waits() {
+    let db = TestDb::new("bgw_capidle");
+    let mut c = db.connect();
+    c.batch_execute("SELECT jq.create_queue('q', max_concurrency => 5)").unwrap();
+    let t = Instant::now();
+    let n = c.query("SELECT id FROM jq.claim('q', 'w', wait => '1500 ms')", &[]).unwrap().len();
+    assert_eq!(n, 0);
+    assert!(t.elapsed() >= Duration::from_millis(1400), "returned after {:?}", t.elapsed());
+    // And it is woken by an enqueue.
+    let name = db.name.clone();
+    let waiter = std::thread::spawn(move || {
+        let mut w = Client::connect(&conninfo(&name), NoTls).unwrap();
+        let rows = w.query("SELECT id FROM jq.claim('q', 'w', wait => '10 s')", &[]).unwrap();
+        (Instant::now(), rows.len())
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    c.batch_execute("SELECT jq.enqueue('q', '{}')").unwrap();
+    let committed = Instant::now();
+    let (returned, n) = waiter.join().unwrap();
+    assert_eq!(n, 1);
+    assert!(returned.saturating_duration_since(committed) < Duration::from_millis(500));
+}
+
+/// No thundering herd: one job wakes one of many waiters, not all of them. Broken variant
+/// `JQ_TEST_BREAK=wake_all` (enqueue wakes every waiter): seen failing.
+#[test]
+fn one_job_wakes_one_of_many_waiters() {
+    let db = TestDb::new("bgw_herd");
+    let mut c = db.connect();
+    if broken("wake_all") {
+        sabotage(&mut c, "jq.enqueue(text,jsonb,text,timestamptz,interval,integer,integer,text)",
+                 "jq._wake(t.name)", "jq._wake_n(t.name, 1000)", 2);
+    }
+    c.batch_execute("SELECT jq.create_queue('q')").unwrap();
+    let waiters: Vec<_> = (0..12)
+        .map(|_| {
+            let name = db.name.clone();
+            std::thread::spawn(move || {
+                let mut w = Client::connect(&conninfo(&name), NoTls).unwrap();
+                w.query("SELECT id FROM jq.claim('q', 'w', wait => '3 s')", &[]).unwrap().len()
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(800));
+    let before: i64 = c.query_one("SELECT jq._wakeups()", &[]).unwrap().get(0);
+    c.batch_execute("SELECT jq.enqueue('q', '{}')").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let after: i64 = c.query_one("SELECT jq._wakeups()", &[]).unwrap().get(0);
+    let claimed: usize = waiters.into_iter().map(|h| h.join().unwrap()).sum();
+    assert_eq!(claimed, 1);
+    // Other tests run in parallel and wake their own waiters: allow a little slack.
+    assert!(after - before <= 3, "one job woke {} waiters", after - before);
+}
+
+/// A claim rolled back to a savepoint hands its job back at once. Before the subtransaction
+/// callback existed the waiter only got the job when its wait ran out (seen with the same
+/// sequence in psql against that build: 8.0 s for an 8 s wait).
+#[test]
+fn a_claim_rolled_back_to_a_savepoint_wakes_a_waiter() {
+    let db = TestDb::new("bgw_savepoint");
+    let mut c = db.connect();
+    c.batch_execute("SELECT jq.create_queue('q'); SELECT jq.enqueue('q', '{}')").unwrap();
+    c.batch_execute("BEGIN; SAVEPOINT s").unwrap();
+    assert_eq!(claim(&mut c, "q", "s", 1, None).len(), 1);
+    let name = db.name.clone();
+    let waiter = std::thread::spawn(move || {
+        let mut w = Client::connect(&conninfo(&name), NoTls).unwrap();
+        let rows = w.query("SELECT id FROM jq.claim('q', 'w', wait => '8 s')", &[]).unwrap();
+        (Instant::now(), rows.len())
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!waiter.is_finished(), "the waiter got a job that is claimed");
+    let rolled_back = Instant::now();
+    c.batch_execute("ROLLBACK TO SAVEPOINT s").unwrap();
+    let (returned, n) = waiter.join().unwrap();
+    c.batch_execute("COMMIT").unwrap();
+    assert_eq!(n, 1);
+    let lag = returned.duration_since(rolled_back);
+    assert!(lag < Duration::from_millis(1000), "got it {lag:?} after the rollback");
+}
+
+/// A multi-queue waiting claim whose look sees a ready job locked by an unfinished claim
+/// sleeps instead of returning empty at once (which made callers spin).
+#[test]
+fn a_multi_queue_waiting_claim_does_not_spin_on_a_locked_job() {
+    let db = TestDb::new("bgw_spin");
+    let mut c = db.connect();
+    c.batch_execute("SELECT jq.create_queue('a'); SELECT jq.create_queue('b'); SELECT jq.enqueue('a', '{}')").unwrap();
+    let mut holder = db.connect();
+    holder.batch_execute("BEGIN; SELECT * FROM jq.claim('a', 'slow')").unwrap();
+    let t = Instant::now();
+    let n = c.query("SELECT id FROM jq.claim(ARRAY['a', 'b'], 'w', wait => '1500 ms')", &[]).unwrap().len();
+    assert_eq!(n, 0);
+    assert!(t.elapsed() >= Duration::from_millis(1400), "returned after {:?}", t.elapsed());
+    holder.batch_execute("ROLLBACK").unwrap();
+}
+
+/// SIGTERM reaches a maintenance worker that waits for a lock (PostgreSQL's die handler).
+/// Seen failing with pgrx's flag-only SIGTERM handler: the worker stayed, waiting.
+#[test]
+fn a_worker_waiting_for_a_lock_can_be_terminated() {
+    let db = TestDb::new("bgw_lockterm");
+    let pid = served(&db, Duration::from_secs(5));
+    let mut holder = db.connect();
+    holder.batch_execute("BEGIN; LOCK TABLE jq.jobs IN ACCESS EXCLUSIVE MODE").unwrap();
+    let mut a = admin();
+    let blocked = eventually(Duration::from_secs(4), || waiting_on_lock(&mut a, pid));
+    assert!(blocked.is_some(), "the worker never waited for the lock");
+    a.execute("SELECT pg_terminate_backend($1)", &[&pid]).unwrap();
+    let gone = eventually(Duration::from_secs(3), || {
+        a.batch_execute("SELECT pg_stat_clear_snapshot()").unwrap();
+        a.query_one("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", &[&pid]).unwrap().get::<_, i64>(0) == 0
+    });
+    holder.batch_execute("ROLLBACK").unwrap();
+    assert!(gone.is_some(), "SIGTERM did not interrupt the lock wait");
+    served(&db, Duration::from_secs(5));
+}
+
+/// Only a role that may drop a database can make its worker step aside for DROP DATABASE.
+#[test]
+fn a_refused_drop_database_does_not_suspend_maintenance() {
+    let db = TestDb::new("bgw_mallory");
+    served(&db, Duration::from_secs(5));
+    let mut a = admin();
+    let role = format!("mallory_{}", std::process::id());
+    a.batch_execute(&format!("DROP ROLE IF EXISTS {role}; CREATE ROLE {role} LOGIN")).unwrap();
+    let mut m = Client::connect(&format!("{} user={role}", conninfo("postgres").replace("user=postgres", "")), NoTls).unwrap();
+    assert_eq!(sqlstate(m.batch_execute(&format!("DROP DATABASE {}", db.name))), "42501");
+    drop(m);
+    let mut c = db.connect();
+    let (state, _, _, _) = status(&mut c, &db.name).unwrap();
+    assert_eq!(state, "running");
+    a.batch_execute(&format!("DROP ROLE {role}")).unwrap();
+}
