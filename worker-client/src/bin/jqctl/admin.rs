@@ -249,7 +249,7 @@ pub struct ScheduleArgs {
     /// Payload of each fired job (JSON; default {}).
     #[arg(long)]
     pub payload: Option<String>,
-    /// Kind of each fired job (default: the queue name).
+    /// Kind of each fired job (default: the schedule name).
     #[arg(long)]
     pub kind: Option<String>,
     /// Time zone the cron expression is read in (default UTC).
