@@ -25,6 +25,7 @@ CREATE TABLE jq.schedules (
     overlap       text NOT NULL DEFAULT 'allow' CHECK (overlap IN ('allow', 'skip_if_running')),
     enabled       boolean NOT NULL DEFAULT true,
     next_run_at   timestamptz,
+    next_run_from timestamptz NOT NULL DEFAULT now(),
     last_fired_at timestamptz,
     last_job_id   bigint,
     fired_count   bigint NOT NULL DEFAULT 0,
@@ -36,13 +37,17 @@ CREATE TABLE jq.schedules (
 );
 COMMENT ON TABLE jq.schedules IS
 'One row per cron schedule. Write it through jq.schedule / jq.alter_schedule / jq.unschedule. '
-'next_run_at: the next fire time (NULL: none before year 5000); last_fired_at: the fire time of '
+'next_run_at: the next fire time (NULL: none before year 5000); next_run_from: the instant '
+'next_run_at was computed from (a pass at an earlier instant means the clock went back: it '
+'recomputes next_run_at from its own instant); last_fired_at: the fire time of '
 'the last job enqueued (last_job_id); fired_count: jobs enqueued; skipped_count: fire times that '
 'enqueued nothing (misfire policy, overlap, failures); last_error / last_error_at: the most '
 'recent failure of a pass (cleared by the next pass that succeeds). See docs/cron.md.';
 
 -- jq.cron_tick: WHERE enabled AND next_run_at <= $at ORDER BY next_run_at.
 CREATE INDEX schedules_due_idx ON jq.schedules (next_run_at) WHERE enabled;
+-- jq.cron_tick's clock guard: WHERE enabled AND next_run_from > $at (normally no row).
+CREATE INDEX schedules_clock_idx ON jq.schedules (next_run_from) WHERE enabled;
 
 CREATE TABLE jq.cron_runs (
     schedule  text NOT NULL,
@@ -69,21 +74,24 @@ SELECT pg_catalog.pg_extension_config_dump('jq.cron_runs', '');
 
 COMMENT ON FUNCTION jq.cron_next(text, timestamptz, text) IS
 'cron_next(cron, after, timezone => ''UTC''): the first fire time of the cron expression strictly '
-'after the instant after, evaluated in the IANA time zone (DST policy in docs/cron.md); NULL past '
-'year 4999. 5 fields, or 6 with seconds first; names, ranges, steps, lists, L, @aliases; day of '
-'month OR day of week. Pure: use it to check an expression. Errors: 22023 invalid expression '
-'(the message names the field), unknown time zone, infinite after.';
+'after the instant after, evaluated in the IANA time zone (DST policy in docs/cron.md); NULL when '
+'there is none before year 5000 (as an instant in UTC and as a wall time in the zone). 5 fields, '
+'or 6 with seconds first; names, ranges, steps, lists, L, @aliases; day of month OR day of week. '
+'Pure: use it to check an expression. Errors: 22023 invalid expression (the message names the '
+'field), unknown time zone, infinite after; 22008 after before 0001-01-02 00:00:00+00.';
 COMMENT ON FUNCTION jq.cron_fires(text, timestamptz, timestamptz, text, integer) IS
 'cron_fires(cron, after, until, timezone => ''UTC'', max => 1000): the fire times in (after, '
-'until], in order, at most max (0..1000000). Pure. Errors: 22023 as jq.cron_next, or max out of range.';
+'until], in order, at most max (0..1000000). Pure. Errors: 22023 and 22008 as jq.cron_next, or '
+'22023 max out of range.';
 COMMENT ON FUNCTION jq._cron_check(text, text) IS
 'Internal: raises 22023 naming the problem when the cron expression or the time zone is invalid, '
 '22004 when either is NULL.';
 COMMENT ON FUNCTION jq._cron_latest(text, text, timestamptz, timestamptz, integer) IS
 'Internal: the latest keep (0..100000) fire times in [since, until], in order; cost independent of '
-'how long ago since was. Errors: 22023.';
+'how long ago since was. Errors: 22023; 22008 since before 0001-01-02 00:00:00+00.';
 COMMENT ON FUNCTION jq._cron_count(text, text, timestamptz, timestamptz, bigint) IS
-'Internal: the number of fire times in [since, until], counting at most cap. Errors: 22023.';
+'Internal: the number of fire times in [since, until], counting at most cap. Errors: 22023; 22008 '
+'since before 0001-01-02 00:00:00+00.';
 
 CREATE FUNCTION jq.cron_log_retention() RETURNS interval
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT interval '7 days' $$;
@@ -191,10 +199,11 @@ BEGIN
     -- timer and counters are kept unless the expression or the zone changed, and enabled is
     -- left as it is.
     INSERT INTO jq.schedules AS t (name, cron, timezone, queue, payload, kind, priority,
-        max_attempts, misfire, overlap, next_run_at, created_at, updated_at)
+        max_attempts, misfire, overlap, next_run_at, next_run_from, created_at, updated_at)
     VALUES (schedule.name, schedule.cron, schedule.timezone, schedule.queue, schedule.payload,
         schedule.kind, schedule.priority, schedule.max_attempts, schedule.misfire,
-        schedule.overlap, jq.cron_next(schedule.cron, v_now, schedule.timezone), v_now, v_now)
+        schedule.overlap, jq.cron_next(schedule.cron, v_now, schedule.timezone), v_now, v_now,
+        v_now)
     ON CONFLICT ON CONSTRAINT schedules_pkey DO UPDATE SET
         cron = excluded.cron, timezone = excluded.timezone, queue = excluded.queue,
         payload = excluded.payload, kind = excluded.kind, priority = excluded.priority,
@@ -203,6 +212,9 @@ BEGIN
         next_run_at = CASE WHEN t.cron IS DISTINCT FROM excluded.cron
                              OR t.timezone IS DISTINCT FROM excluded.timezone
                            THEN excluded.next_run_at ELSE t.next_run_at END,
+        next_run_from = CASE WHEN t.cron IS DISTINCT FROM excluded.cron
+                               OR t.timezone IS DISTINCT FROM excluded.timezone
+                             THEN excluded.next_run_from ELSE t.next_run_from END,
         updated_at = v_now
     RETURNING * INTO s;
     RETURN s;
@@ -272,6 +284,11 @@ BEGIN
             THEN jq.cron_next(coalesce(alter_schedule.cron, t.cron), v_now,
                               coalesce(alter_schedule.timezone, t.timezone))
             ELSE t.next_run_at END,
+        next_run_from = CASE
+            WHEN coalesce(alter_schedule.cron, t.cron) IS DISTINCT FROM t.cron
+              OR coalesce(alter_schedule.timezone, t.timezone) IS DISTINCT FROM t.timezone
+              OR (alter_schedule.enabled AND NOT t.enabled)
+            THEN v_now ELSE t.next_run_from END,
         updated_at   = v_now
     WHERE t.name = alter_schedule.name
     RETURNING * INTO s;
@@ -319,7 +336,8 @@ BEGIN
     -- The next fire time is computed from the pass instant, never by stepping from the stored
     -- next_run_at, so a long outage costs one computation, not one per missed time.
     v_next := jq.cron_next(s.cron, _cron_fire.at, s.timezone);
-    -- Every fire time in [next_run_at, at] is due; at most one of them under normal ticking.
+    -- Every fire time in [next_run_at, at] is due; at most one of them under normal ticking,
+    -- none when the row is here only because the clock went back (next_run_at > at).
     v_total := jq._cron_count(s.cron, s.timezone, s.next_run_at, _cron_fire.at, 1000000);
     v_fires := ARRAY(SELECT jq._cron_latest(s.cron, s.timezone, s.next_run_at, _cron_fire.at,
                          CASE WHEN s.misfire = 'fire_all' THEN jq.cron_max_catchup() ELSE 1 END));
@@ -358,6 +376,7 @@ BEGIN
     END LOOP;
     UPDATE jq.schedules t SET
         next_run_at   = v_next,
+        next_run_from = _cron_fire.at,
         last_fired_at = v_last,
         last_job_id   = v_last_job,
         fired_count   = t.fired_count + v_enqueued,
@@ -369,8 +388,8 @@ END $$;
 COMMENT ON FUNCTION jq._cron_fire(jq.schedules, timestamptz) IS
 'Internal: one schedule''s part of jq.cron_tick at instant at (the row must be locked): '
 'enqueues per its misfire and overlap policies, logs each fire time in jq.cron_runs, sets '
-'next_run_at = jq.cron_next(cron, at, timezone) and the counters; returns jobs enqueued. Raises on '
-'any problem.';
+'next_run_at = jq.cron_next(cron, at, timezone), next_run_from = at and the counters; returns jobs '
+'enqueued (0 when nothing in [next_run_at, at] is due). Raises on any problem.';
 
 CREATE FUNCTION jq.cron_tick(at timestamptz DEFAULT now()) RETURNS integer
 LANGUAGE plpgsql AS $$
@@ -385,11 +404,25 @@ BEGIN
     IF cron_tick.at IS NULL OR NOT pg_catalog.isfinite(cron_tick.at) THEN
         RAISE EXCEPTION 'at must be a finite timestamp' USING ERRCODE = '22023';
     END IF;
+    IF cron_tick.at < '0001-01-02 00:00:00+00'::timestamptz THEN
+        RAISE EXCEPTION 'at is before 0001-01-02 00:00:00+00, the earliest instant cron fire times are computed from'
+            USING ERRCODE = '22008';
+    END IF;
     -- jq.jobs before any schedule row, the order jq.drop_queue takes them in (no deadlock).
     LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;
     -- Due schedules in a bounded batch; SKIP LOCKED: passes from several sessions partition the
     -- rows, and a row re-checked after a concurrent pass moved its next_run_at is not due.
+    -- The clock guard: a row whose next_run_at was computed from an instant after at (the clock
+    -- went back: a forward step that was corrected, a VM resumed, a bad RTC before NTP) is taken
+    -- too, also in a bounded batch (by schedules_clock_idx; normally no row), and _cron_fire
+    -- recomputes its next_run_at from at. Without it, a pass at at + 1 year would leave the
+    -- schedule silent for a year once the clock is back. Fire times the later pass already
+    -- handled stay fenced by the fire log.
     FOR s IN SELECT * FROM jq.schedules t WHERE t.name = ANY (ARRAY(
+                 SELECT g.name FROM jq.schedules g
+                 WHERE g.enabled AND g.next_run_from > cron_tick.at
+                 LIMIT 1000
+                 FOR UPDATE SKIP LOCKED) || ARRAY(
                  SELECT d.name FROM jq.schedules d
                  WHERE d.enabled AND d.next_run_at <= cron_tick.at
                  ORDER BY d.next_run_at
@@ -413,13 +446,22 @@ BEGIN
                     v_next := cron_tick.at + interval '1 hour';
                     v_fire := NULL;
                 END;
-                INSERT INTO jq.cron_runs (schedule, fire_time, outcome, fired_at, error)
-                VALUES (s.name, coalesce(v_fire, s.next_run_at), 'failed', cron_tick.at,
-                        pg_catalog.left(v_state || ': ' || v_message, 2000))
-                ON CONFLICT DO NOTHING;
+                -- A row taken only by the clock guard has no due fire time: none is logged (a
+                -- failed row for a future fire time would keep it from ever firing).
+                v_fire := coalesce(v_fire, s.next_run_at);
+                IF v_fire > cron_tick.at THEN
+                    v_fire := NULL;
+                END IF;
+                IF v_fire IS NOT NULL THEN
+                    INSERT INTO jq.cron_runs (schedule, fire_time, outcome, fired_at, error)
+                    VALUES (s.name, v_fire, 'failed', cron_tick.at,
+                            pg_catalog.left(v_state || ': ' || v_message, 2000))
+                    ON CONFLICT DO NOTHING;
+                END IF;
                 UPDATE jq.schedules t SET
                     next_run_at   = v_next,
-                    skipped_count = t.skipped_count + 1,
+                    next_run_from = cron_tick.at,
+                    skipped_count = t.skipped_count + (v_fire IS NOT NULL)::integer,
                     last_error    = pg_catalog.left(v_state || ': ' || v_message, 2000),
                     last_error_at = cron_tick.at
                 WHERE t.name = s.name;
@@ -438,10 +480,13 @@ COMMENT ON FUNCTION jq.cron_tick(timestamptz) IS
 '<= at; rows locked FOR UPDATE SKIP LOCKED), enqueues their due fire times under their misfire and '
 'overlap policies, logs them in jq.cron_runs (one row per schedule and fire time, ever) and '
 'moves next_run_at to jq.cron_next(cron, at, timezone); then prunes up to 1000 fire-log rows past '
-'jq.cron_log_retention(). Returns the number of jobs enqueued. Each schedule runs in its own '
-'subtransaction: a failing one is recorded (last_error, a failed fire-log row, next_run_at moved '
-'on: to its next fire time, or at + 1 hour when its expression or zone is invalid) and never '
-'stops the others or raises. Safe to run from several sessions at once. Errors: 22023 infinite at.';
+'jq.cron_log_retention(). Clock guard: up to 1000 enabled schedules whose next_run_at was computed '
+'from an instant after at (next_run_from > at: the clock went back) get next_run_at recomputed '
+'from at. Returns the number of jobs enqueued. Each schedule runs in its own '
+'subtransaction: a failing one is recorded (last_error, a failed fire-log row for its due fire time, '
+'next_run_at moved on: to its next fire time, or at + 1 hour when its expression or zone is invalid) '
+'and never stops the others or raises. Safe to run from several sessions at once. Errors: 22023 '
+'infinite at; 22008 at before 0001-01-02 00:00:00+00.';
 
 CREATE FUNCTION jq._cron_prune(at timestamptz, batch integer DEFAULT 1000) RETURNS integer
 LANGUAGE plpgsql AS $$

@@ -26,8 +26,13 @@
 //!
 //! All instants are whole seconds; fire times are strictly after the instant they are computed
 //! from.
+//!
+//! **Range.** Fire times are searched from [`EARLIEST`] (0001-01-02 00:00:00 UTC: from there on,
+//! every zone's wall clock is in year 1 AD or later, which `croner` needs) up to the end of year
+//! [`LAST_YEAR`] (4999): a fire time whose instant (in UTC) or whose wall time (in the zone) is in
+//! year 5000 or later does not exist. Callers check their lower bounds with [`check_instant`].
 
-use chrono::{DateTime, Duration, LocalResult, NaiveDateTime, Offset, TimeZone, Timelike, Utc};
+use chrono::{DateTime, Datelike, Duration, LocalResult, NaiveDate, NaiveDateTime, Offset, TimeZone, Timelike, Utc};
 use chrono_tz::Tz;
 use croner::parser::{CronParser, Seconds, Year};
 use croner::Cron;
@@ -40,12 +45,14 @@ pub enum Error {
     Expression(String),
     /// The time zone is not an IANA zone name.
     Zone(String),
+    /// An instant before [`EARLIEST`].
+    Range(String),
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::Expression(m) | Error::Zone(m) => f.write_str(m),
+            Error::Expression(m) | Error::Zone(m) | Error::Range(m) => f.write_str(m),
         }
     }
 }
@@ -72,6 +79,38 @@ pub const ALIASES: [(&str, &str); 7] = [
 
 /// Names of the six fields of the seconds form, in order.
 const FIELD_NAMES: [&str; 6] = ["second", "minute", "hour", "day-of-month", "month", "day-of-week"];
+
+/// The last year that has fire times, in UTC and in the zone's wall clock.
+pub const LAST_YEAR: i32 = 4999;
+
+/// The earliest instant fire times are computed from: 0001-01-02 00:00:00 UTC (UTC offsets are
+/// less than a day, so every zone's wall clock is in year 1 AD or later from there on).
+pub const EARLIEST: DateTime<Utc> = match NaiveDate::from_ymd_opt(1, 1, 2) {
+    Some(d) => match d.and_hms_opt(0, 0, 0) {
+        Some(n) => n.and_utc(),
+        None => DateTime::<Utc>::MIN_UTC,
+    },
+    None => DateTime::<Utc>::MIN_UTC,
+};
+
+/// The last instant a fire time can have: 4999-12-31 23:59:59 UTC.
+pub const LAST_INSTANT: DateTime<Utc> = match NaiveDate::from_ymd_opt(LAST_YEAR, 12, 31) {
+    Some(d) => match d.and_hms_opt(23, 59, 59) {
+        Some(n) => n.and_utc(),
+        None => DateTime::<Utc>::MAX_UTC,
+    },
+    None => DateTime::<Utc>::MAX_UTC,
+};
+
+/// Refuses an instant before [`EARLIEST`] ([`Error::Range`]); `what` names it in the message.
+pub fn check_instant(what: &str, t: DateTime<Utc>) -> Result<(), Error> {
+    if t < EARLIEST {
+        return Err(Error::Range(format!(
+            "{what} is before 0001-01-02 00:00:00+00, the earliest instant cron fire times are computed from"
+        )));
+    }
+    Ok(())
+}
 
 /// Longest expression accepted, in bytes.
 pub const MAX_EXPRESSION_LEN: usize = 1000;
@@ -153,13 +192,35 @@ pub fn parse(expr: &str) -> Result<CronExpr, Error> {
             )))
         }
     }
-    // A bare L in the day-of-week field means Saturday in Quartz and nothing useful in croner.
-    if fields[5].split(',').any(|p| p.eq_ignore_ascii_case("l")) {
-        return Err(Error::Expression(format!(
-            "invalid day-of-week field {} in cron expression {}: a bare L is not accepted (use 6 for Saturday, or 5L for the last Friday of the month)",
-            quoted(&fields[5]),
+    // The fields as written, for messages (the day-of-month field is rewritten below).
+    let original = fields.clone();
+    let field_error = |i: usize, why: &str| {
+        Error::Expression(format!(
+            "invalid {} field {} in cron expression {}: {why}",
+            FIELD_NAMES[i],
+            quoted(&original[i]),
             quoted(expr.trim())
-        )));
+        ))
+    };
+    for (i, f) in fields.iter().enumerate() {
+        // `+` before the day-of-week list asks for day of month AND day of week; croner reads a
+        // lone `+` as an empty list (a day of week that never matches) and ignores empty list
+        // elements (`1,,2`, `5,`): both are refused here as malformed.
+        let list = if i == 5 { f.strip_prefix('+').unwrap_or(f) } else { f.as_str() };
+        if list.is_empty() {
+            return Err(field_error(i, "+ (day of month AND day of week) must be followed by days of the week, as in +5"));
+        }
+        if list.split(',').any(str::is_empty) {
+            return Err(field_error(i, "a list has an empty element"));
+        }
+    }
+    // A bare L in the day-of-week field means Saturday in Quartz and nothing useful in croner.
+    let dow = fields[5].strip_prefix('+').unwrap_or(&fields[5]);
+    if dow.split(',').any(|p| p.eq_ignore_ascii_case("l")) {
+        return Err(field_error(
+            5,
+            "a bare L is not accepted (use 6 for Saturday, or 5L for the last Friday of the month)",
+        ));
     }
     fields[3] = rewrite_last_range(&fields[3]);
     // Fixed or interval, for the DST policy: a `*` or a step in the seconds, minute or hour field.
@@ -185,12 +246,7 @@ pub fn parse(expr: &str) -> Result<CronExpr, Error> {
                 let mut probe: Vec<&str> = vec!["*"; 6];
                 probe[i] = &fields[i];
                 if let Err(e) = parser().parse(&probe.join(" ")) {
-                    return Err(Error::Expression(format!(
-                        "invalid {} field {} in cron expression {}: {e}",
-                        FIELD_NAMES[i],
-                        quoted(&fields[i]),
-                        quoted(expr.trim())
-                    )));
+                    return Err(field_error(i, &e.to_string()));
                 }
             }
             Err(Error::Expression(format!("invalid cron expression {}: {err}", quoted(expr.trim()))))
@@ -255,10 +311,14 @@ impl CronExpr {
     }
 
     /// The first matching wall time at or after (`inclusive`) or after `n`, or `None` past year
-    /// 4999 or when nothing matches.
+    /// [`LAST_YEAR`] or when nothing matches.
     fn next_naive(&self, n: NaiveDateTime, inclusive: bool) -> Option<NaiveDateTime> {
         let carrier = Utc.from_utc_datetime(&n);
-        self.cron.find_next_occurrence(&carrier, inclusive).ok().map(|d| d.naive_utc())
+        self.cron
+            .find_next_occurrence(&carrier, inclusive)
+            .ok()
+            .map(|d| d.naive_utc())
+            .filter(|d| d.year() <= LAST_YEAR)
     }
 
     /// The real instants of the wall time `n` under the DST policy (0, 1 or 2 of them).
@@ -284,7 +344,9 @@ impl CronExpr {
     }
 
     /// The first fire time strictly after `after`, in zone `tz`; `None` when there is none
-    /// before year 5000.
+    /// before year 5000 (neither the instant in UTC nor the wall time in the zone may be in year
+    /// 5000 or later), and `None` when the zone's wall clock at `after` is still before year 1
+    /// (never from [`EARLIEST`] on: check `after` with [`check_instant`]).
     ///
     /// Wall-clock candidates are taken in order and mapped to instants; around a fall-back
     /// transition a later wall time can map to an earlier instant, so the search goes on past the
@@ -296,6 +358,10 @@ impl CronExpr {
         // next day repeats wall times that are before t's own).
         let min_off = offset_at(tz, t).min(offset_at(tz, t.checked_add_signed(day)?));
         let start = t.naive_utc().checked_add_signed(Duration::seconds(min_off))?;
+        if start.year() < 1 {
+            // croner would start the search at 0001-01-01 00:00 and skip the wall times of 1 BC.
+            return None;
+        }
         let mut cand = self.next_naive(start, true)?;
         let mut best: Option<DateTime<Utc>> = None;
         let mut horizon: Option<NaiveDateTime> = None;
@@ -309,7 +375,7 @@ impl CronExpr {
             found.clear();
             self.instants(tz, cand, &mut found);
             for &i in &found {
-                if i > t && best.is_none_or(|b| i < b) {
+                if i > t && i.year() <= LAST_YEAR && best.is_none_or(|b| i < b) {
                     best = Some(i);
                     horizon = Some(self.horizon(tz, t, i));
                 }
@@ -374,6 +440,9 @@ impl CronExpr {
     /// Searches backwards from `until` in growing windows, so its cost does not depend on how
     /// long ago `from` was.
     pub fn latest(&self, from: DateTime<Utc>, until: DateTime<Utc>, tz: Tz, keep: usize) -> Vec<DateTime<Utc>> {
+        // No fire time is in year 5000 or later: windows there would all be empty and grow until
+        // they reach back to `from`, walking every fire time on the way.
+        let until = until.min(LAST_INSTANT);
         if keep == 0 || until < from {
             return Vec::new();
         }
@@ -647,6 +716,61 @@ mod tests {
         assert!(msg("0 0 * * L").contains("bare L"));
         assert!(msg("@every 5m").contains("unknown cron alias"));
         assert!(msg(&"1,".repeat(600)).contains("longer than"));
+    }
+
+    #[test]
+    fn malformed_fields_are_named_as_written() {
+        let msg = |e: &str| parse(e).unwrap_err().to_string();
+        // A lone + is a malformed day-of-week field, not an expression that never fires.
+        assert!(msg("0 0 * * +").contains("invalid day-of-week field \"+\""), "{}", msg("0 0 * * +"));
+        assert!(msg("0 0 1 * +,5").contains("day-of-week field \"+,5\""));
+        assert!(msg("0 0 1 * +,5").ends_with(": a list has an empty element"));
+        assert!(msg("0 0 * * +L").contains("bare L"));
+        assert!(msg("1,,2 * * * *").contains("minute field \"1,,2\""));
+        assert!(msg("5, * * * *").contains("empty element"));
+        assert!(msg("0 ,3 * * *").contains("hour field"));
+        // The day-of-month field is named as the user wrote it, not as rewritten (L-31).
+        assert!(msg("0 0 L-L * *").contains("day-of-month field \"L-L\""), "{}", msg("0 0 L-L * *"));
+        assert!(!msg("0 0 L-L * *").contains("L-31"));
+        assert!(parse("0 0 13 * +5").is_ok());
+        assert!(parse("0 0 13 * +*").is_ok());
+    }
+
+    #[test]
+    fn the_supported_range() {
+        let e = parse("* * * * *").unwrap();
+        let utc_tz = parse_zone("UTC").unwrap();
+        let ny = parse_zone("America/New_York").unwrap();
+        let paris = parse_zone("Europe/Paris").unwrap();
+        // Before year 1: no answer (the SQL functions raise 22008 before asking).
+        let bc = NaiveDate::from_ymd_opt(-4712, 1, 1).unwrap().and_hms_opt(0, 0, 0).unwrap().and_utc();
+        assert_eq!(e.next_after(bc, utc_tz), None);
+        assert!(matches!(check_instant("after", bc), Err(Error::Range(_))));
+        assert!(check_instant("after", EARLIEST - Duration::seconds(1)).is_err());
+        assert!(check_instant("after", EARLIEST).is_ok());
+        // From EARLIEST on, the first day's wall times in a zone west of UTC are not skipped.
+        assert_eq!(e.next_after(EARLIEST, utc_tz), Some(EARLIEST + Duration::minutes(1)));
+        assert_eq!(e.next_after(EARLIEST, ny), Some(EARLIEST + Duration::seconds(2))); // LMT -4:56:02
+        assert_eq!(e.next_after(EARLIEST - Duration::seconds(1), ny).map(|d| d > EARLIEST - Duration::seconds(1)), Some(true));
+        // The last fire times are in 4999, as instants and as wall times.
+        assert_eq!(e.next_after(utc("4999-12-31T23:58:30Z"), utc_tz), Some(utc("4999-12-31T23:59:00Z")));
+        assert_eq!(e.next_after(utc("4999-12-31T23:59:00Z"), utc_tz), None);
+        assert_eq!(e.next_after(utc("4999-12-31T23:59:59Z"), utc_tz), None);
+        // New York: 4999-12-31 19:00 EST is 5000-01-01 00:00Z.
+        assert_eq!(e.next_after(utc("4999-12-31T23:58:00Z"), ny), Some(utc("4999-12-31T23:59:00Z")));
+        assert_eq!(e.next_after(utc("4999-12-31T23:59:00Z"), ny), None);
+        // Paris: 5000-01-01 00:00 CET is 4999-12-31 23:00Z, a wall time in 5000.
+        assert_eq!(e.next_after(utc("4999-12-31T22:58:00Z"), paris), Some(utc("4999-12-31T22:59:00Z")));
+        assert_eq!(e.next_after(utc("4999-12-31T22:59:00Z"), paris), None);
+        assert_eq!(e.next_after(utc("9999-06-01T00:00:00Z"), utc_tz), None);
+        let far = NaiveDate::from_ymd_opt(200_000, 1, 1).unwrap().and_hms_opt(0, 0, 0).unwrap().and_utc();
+        assert_eq!(e.next_after(far, ny), None);
+        assert_eq!(e.count(utc("4999-12-31T23:00:00Z"), far, utc_tz, 1000), 60);
+        // latest with an `until` far past 4999 does not walk every minute since `from`.
+        let t0 = std::time::Instant::now();
+        assert_eq!(e.latest(utc("2024-01-01T00:00:00Z"), far, utc_tz, 1), [utc("4999-12-31T23:59:00Z")]);
+        assert_eq!(e.latest(utc("2024-01-01T00:00:00Z"), DateTime::<Utc>::MAX_UTC, ny, 2).len(), 2);
+        assert!(t0.elapsed() < std::time::Duration::from_secs(5));
     }
 
     #[test]

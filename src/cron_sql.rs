@@ -3,7 +3,8 @@
 //!
 //! Every problem with the input is reported with `ereport!` and SQLSTATE 22023
 //! (invalid_parameter_value), never a panic: an invalid cron expression, an unknown time zone,
-//! an infinite timestamp, a negative maximum.
+//! an infinite timestamp, a negative maximum; a start instant before 0001-01-02 00:00:00+00
+//! ([`cron::EARLIEST`]) is 22008 (datetime_field_overflow).
 
 use crate::cron::{self, CronExpr};
 use chrono::{DateTime, TimeZone, Utc};
@@ -23,15 +24,29 @@ fn expr_and_zone(expr: &str, zone: &str) -> (CronExpr, Tz) {
     (e, tz)
 }
 
+/// A finite PostgreSQL instant as chrono's. PostgreSQL reaches 294276 AD, chrono 262143 AD:
+/// later instants become chrono's last one, which changes no answer (there are no fire times
+/// after year 4999).
 fn to_chrono(what: &str, t: TimestampWithTimeZone) -> DateTime<Utc> {
     if !t.is_finite() {
         invalid(format!("{what} must be a finite timestamp"));
     }
     let micros = i64::from(pg_sys::TimestampTz::from(t));
-    micros
-        .checked_add(PG_EPOCH_UNIX_MICROS)
-        .and_then(|m| Utc.timestamp_micros(m).single())
-        .unwrap_or_else(|| invalid(format!("{what} is out of range")))
+    match micros.checked_add(PG_EPOCH_UNIX_MICROS).and_then(|m| Utc.timestamp_micros(m).single()) {
+        Some(d) => d,
+        None if micros > 0 => DateTime::<Utc>::MAX_UTC,
+        None => invalid(format!("{what} is out of range")),
+    }
+}
+
+/// [`to_chrono`] for an instant fire times are computed from: also refuses one before
+/// [`cron::EARLIEST`] (22008).
+fn start_instant(what: &str, t: TimestampWithTimeZone) -> DateTime<Utc> {
+    let t = to_chrono(what, t);
+    if let Err(e) = cron::check_instant(what, t) {
+        ereport!(ERROR, PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW, e.to_string());
+    }
+    t
 }
 
 fn from_chrono(t: DateTime<Utc>) -> Option<TimestampWithTimeZone> {
@@ -41,8 +56,9 @@ fn from_chrono(t: DateTime<Utc>) -> Option<TimestampWithTimeZone> {
 
 /// SQL: `jq.cron_next(cron text, after timestamptz, timezone text DEFAULT 'UTC') RETURNS
 /// timestamptz`: the first fire time of `cron` strictly after `after`, evaluated in the IANA
-/// zone `timezone` (NULL past year 4999). Errors: 22023 invalid expression, unknown zone or
-/// infinite `after`.
+/// zone `timezone`; NULL when there is none before year 5000 (as an instant in UTC and as a wall
+/// time in the zone). Errors: 22023 invalid expression, unknown zone or infinite `after`; 22008
+/// `after` before 0001-01-02 00:00:00+00.
 #[pg_extern(immutable, strict, parallel_safe)]
 fn cron_next(
     cron: &str,
@@ -50,12 +66,13 @@ fn cron_next(
     timezone: default!(&str, "'UTC'"),
 ) -> Option<TimestampWithTimeZone> {
     let (e, tz) = expr_and_zone(cron, timezone);
-    e.next_after(to_chrono("after", after), tz).and_then(from_chrono)
+    e.next_after(start_instant("after", after), tz).and_then(from_chrono)
 }
 
 /// SQL: `jq.cron_fires(cron text, after timestamptz, until timestamptz, timezone text DEFAULT
 /// 'UTC', max integer DEFAULT 1000) RETURNS SETOF timestamptz`: the fire times in
-/// (`after`, `until`], in order, at most `max` (0 to 1,000,000). Errors: 22023.
+/// (`after`, `until`], in order, at most `max` (0 to 1,000,000). Errors: 22023, 22008 as
+/// `cron_next`.
 #[pg_extern(immutable, strict, parallel_safe)]
 fn cron_fires(
     cron: &str,
@@ -68,7 +85,7 @@ fn cron_fires(
         invalid(format!("max must be between 0 and 1000000, got {max}"));
     }
     let (e, tz) = expr_and_zone(cron, timezone);
-    let fires = e.fires(to_chrono("after", after), to_chrono("until", until), tz, max as usize);
+    let fires = e.fires(start_instant("after", after), to_chrono("until", until), tz, max as usize);
     SetOfIterator::new(fires.into_iter().filter_map(from_chrono))
 }
 
@@ -89,7 +106,8 @@ fn _cron_check(cron: Option<&str>, timezone: Option<&str>) {
 
 /// SQL: `jq._cron_latest(cron text, timezone text, since timestamptz, until timestamptz, keep
 /// integer) RETURNS SETOF timestamptz`: the latest `keep` fire times in [`since`, `until`], in
-/// order. Its cost does not grow with how long ago `since` was. Errors: 22023.
+/// order. Its cost does not grow with how long ago `since` was. Errors: 22023, 22008 `since`
+/// before 0001-01-02 00:00:00+00.
 #[pg_extern(immutable, strict, parallel_safe)]
 fn _cron_latest(
     cron: &str,
@@ -102,13 +120,13 @@ fn _cron_latest(
         invalid(format!("keep must be between 0 and 100000, got {keep}"));
     }
     let (e, tz) = expr_and_zone(cron, timezone);
-    let fires = e.latest(to_chrono("since", since), to_chrono("until", until), tz, keep as usize);
+    let fires = e.latest(start_instant("since", since), to_chrono("until", until), tz, keep as usize);
     SetOfIterator::new(fires.into_iter().filter_map(from_chrono))
 }
 
 /// SQL: `jq._cron_count(cron text, timezone text, since timestamptz, until timestamptz, cap
 /// bigint) RETURNS bigint`: how many fire times lie in [`since`, `until`], counting at most
-/// `cap` (about 1-2 µs each). Errors: 22023.
+/// `cap` (about 1-2 µs each). Errors: 22023, 22008 `since` before 0001-01-02 00:00:00+00.
 #[pg_extern(immutable, strict, parallel_safe)]
 fn _cron_count(
     cron: &str,
@@ -121,5 +139,5 @@ fn _cron_count(
         invalid(format!("cap must not be negative, got {cap}"));
     }
     let (e, tz) = expr_and_zone(cron, timezone);
-    e.count(to_chrono("since", since), to_chrono("until", until), tz, cap as u64) as i64
+    e.count(start_instant("since", since), to_chrono("until", until), tz, cap as u64) as i64
 }

@@ -48,6 +48,11 @@ fn apply_breaks(c: &mut Client) {
         // A failing schedule's error is no longer caught: it escapes jq.cron_tick.
         sabotage(c, CRON_TICK, "EXCEPTION WHEN OTHERS THEN\n            -- A broken row", "EXCEPTION WHEN division_by_zero THEN\n            -- A broken row", 1);
     }
+    if broken("cron_no_clock_guard") {
+        // jq.cron_tick no longer takes the rows whose next_run_at was computed from a later
+        // instant than the pass (the clock went back).
+        sabotage(c, CRON_TICK, "WHERE g.enabled AND g.next_run_from > cron_tick.at", "WHERE false", 1);
+    }
     if broken("cron_zone_ignored") {
         // Schedules are evaluated in UTC whatever their zone (pg_cron before 1.5, Q22).
         sabotage(c, CRON_FIRE, "s.timezone", "'UTC'", 3);
@@ -136,6 +141,42 @@ fn two_passes_for_the_same_minute_enqueue_one_job_even_after_a_clock_step() {
     // Later minutes still fire.
     assert_eq!(tick(&mut a, m + 60), 1);
     assert_eq!(jobs_of(&mut a, "m"), 2);
+}
+
+/// A forward clock step that is then corrected (a VM resumed with a wrong clock, a bad RTC
+/// before NTP; here `jq.cron_tick(M + 1 year)` then `jq.cron_tick(M)`) does not silence a
+/// schedule for the length of the step: the pass at M sees that next_run_at was computed from a
+/// later instant and recomputes it from M, so the schedule fires at M + 1 minute. The fire time
+/// the step enqueued is still fenced by the fire log when the real clock reaches it.
+///
+/// Seen failing with JQ_TEST_BREAK=cron_no_clock_guard: after the pass at M + 30 s, next_run_at
+/// was still M + 1 year + 60 s ("next_run_at is still a year ahead").
+#[test]
+fn a_corrected_forward_clock_step_does_not_silence_a_schedule() {
+    let (_db, mut c) = setup("cron_clock_back");
+    c.batch_execute("SELECT jq.schedule('cb', '* * * * *', 'cq')").unwrap();
+    c.batch_execute("SELECT jq.schedule('cb_daily', '0 3 * * *', 'cq', misfire => 'skip')").unwrap();
+    let m = hour_ahead(&mut c, 1);
+    let year = epoch(&mut c, &format!("to_timestamp({m}) + interval '1 year'"));
+    assert_eq!(tick(&mut c, m), 1, "the minute M fires");
+    // The step: one job for the latest minute (fire_once), the rest of the year counted.
+    assert_eq!(tick(&mut c, year), 1);
+    let (fired0, skipped0, next) = counters(&mut c, "cb");
+    assert_eq!(next, Some(year + 60));
+    let daily_next = counters(&mut c, "cb_daily").2.unwrap();
+    assert!(daily_next > year);
+    // The clock is back, 30 s after M.
+    assert_eq!(tick(&mut c, m + 30), 0);
+    assert_eq!(counters(&mut c, "cb"), (fired0, skipped0, Some(m + 60)), "next_run_at is still a year ahead");
+    let daily_back = counters(&mut c, "cb_daily").2.unwrap();
+    assert!(daily_back > m && daily_back <= m + 86400, "the daily schedule is still a year ahead");
+    assert_eq!(tick(&mut c, m + 60), 1, "the schedule stayed silent after the clock went back");
+    assert_eq!(tick(&mut c, m + 120), 1);
+    assert_eq!(jobs_of(&mut c, "cb"), 4);
+    // A pass at the instant of the step again: its minute (the latest due) is not enqueued again.
+    assert_eq!(tick(&mut c, year), 0, "the fire time enqueued by the step was enqueued again");
+    assert_eq!(runs(&mut c, "cb").iter().filter(|r| r.0 == year).count(), 1);
+    assert_eq!(tick(&mut c, year + 60), 1);
 }
 
 /// Many sessions tick the same instants at once (several schedulers, a stale leader): every

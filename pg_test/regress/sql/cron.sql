@@ -56,6 +56,19 @@ SELECT pg_temp.z(jq.cron_next('0 12 * * *', '2024-06-01 00:00Z', 'europe/paris')
 SELECT pg_temp.z(jq.cron_next('* * * * *', '2024-01-01 10:00:00Z')),
        pg_temp.z(jq.cron_next('* * * * *', '2024-01-01 09:59:59.5Z')),
        jq.cron_next(NULL, now()) IS NULL AS null_in;
+-- The supported range: no fire time in year 5000 or later, as an instant in UTC or as a wall
+-- time in the zone (NULL); an instant before 0001-01-02 00:00:00+00 is refused (22008).
+SELECT pg_temp.z(jq.cron_next('* * * * *', '4999-12-31 23:58:30Z')) AS last,
+       jq.cron_next('* * * * *', '4999-12-31 23:59:59Z') IS NULL AS none_after_4999,
+       pg_temp.z(jq.cron_next('* * * * *', '4999-12-31 22:58:00Z', 'Europe/Paris')) AS last_paris,
+       jq.cron_next('* * * * *', '4999-12-31 22:59:00Z', 'Europe/Paris') IS NULL AS none_wall_5000,
+       jq.cron_next('* * * * *', '200000-01-01 00:00Z') IS NULL AS none_far;
+SELECT pg_temp.z(jq.cron_next('* * * * *', '0001-01-02 00:00:00Z')) AS first;
+SELECT jq.cron_next('* * * * *', '4713-01-01 00:00:00Z BC');
+\echo :LAST_ERROR_MESSAGE
+SELECT jq.cron_next('* * * * *', '0001-01-01 23:59:59Z', 'America/New_York');
+SELECT count(*) FROM jq.cron_fires('* * * * *', '0001-01-01 12:00Z', '0001-01-03 00:00Z');
+SELECT jq.cron_tick('0001-01-01 00:00:00Z');
 
 -- Invalid expressions and zones: 22023, the message naming the problem.
 SELECT jq.cron_next('', now());
@@ -74,6 +87,14 @@ SELECT jq.cron_next('* * * * 8', now());
 \echo :LAST_ERROR_MESSAGE
 SELECT jq.cron_next('*/0 * * * *', now());
 SELECT jq.cron_next('0 0 30 2 *', now());
+\echo :LAST_ERROR_MESSAGE
+-- A malformed field is named as written: a lone + (AND with no days), an empty list element,
+-- an L-L range (rewritten internally, reported as typed).
+SELECT jq.cron_next('0 0 * * +', now());
+\echo :LAST_ERROR_MESSAGE
+SELECT jq.cron_next('1,,2 * * * *', now());
+\echo :LAST_ERROR_MESSAGE
+SELECT jq.cron_next('0 0 L-L * *', now());
 \echo :LAST_ERROR_MESSAGE
 SELECT jq.cron_next('@reboot', now());
 \echo :LAST_ERROR_MESSAGE
