@@ -378,6 +378,11 @@ pub extern "C-unwind" fn jq_db_worker_main(arg: pg_sys::Datum) {
         if s.state == slot_state::RUNNING && s.pid != 0 && s.pid != me && process_alive(s.pid) {
             return true;
         }
+        // DROP/RENAME/copy of this database began while we connected: the hook found no pid
+        // to signal, so step aside ourselves (both sides hold the slot lock: no gap).
+        if s.state == slot_state::SUSPENDED && now < s.recheck_at {
+            return true;
+        }
         s.state = slot_state::RUNNING;
         s.pid = me;
         s.started_at = now;
