@@ -242,7 +242,12 @@ SELECT t.name AS queue,
        f.completed,
        f.cancelled,
        c.oldest_claimable_age,
-       t.paused
+       t.paused,
+       h.completed_5m,
+       h.failed_5m,
+       h.failed_15m,
+       h.lease_expired_15m,
+       w.wait_p95_5m
 FROM jq.queues t
 CROSS JOIN LATERAL (
     SELECT count(*) AS claimable, pg_catalog.now() - min(j.run_at) AS oldest_claimable_age
@@ -255,11 +260,83 @@ CROSS JOIN LATERAL (
     SELECT count(*) FILTER (WHERE j.state = 'dead') AS dead,
            count(*) FILTER (WHERE j.state = 'completed') AS completed,
            count(*) FILTER (WHERE j.state = 'cancelled') AS cancelled
-    FROM jq.jobs j WHERE j.queue = t.name AND j.state IN ('completed', 'dead', 'cancelled')) f;
+    FROM jq.jobs j WHERE j.queue = t.name AND j.state IN ('completed', 'dead', 'cancelled')) f
+-- Recent history: the BRIN index on finished_at limits the scan to the last 15 minutes.
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE e.outcome = 'completed'
+                              AND e.finished_at > pg_catalog.now() - interval '5 minutes') AS completed_5m,
+           count(*) FILTER (WHERE e.outcome = 'failed'
+                              AND e.finished_at > pg_catalog.now() - interval '5 minutes') AS failed_5m,
+           count(*) FILTER (WHERE e.outcome = 'failed') AS failed_15m,
+           count(*) FILTER (WHERE e.outcome = 'lease_expired') AS lease_expired_15m
+    FROM jq.executions e
+    WHERE e.finished_at > pg_catalog.now() - interval '15 minutes' AND e.queue = t.name) h
+-- Wait = claim time - due time (started_at - run_at) of the jobs claimed in the last 5 minutes
+-- that are still running or completed since (a failed job's run_at has moved to its retry).
+CROSS JOIN LATERAL (
+    SELECT pg_catalog.percentile_cont(0.95) WITHIN GROUP (ORDER BY x.wait) AS wait_p95_5m
+    FROM (SELECT j.started_at - j.run_at AS wait
+          FROM jq.jobs j
+          WHERE j.queue = t.name AND j.state = 'running'
+            AND j.started_at > pg_catalog.now() - interval '5 minutes'
+          UNION ALL
+          SELECT j.started_at - j.run_at
+          FROM jq.executions e JOIN jq.jobs j ON j.id = e.job_id AND j.claims = e.seq
+          WHERE e.queue = t.name AND e.outcome = 'completed'
+            AND e.finished_at > pg_catalog.now() - interval '5 minutes'
+            AND e.started_at > pg_catalog.now() - interval '5 minutes') x) w;
 COMMENT ON VIEW jq.queue_stats IS
 'One row per queue: depth = claimable (ready, due now) + scheduled (waiting for run_at, including '
 'retries in backoff); running; dead, completed and cancelled jobs still within retention; '
-'oldest_claimable_age (interval since the oldest claimable job became due; NULL when none); paused.';
+'oldest_claimable_age (interval since the oldest claimable job became due; NULL when none); '
+'paused; from the execution history: completed_5m and failed_5m (executions completed / failed '
+'in the last 5 minutes), failed_15m, lease_expired_15m (expired leases reaped in the last 15 '
+'minutes: crashed or stuck workers); wait_p95_5m: 95th percentile of the wait between a job '
+'becoming due and being claimed (started_at - run_at, interval), over the jobs claimed in the '
+'last 5 minutes that are running or completed (NULL when none). History counts need the '
+'queue''s history_retention to be at least 15 minutes.';
+
+CREATE VIEW jq.table_health AS
+SELECT c.relname::text AS table_name,
+       pg_catalog.pg_total_relation_size(c.oid) AS total_bytes,
+       st.n_live_tup AS live_tuples,
+       st.n_dead_tup AS dead_tuples,
+       CASE WHEN st.n_live_tup + st.n_dead_tup > 0
+            THEN round(st.n_dead_tup::numeric / (st.n_live_tup + st.n_dead_tup), 3) END AS dead_ratio,
+       st.last_autovacuum,
+       st.autovacuum_count,
+       o.oldest_xmin_age,
+       o.oldest_xact_age,
+       o.oldest_xact_pid
+FROM pg_catalog.pg_class c
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'jq'
+LEFT JOIN pg_catalog.pg_stat_all_tables st ON st.relid = c.oid
+CROSS JOIN LATERAL (
+    -- What holds vacuum back: the oldest snapshot (xmin) of any session, prepared transaction or
+    -- replication slot. Dead jobs older than it cannot be removed, whatever autovacuum does.
+    SELECT (SELECT max(x.age) FROM (
+                SELECT pg_catalog.age(a.backend_xmin) AS age FROM pg_catalog.pg_stat_activity a
+                WHERE a.backend_xmin IS NOT NULL
+                UNION ALL SELECT pg_catalog.age(p.transaction) FROM pg_catalog.pg_prepared_xacts p
+                UNION ALL SELECT pg_catalog.age(s.xmin) FROM pg_catalog.pg_replication_slots s
+                WHERE s.xmin IS NOT NULL
+                UNION ALL SELECT pg_catalog.age(s.catalog_xmin) FROM pg_catalog.pg_replication_slots s
+                WHERE s.catalog_xmin IS NOT NULL) x) AS oldest_xmin_age,
+           a.oldest_xact_age, a.oldest_xact_pid
+    FROM (SELECT pg_catalog.clock_timestamp() - a.xact_start AS oldest_xact_age, a.pid AS oldest_xact_pid
+          FROM pg_catalog.pg_stat_activity a
+          WHERE a.backend_xmin IS NOT NULL AND a.pid <> pg_catalog.pg_backend_pid()
+          ORDER BY a.xact_start NULLS LAST LIMIT 1) a
+    RIGHT JOIN (SELECT 1) one ON true) o
+WHERE c.relkind = 'r'
+ORDER BY pg_catalog.pg_total_relation_size(c.oid) DESC;
+COMMENT ON VIEW jq.table_health IS
+'One row per jq table: total_bytes (table, indexes and TOAST), live_tuples and dead_tuples with '
+'dead_ratio, last_autovacuum and autovacuum_count (pg_stat_all_tables); and, the same on every '
+'row, what holds vacuum back: oldest_xmin_age (transactions, the oldest xmin of any session, '
+'prepared transaction or replication slot), oldest_xact_age (interval) and oldest_xact_pid of '
+'the longest-open transaction holding a snapshot. A growing dead_tuples with a large '
+'oldest_xact_age means a long transaction keeps the queue''s dead rows alive.';
 
 -- The functions written in Rust (src/wakeup.rs, src/bgworker.rs).
 COMMENT ON FUNCTION jq._wake(text) IS
