@@ -4,6 +4,7 @@
 
 mod admin;
 mod enqueue;
+mod metrics;
 mod table;
 mod work;
 
@@ -102,6 +103,13 @@ pub enum Command {
     },
     /// List cron schedules (jq.schedules).
     Schedules,
+    /// Serve Prometheus metrics of the queues, tables and background worker.
+    ///
+    /// Per-queue gauges from jq.queue_stats (depth, claimable, running, dead, oldest claimable
+    /// age, recent completions, failures and expired leases, p95 wait), table health from
+    /// jq.table_health, and the maintenance worker from jq.status(), read afresh on every
+    /// scrape of http://ADDR/metrics. Alert rules: docs/observability.md.
+    Metrics(metrics::MetricsArgs),
 }
 
 /// A job state, as in jq.job_state.
@@ -254,6 +262,7 @@ async fn run(cli: &Cli) -> CliResult {
         Command::Work(args) => work::run(cli, args).await,
         Command::Enqueue(args) => enqueue::run(cli, args).await,
         Command::Queues => admin::queues(cli).await,
+        Command::Metrics(args) => metrics::run(cli, args).await,
         Command::Stats { watch } => admin::stats(cli, *watch).await,
         Command::Jobs { queue, state, limit } => admin::jobs(cli, queue, *state, *limit).await,
         Command::Retry { id } => admin::retry(cli, *id).await,

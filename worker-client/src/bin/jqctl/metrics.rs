@@ -1,0 +1,185 @@
+//! `jqctl metrics`: jq's per-queue gauges, table health and background-worker status in the
+//! Prometheus text exposition format, served on `--listen ADDR` at `/metrics` (or printed once
+//! with `--once`). Every scrape reads `jq.queue_stats`, `jq.table_health` and `jq.status()`
+//! afresh, so a dropped queue's series disappear. Alert rules: docs/observability.md.
+
+use crate::{connect, Cli, CliError, CliResult};
+use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+#[derive(clap::Args, Debug)]
+pub struct MetricsArgs {
+    /// Address to serve /metrics on, e.g. 127.0.0.1:9187.
+    #[arg(long, value_name = "ADDR", required_unless_present = "once")]
+    pub listen: Option<String>,
+    /// Print the metrics once to stdout and exit.
+    #[arg(long)]
+    pub once: bool,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct QueueLabel {
+    queue: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TableLabel {
+    table: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DatabaseLabel {
+    database: String,
+}
+
+type FGauge = Gauge<f64, AtomicU64>;
+
+fn family<L>(reg: &mut Registry, name: &str, help: &str) -> Family<L, FGauge>
+where
+    L: Clone + std::hash::Hash + Eq + EncodeLabelSet + std::fmt::Debug + Send + Sync + 'static,
+{
+    let f = Family::<L, FGauge>::default();
+    reg.register(name, help, f.clone());
+    f
+}
+
+/// One scrape: the exposition text.
+async fn scrape(client: &tokio_postgres::Client) -> Result<String, CliError> {
+    let mut reg = Registry::default();
+    let q = |reg: &mut Registry, n: &str, h: &str| family::<QueueLabel>(reg, n, h);
+    let depth = q(&mut reg, "jq_queue_depth", "Jobs claimable now or scheduled (jq.queue_stats.depth)");
+    let claimable = q(&mut reg, "jq_queue_claimable", "Jobs in state ready");
+    let scheduled = q(&mut reg, "jq_queue_scheduled", "Jobs in state scheduled (delayed or backing off)");
+    let running = q(&mut reg, "jq_queue_running", "Jobs in state running");
+    let dead = q(&mut reg, "jq_queue_dead", "Dead jobs within retention");
+    let oldest = q(&mut reg, "jq_queue_oldest_claimable_age_seconds", "Seconds since the oldest claimable job became due (0 when none)");
+    let paused = q(&mut reg, "jq_queue_paused", "1 when the queue is paused");
+    let completed5 = q(&mut reg, "jq_queue_completed_5m", "Executions completed in the last 5 minutes");
+    let failed5 = q(&mut reg, "jq_queue_failed_5m", "Executions failed in the last 5 minutes");
+    let failed15 = q(&mut reg, "jq_queue_failed_15m", "Executions failed in the last 15 minutes");
+    let expired15 = q(&mut reg, "jq_queue_lease_expired_15m", "Expired leases reaped in the last 15 minutes");
+    let wait95 = q(&mut reg, "jq_queue_wait_p95_5m_seconds", "95th percentile of due-to-claim wait of jobs claimed in the last 5 minutes");
+    for r in client
+        .query(
+            "SELECT queue, depth::float8, claimable::float8, scheduled::float8, running::float8, dead::float8,
+                    coalesce(extract(epoch FROM oldest_claimable_age), 0)::float8,
+                    CASE WHEN paused THEN 1 ELSE 0 END::float8,
+                    completed_5m::float8, failed_5m::float8, failed_15m::float8, lease_expired_15m::float8,
+                    extract(epoch FROM wait_p95_5m)::float8
+             FROM jq.queue_stats ORDER BY queue",
+            &[],
+        )
+        .await?
+    {
+        let l = QueueLabel { queue: r.get(0) };
+        for (i, f) in [&depth, &claimable, &scheduled, &running, &dead, &oldest, &paused, &completed5, &failed5, &failed15, &expired15]
+            .iter()
+            .enumerate()
+        {
+            f.get_or_create(&l).set(r.get::<_, f64>(i + 1));
+        }
+        if let Some(w) = r.get::<_, Option<f64>>(12) {
+            wait95.get_or_create(&l).set(w);
+        }
+    }
+    let t = |reg: &mut Registry, n: &str, h: &str| family::<TableLabel>(reg, n, h);
+    let bytes = t(&mut reg, "jq_table_total_bytes", "Table + indexes + TOAST size (jq.table_health)");
+    let dead_t = t(&mut reg, "jq_table_dead_tuples", "Dead tuples (pg_stat_all_tables)");
+    let ratio = t(&mut reg, "jq_table_dead_ratio", "dead / (live + dead)");
+    let xmin_age = family::<DatabaseLabel>(&mut reg, "jq_oldest_xmin_age", "Age in transactions of the oldest xmin holding back vacuum");
+    let xact_age = family::<DatabaseLabel>(&mut reg, "jq_oldest_xact_age_seconds", "Seconds the oldest snapshot-holding transaction has been open");
+    let db: String = client.query_one("SELECT current_database()::text", &[]).await?.get(0);
+    for (k, r) in client
+        .query(
+            "SELECT table_name, total_bytes::float8, coalesce(dead_tuples, 0)::float8, coalesce(dead_ratio, 0)::float8,
+                    coalesce(oldest_xmin_age, 0)::float8, coalesce(extract(epoch FROM oldest_xact_age), 0)::float8
+             FROM jq.table_health",
+            &[],
+        )
+        .await?
+        .into_iter()
+        .enumerate()
+    {
+        let l = TableLabel { table: r.get(0) };
+        bytes.get_or_create(&l).set(r.get(1));
+        dead_t.get_or_create(&l).set(r.get(2));
+        ratio.get_or_create(&l).set(r.get(3));
+        if k == 0 {
+            let d = DatabaseLabel { database: db.clone() };
+            xmin_age.get_or_create(&d).set(r.get(4));
+            xact_age.get_or_create(&d).set(r.get::<_, f64>(5).max(0.0));
+        }
+    }
+    let up = family::<DatabaseLabel>(&mut reg, "jq_worker_up", "1 when the database's maintenance worker is running");
+    let pass_age = family::<DatabaseLabel>(&mut reg, "jq_worker_last_pass_age_seconds", "Seconds since the worker's last maintenance pass");
+    let has_error = family::<DatabaseLabel>(&mut reg, "jq_worker_last_error", "1 when the last recorded worker error is less than 5 minutes old");
+    for r in client
+        .query(
+            "SELECT coalesce(database::text, '?'), CASE WHEN state = 'running' THEN 1 ELSE 0 END::float8,
+                    extract(epoch FROM clock_timestamp() - last_pass_at)::float8,
+                    CASE WHEN last_error_at > clock_timestamp() - interval '5 minutes' THEN 1 ELSE 0 END::float8
+             FROM jq.status()",
+            &[],
+        )
+        .await?
+    {
+        let d = DatabaseLabel { database: r.get(0) };
+        up.get_or_create(&d).set(r.get(1));
+        if let Some(a) = r.get::<_, Option<f64>>(2) {
+            pass_age.get_or_create(&d).set(a);
+        }
+        has_error.get_or_create(&d).set(r.get(3));
+    }
+    let mut out = String::new();
+    encode(&mut out, &reg).map_err(|e| CliError(format!("cannot encode the metrics: {e}")))?;
+    Ok(out)
+}
+
+pub async fn run(cli: &Cli, args: &MetricsArgs) -> CliResult {
+    let client = connect(cli).await?;
+    if args.once {
+        print!("{}", scrape(&client).await?);
+        return Ok(());
+    }
+    let addr = args.listen.clone().unwrap_or_default();
+    let server = tiny_http::Server::http(&addr).map_err(|e| CliError(format!("cannot listen on {addr}: {e}")))?;
+    tracing::info!("serving Prometheus metrics on http://{addr}/metrics");
+    let handle = tokio::runtime::Handle::current();
+    let client = std::sync::Arc::new(tokio::sync::Mutex::new(client));
+    let cli_url = cli.database_url.clone();
+    tokio::task::spawn_blocking(move || {
+        for req in server.incoming_requests() {
+            if req.url() != "/metrics" {
+                let _ = req.respond(tiny_http::Response::from_string("see /metrics\n").with_status_code(404));
+                continue;
+            }
+            let result = handle.block_on(async {
+                let mut guard = client.lock().await;
+                if guard.is_closed() {
+                    // Reconnect after a server restart or a dropped connection.
+                    let cli = Cli { database_url: cli_url.clone(), verbose: 0, quiet: true, command: crate::Command::Queues };
+                    *guard = connect(&cli).await?;
+                }
+                scrape(&guard).await
+            });
+            let resp = match result {
+                Ok(body) => tiny_http::Response::from_string(body).with_header(
+                    tiny_http::Header::from_bytes(&b"Content-Type"[..], &b"text/plain; version=0.0.4; charset=utf-8"[..])
+                        .expect("static header"),
+                ),
+                Err(CliError(msg)) => {
+                    tracing::warn!("scrape failed: {msg}");
+                    tiny_http::Response::from_string(format!("jq scrape failed: {msg}\n")).with_status_code(503)
+                }
+            };
+            let _ = req.respond(resp);
+        }
+    })
+    .await
+    .map_err(|e| CliError(format!("metrics server stopped: {e}")))?;
+    Ok(())
+}
