@@ -39,6 +39,17 @@ fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> Option<Duratio
     None
 }
 
+/// Runs `sql` (a waiting claim) on a new connection to `db` in a thread; the thread returns
+/// when the claim returned and how many rows it got.
+fn waiting_claim(db: &TestDb, sql: &'static str) -> std::thread::JoinHandle<(Instant, usize)> {
+    let name = db.name.clone();
+    std::thread::spawn(move || {
+        let mut w = Client::connect(&conninfo(&name), NoTls).unwrap();
+        let rows = w.query(sql, &[]).unwrap();
+        (Instant::now(), rows.len())
+    })
+}
+
 /// The maintenance worker of `db` is running and has completed a pass; returns its pid.
 fn served(db: &TestDb, limit: Duration) -> i32 {
     let mut c = db.connect();
@@ -146,12 +157,7 @@ fn a_waiting_claim_returns_right_after_the_enqueue_commits_and_not_before() {
                  "jq._wake(t.name)", "true", 2);
     }
     c.batch_execute("SELECT jq.create_queue('q')").unwrap();
-    let name = db.name.clone();
-    let waiter = std::thread::spawn(move || {
-        let mut w = Client::connect(&conninfo(&name), NoTls).unwrap();
-        let rows = w.query("SELECT id FROM jq.claim('q', 'w', wait => '10 s')", &[]).unwrap();
-        (Instant::now(), rows.len())
-    });
+    let waiter = waiting_claim(&db, "SELECT id FROM jq.claim('q', 'w', wait => '10 s')");
     std::thread::sleep(Duration::from_millis(500));
     // The producer's transaction stays open for 1 s after the enqueue: nothing may be claimed
     // before its commit.
@@ -217,12 +223,7 @@ fn a_waiting_claim_on_a_full_capped_queue_is_woken_when_a_job_completes() {
     c.batch_execute("SELECT jq.create_queue('q', max_concurrency => 1)").unwrap();
     c.batch_execute("SELECT jq.enqueue('q', '{}'); SELECT jq.enqueue('q', '{}')").unwrap();
     let first = claim(&mut c, "q", "w1", 1, None).pop().unwrap();
-    let name = db.name.clone();
-    let waiter = std::thread::spawn(move || {
-        let mut w = Client::connect(&conninfo(&name), NoTls).unwrap();
-        let rows = w.query("SELECT id FROM jq.claim('q', 'w2', wait => '10 s')", &[]).unwrap();
-        (Instant::now(), rows.len())
-    });
+    let waiter = waiting_claim(&db, "SELECT id FROM jq.claim('q', 'w2', wait => '10 s')");
     std::thread::sleep(Duration::from_millis(500));
     // The waiter holds no lock on the queue row while it waits: pausing does not block.
     c.batch_execute("SET lock_timeout = '1s'; SELECT jq.pause('q'); SELECT jq.resume('q')").unwrap();
@@ -406,12 +407,7 @@ fn a_waiting_claim_on_an_empty_capped_queue_waits() {
     assert_eq!(n, 0);
     assert!(t.elapsed() >= Duration::from_millis(1400), "returned after {:?}", t.elapsed());
     // And it is woken by an enqueue.
-    let name = db.name.clone();
-    let waiter = std::thread::spawn(move || {
-        let mut w = Client::connect(&conninfo(&name), NoTls).unwrap();
-        let rows = w.query("SELECT id FROM jq.claim('q', 'w', wait => '10 s')", &[]).unwrap();
-        (Instant::now(), rows.len())
-    });
+    let waiter = waiting_claim(&db, "SELECT id FROM jq.claim('q', 'w', wait => '10 s')");
     std::thread::sleep(Duration::from_millis(500));
     c.batch_execute("SELECT jq.enqueue('q', '{}')").unwrap();
     let committed = Instant::now();
@@ -461,12 +457,7 @@ fn a_claim_rolled_back_to_a_savepoint_wakes_a_waiter() {
     c.batch_execute("SELECT jq.create_queue('q'); SELECT jq.enqueue('q', '{}')").unwrap();
     c.batch_execute("BEGIN; SAVEPOINT s").unwrap();
     assert_eq!(claim(&mut c, "q", "s", 1, None).len(), 1);
-    let name = db.name.clone();
-    let waiter = std::thread::spawn(move || {
-        let mut w = Client::connect(&conninfo(&name), NoTls).unwrap();
-        let rows = w.query("SELECT id FROM jq.claim('q', 'w', wait => '8 s')", &[]).unwrap();
-        (Instant::now(), rows.len())
-    });
+    let waiter = waiting_claim(&db, "SELECT id FROM jq.claim('q', 'w', wait => '8 s')");
     std::thread::sleep(Duration::from_millis(500));
     assert!(!waiter.is_finished(), "the waiter got a job that is claimed");
     let rolled_back = Instant::now();

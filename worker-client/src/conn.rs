@@ -18,8 +18,9 @@ pub(crate) async fn connect(config: &Config) -> Result<Client, Error> {
     Ok(client)
 }
 
-/// [`Error::Connect`] for a failed connection attempt, as one line.
-pub(crate) fn connect_error(config: &Config, e: &tokio_postgres::Error) -> Error {
+/// [`Error::Connect`] for a failed connection attempt to `config`, as one line: the server's
+/// message with its SQLSTATE, or the chain of I/O causes.
+pub fn connect_error(config: &Config, e: &tokio_postgres::Error) -> Error {
     let target = crate::describe_target(config);
     let reason = match e.as_db_error() {
         Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),

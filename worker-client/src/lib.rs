@@ -60,6 +60,7 @@ mod conn;
 mod worker;
 
 pub use config::{config_from_env, describe_target};
+pub use conn::connect_error;
 pub use worker::{RunStats, Worker, WorkerBuilder};
 
 /// The error type handlers return: any error, turned into the `jq.fail` message with its

@@ -183,13 +183,10 @@ pub async fn connect(cli: &Cli) -> Result<tokio_postgres::Client, CliError> {
     if config.get_application_name() == Some("jq-worker-client") {
         config.application_name("jqctl");
     }
-    let (client, connection) = config.connect(tokio_postgres::NoTls).await.map_err(|e| {
-        CliError(format!(
-            "cannot connect to PostgreSQL at {}: {}",
-            worker_client::describe_target(&config),
-            connect_reason(&e)
-        ))
-    })?;
+    let (client, connection) = config
+        .connect(tokio_postgres::NoTls)
+        .await
+        .map_err(|e| CliError::from(worker_client::connect_error(&config, &e)))?;
     tokio::spawn(async move {
         let _ = connection.await;
     });
@@ -200,22 +197,6 @@ pub async fn connect(cli: &Cli) -> Result<tokio_postgres::Client, CliError> {
         return Err(worker_client::Error::NotInstalled(config.get_dbname().unwrap_or("?").to_string()).into());
     }
     Ok(client)
-}
-
-fn connect_reason(e: &tokio_postgres::Error) -> String {
-    if let Some(db) = e.as_db_error() {
-        return format!("{} (SQLSTATE {})", db.message(), db.code().code());
-    }
-    let mut s = e.to_string();
-    let mut src = std::error::Error::source(e);
-    while let Some(inner) = src {
-        let t = inner.to_string();
-        if !s.contains(&t) {
-            s = format!("{s}: {t}");
-        }
-        src = inner.source();
-    }
-    s
 }
 
 fn init_logging(cli: &Cli) {
