@@ -94,11 +94,13 @@ else
     echo "== maintenance: jq's background worker"
 fi
 
-echo "== running $workers workers: jqctl work --queue compress --queue checksum --queue reports -c 4 -- main-job-task.sh"
+# Queues are claimed in the order given (earlier ones first): the rare cron reports first, so
+# they do not wait for the checksum backlog; compress before checksum, so finished files leave.
+echo "== running $workers workers: jqctl work --queue reports --queue compress --queue checksum -c 4 -- main-job-task.sh"
 worker_pids=()
 rm -f "$run"/worker-*.log
 for w in $(seq 1 "$workers"); do
-    "$JQCTL" -q work --worker "main-$w" --queue compress --queue checksum --queue reports -c 4 \
+    "$JQCTL" -q work --worker "main-$w" --queue reports --queue compress --queue checksum -c 4 \
         -- "$root/worker-client/main-job-task.sh" 2>"$run/worker-$w.log" &
     worker_pids+=($!); pids+=($!)
 done
