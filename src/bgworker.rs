@@ -577,6 +577,7 @@ fn suspend_database(dbname: *const std::ffi::c_char) {
 /// `CREATE DATABASE … TEMPLATE x`, which all refuse to run while another session is connected
 /// to that database, stop jq's maintenance worker there, so that jq never blocks them.
 #[pg_guard]
+#[allow(clippy::too_many_arguments)] // PostgreSQL's ProcessUtility_hook signature
 unsafe extern "C-unwind" fn utility_hook(
     pstmt: *mut pg_sys::PlannedStmt,
     query_string: *const std::ffi::c_char,

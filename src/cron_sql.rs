@@ -31,7 +31,7 @@ fn to_chrono(what: &str, t: TimestampWithTimeZone) -> DateTime<Utc> {
     if !t.is_finite() {
         invalid(format!("{what} must be a finite timestamp"));
     }
-    let micros = i64::from(pg_sys::TimestampTz::from(t));
+    let micros = pg_sys::TimestampTz::from(t);
     match micros.checked_add(PG_EPOCH_UNIX_MICROS).and_then(|m| Utc.timestamp_micros(m).single()) {
         Some(d) => d,
         None if micros > 0 => DateTime::<Utc>::MAX_UTC,

@@ -17,6 +17,7 @@
 
 use crate::{gucs, shmem};
 use pgrx::prelude::*;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{fence, Ordering};
 
 const READY: u8 = 1;
@@ -35,20 +36,22 @@ struct Pending {
     abort: u32,
 }
 
-static mut PENDING: Vec<Pending> = Vec::new();
-static mut CALLBACK_REGISTERED: bool = false;
-/// This backend holds a waiter slot.
-static mut WAITING: bool = false;
-/// This transaction installed jq here: tell the launcher at commit.
-static mut EXTENSION_CREATED: bool = false;
+// Backend-local state. A backend is single-threaded; thread-locals keep that safe in Rust terms.
+thread_local! {
+    static PENDING: RefCell<Vec<Pending>> = const { RefCell::new(Vec::new()) };
+    static CALLBACK_REGISTERED: Cell<bool> = const { Cell::new(false) };
+    /// This backend holds a waiter slot.
+    static WAITING: Cell<bool> = const { Cell::new(false) };
+    /// This transaction installed jq here: tell the launcher at commit.
+    static EXTENSION_CREATED: Cell<bool> = const { Cell::new(false) };
+    /// Where the next waiter scan starts, so that wakeups rotate over the waiters of a queue.
+    static CURSOR: Cell<usize> = const { Cell::new(0) };
+}
 
 /// Asks for the launcher to be told at commit that jq now exists in this database.
 pub fn note_extension_created() {
-    // SAFETY: single-threaded backend.
-    unsafe {
-        ensure_callback();
-        EXTENSION_CREATED = true;
-    }
+    ensure_callback();
+    EXTENSION_CREATED.set(true);
 }
 
 fn announce_extension(db: u32) {
@@ -76,11 +79,8 @@ pub fn queue_hash(name: &str) -> u32 {
 
 fn note(queue: &str, what: u8) {
     let h = queue_hash(queue);
-    // SAFETY: backends are single-threaded; PENDING is only touched from SQL calls and the
-    // transaction callbacks of this backend.
-    unsafe {
-        ensure_callback();
-        let pending = &mut *(&raw mut PENDING);
+    ensure_callback();
+    PENDING.with_borrow_mut(|pending| {
         let i = match pending.iter().position(|p| p.hash == h) {
             Some(i) => i,
             None => {
@@ -94,17 +94,18 @@ fn note(queue: &str, what: u8) {
             SLOT => e.slot = e.slot.saturating_add(1),
             _ => e.abort = e.abort.saturating_add(1),
         }
-    }
+    });
 }
 
-unsafe fn ensure_callback() {
-    // SAFETY: single-threaded backend; the callback stays registered for the backend's life.
-    unsafe {
-        if !CALLBACK_REGISTERED {
+fn ensure_callback() {
+    if !CALLBACK_REGISTERED.get() {
+        // SAFETY: registers this library's callbacks once per backend; they stay registered
+        // for the backend's life (the library is never unloaded).
+        unsafe {
             pg_sys::RegisterXactCallback(Some(xact_callback), std::ptr::null_mut());
             pg_sys::RegisterSubXactCallback(Some(subxact_callback), std::ptr::null_mut());
-            CALLBACK_REGISTERED = true;
         }
+        CALLBACK_REGISTERED.set(true);
     }
 }
 
@@ -116,17 +117,11 @@ unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: 
     if !commit && !abort && event != XACT_EVENT_PREPARE {
         return;
     }
-    // SAFETY: single-threaded backend (see `note`).
-    let pending = unsafe { std::mem::take(&mut *(&raw mut PENDING)) };
+    let pending = PENDING.take();
     stop_waiting();
-    // SAFETY: single-threaded backend; MyDatabaseId is set in a connected backend.
-    unsafe {
-        if EXTENSION_CREATED {
-            EXTENSION_CREATED = false;
-            if commit {
-                announce_extension(pg_sys::MyDatabaseId.to_u32());
-            }
-        }
+    if EXTENSION_CREATED.replace(false) && commit {
+        // SAFETY: MyDatabaseId is set in a connected backend.
+        announce_extension(unsafe { pg_sys::MyDatabaseId }.to_u32());
     }
     if pending.is_empty() || event == XACT_EVENT_PREPARE {
         return;
@@ -152,20 +147,18 @@ unsafe extern "C-unwind" fn subxact_callback(
     // A claim rolled back to a savepoint (or by a plpgsql EXCEPTION block) hands its jobs back
     // now: wake for them at once. The entries stay, so a later top-level abort wakes again
     // (spurious, harmless); the commit of the outer transaction ignores them.
-    // SAFETY: single-threaded backend.
-    let pending = unsafe { &*(&raw const PENDING) };
-    let wakes: Vec<Pending> = pending
-        .iter()
-        .filter(|p| p.abort > 0)
-        .map(|p| Pending { hash: p.hash, ready: p.abort, slot: 0, abort: 0 })
-        .collect();
+    let wakes: Vec<Pending> = PENDING.with_borrow(|pending| {
+        pending
+            .iter()
+            .filter(|p| p.abort > 0)
+            .map(|p| Pending { hash: p.hash, ready: p.abort, slot: 0, abort: 0 })
+            .collect()
+    });
     if !wakes.is_empty() {
         wake(&wakes, false);
     }
 }
 
-/// Where the next waiter scan starts, so that wakeups rotate over the waiters of a queue.
-static mut CURSOR: usize = 0;
 
 /// Sets the latches of waiters of this database: for each entry, as many waiters of its queue
 /// as jobs became claimable (`ready`), plus as many waiting on it as a capped queue as running
@@ -197,10 +190,10 @@ fn wake(wakes: &[Pending], notify: bool) {
     }
     // Budget per entry: (ready wakes left, slot wakes left).
     let mut budget: Vec<(u32, u32, u32)> = wakes.iter().map(|p| (p.hash, p.ready, p.slot)).collect();
-    // SAFETY: single-threaded backend.
-    let start = unsafe {
-        CURSOR = CURSOR.wrapping_add(1);
-        CURSOR % n
+    let start = {
+        let c = CURSOR.get().wrapping_add(1);
+        CURSOR.set(c);
+        c % n
     };
     for k in 0..n {
         if budget.iter().all(|b| b.1 == 0 && b.2 == 0) {
@@ -243,12 +236,8 @@ fn wake(wakes: &[Pending], notify: bool) {
 /// was cancelled, or it claimed something else), so the wakeup is passed on to one other waiter
 /// of its first queue (a spurious one at worst).
 fn stop_waiting() {
-    // SAFETY: single-threaded backend.
-    unsafe {
-        if !WAITING {
-            return;
-        }
-        WAITING = false;
+    if !WAITING.replace(false) {
+        return;
     }
     let Some(sh) = shmem::get() else { return };
     let me = shmem::my_procno();
@@ -284,12 +273,12 @@ fn _wake_n(queue: &str, n: i32) -> bool {
     if n > 0 {
         note(queue, READY);
         let h = queue_hash(queue);
-        // SAFETY: single-threaded backend; `note` just created or found the entry.
-        unsafe {
-            if let Some(e) = (*(&raw mut PENDING)).iter_mut().find(|p| p.hash == h) {
+        // `note` just created or found the entry.
+        PENDING.with_borrow_mut(|pending| {
+            if let Some(e) = pending.iter_mut().find(|p| p.hash == h) {
                 e.ready = e.ready.saturating_add((n - 1) as u32);
             }
-        }
+        });
     }
     true
 }
@@ -323,12 +312,9 @@ fn _wait_register(queues: Vec<String>, capped: Vec<bool>) -> bool {
     if me < 0 || me as usize >= shmem::MAX_WAITERS {
         return false;
     }
-    // SAFETY: single-threaded backend.
-    unsafe {
-        ensure_callback();
-        if WAITING {
-            stop_waiting();
-        }
+    ensure_callback();
+    if WAITING.get() {
+        stop_waiting();
     }
     let w = &sh.waiters[me as usize];
     w.db.store(0, Ordering::Release);
@@ -344,8 +330,7 @@ fn _wait_register(queues: Vec<String>, capped: Vec<bool>) -> bool {
     // SAFETY: MyDatabaseId is set in a connected backend.
     w.db.store(unsafe { pg_sys::MyDatabaseId }.to_u32(), Ordering::Release);
     sh.waiters_active.fetch_add(1, Ordering::SeqCst);
-    // SAFETY: single-threaded backend.
-    unsafe { WAITING = true };
+    WAITING.set(true);
     true
 }
 
@@ -355,17 +340,18 @@ fn _wait_register(queues: Vec<String>, capped: Vec<bool>) -> bool {
 /// Returns false if the deadline had already passed, true otherwise.
 #[pg_extern(volatile, parallel_unsafe)]
 fn _wait(deadline: TimestampWithTimeZone) -> bool {
+    // SAFETY: a plain PostgreSQL call.
+    let now = unsafe { pg_sys::GetCurrentTimestamp() };
+    let left_us = i64::from(deadline) - now;
+    if left_us <= 0 {
+        return false;
+    }
+    let mut timeout_ms = (left_us + 999) / 1000;
+    if !WAITING.get() {
+        timeout_ms = timeout_ms.min(gucs::POLL_INTERVAL_MS.get() as i64);
+    }
     // SAFETY: plain PostgreSQL calls on this backend's own latch.
     unsafe {
-        let now = pg_sys::GetCurrentTimestamp();
-        let left_us = i64::from(deadline) - now;
-        if left_us <= 0 {
-            return false;
-        }
-        let mut timeout_ms = (left_us + 999) / 1000;
-        if !WAITING {
-            timeout_ms = timeout_ms.min(gucs::POLL_INTERVAL_MS.get() as i64);
-        }
         pg_sys::WaitLatch(
             pg_sys::MyLatch,
             (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
