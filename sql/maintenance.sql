@@ -9,24 +9,39 @@ CREATE FUNCTION jq._promote(now timestamptz, batch integer DEFAULT 5000) RETURNS
 LANGUAGE plpgsql AS $$
 DECLARE
     v_count integer;
+    v_keys  record;
 BEGIN
     -- jq._wake (per row, deduplicated in memory) wakes waiting claims of these queues at commit.
+    -- A job with a concurrency key that never ran has no slot of its key: it goes blocked, and
+    -- jq._key_fill_many (after, in key order) makes the keys' next jobs ready; one scheduled
+    -- again after a claim (retry, snooze) still holds its slot and goes ready.
     WITH moved AS (
-        UPDATE jq.jobs j SET state = 'ready'
+        UPDATE jq.jobs j SET state = CASE WHEN j.concurrency_key IS NULL OR j.claims > 0 THEN 'ready'
+                                          ELSE 'blocked' END::jq.job_state
         WHERE j.id = ANY (ARRAY(
             SELECT d.id FROM jq.jobs d
             WHERE d.state = 'scheduled' AND d.run_at <= _promote.now
             ORDER BY d.run_at
             LIMIT _promote.batch
             FOR UPDATE SKIP LOCKED)) AND j.state = 'scheduled' AND j.run_at <= _promote.now
-        RETURNING j.queue
+        RETURNING j.queue, j.state, j.concurrency_key
     )
-    SELECT count(*) INTO v_count FROM moved m WHERE jq._wake(m.queue);
+    SELECT count(*) AS n,
+           pg_catalog.array_agg(m.queue) FILTER (WHERE m.state = 'blocked') AS queues,
+           pg_catalog.array_agg(m.concurrency_key) FILTER (WHERE m.state = 'blocked') AS keys
+    INTO v_keys
+    FROM moved m WHERE CASE WHEN m.state = 'ready' THEN jq._wake(m.queue) ELSE true END;
+    v_count := v_keys.n;
+    IF v_keys.queues IS NOT NULL THEN
+        PERFORM jq._key_fill_many(v_keys.queues, v_keys.keys,
+                                  pg_catalog.array_fill(0, ARRAY[pg_catalog.cardinality(v_keys.queues)]));
+    END IF;
     RETURN v_count;
 END $$;
 COMMENT ON FUNCTION jq._promote(timestamptz, integer) IS
 'Maintenance: moves up to batch scheduled jobs with run_at <= now to ready (run_at is kept: it is '
-'when the job became due) and returns how many. Safe to run concurrently.';
+'when the job became due) and returns how many. A job with a concurrency key that has not run '
+'yet goes through its key: blocked, then ready if the key has a free slot. Safe to run concurrently.';
 
 CREATE FUNCTION jq._reap(now timestamptz, batch integer DEFAULT 1000) RETURNS integer
 LANGUAGE plpgsql AS $$
@@ -60,7 +75,14 @@ BEGIN
             LIMIT _reap.batch
             FOR UPDATE SKIP LOCKED)) AND j.state = 'running' AND j.lease_expires_at < _reap.now
         RETURNING j.id, j.claims, j.attempt, j.state, j.started_at, j.lease_expires_at, j.queue,
-                  j.worker
+                  j.worker, j.concurrency_key
+    ), keyed AS (
+        -- A reaped job that ended (dead, cancelled) frees its key's slot; one back in ready
+        -- keeps it. All keys at once, in key order (jq._key_fill_many); one row.
+        SELECT CASE WHEN count(*) > 0 THEN
+                   jq._key_fill_many(pg_catalog.array_agg(b.queue), pg_catalog.array_agg(b.concurrency_key),
+                                     pg_catalog.array_agg(1)) END AS moved
+        FROM back b WHERE b.concurrency_key IS NOT NULL AND b.state <> 'ready'
     )
     INSERT INTO jq.executions (job_id, seq, attempt, outcome, started_at, lease_expires_at,
                                finished_at, queue, worker, error)
@@ -69,7 +91,7 @@ BEGIN
            CASE WHEN b.state = 'dead' THEN 'lease expired; max_lease_expiries reached'
                 WHEN b.state = 'cancelled' THEN 'lease expired after a cancellation request'
                 ELSE 'lease expired' END
-    FROM back b
+    FROM back b, keyed k
     -- At commit, wake waiting claims: the job is claimable again, or its slot of a capped queue
     -- is free.
     WHERE CASE WHEN b.state = 'ready' THEN jq._wake(b.queue) ELSE jq._wake_slot(b.queue) END;
@@ -242,7 +264,8 @@ SELECT t.name AS queue,
        f.completed,
        f.cancelled,
        c.oldest_claimable_age,
-       t.paused
+       t.paused,
+       b.blocked
 FROM jq.queues t
 CROSS JOIN LATERAL (
     SELECT count(*) AS claimable, pg_catalog.now() - min(j.run_at) AS oldest_claimable_age
@@ -255,11 +278,14 @@ CROSS JOIN LATERAL (
     SELECT count(*) FILTER (WHERE j.state = 'dead') AS dead,
            count(*) FILTER (WHERE j.state = 'completed') AS completed,
            count(*) FILTER (WHERE j.state = 'cancelled') AS cancelled
-    FROM jq.jobs j WHERE j.queue = t.name AND j.state IN ('completed', 'dead', 'cancelled')) f;
+    FROM jq.jobs j WHERE j.queue = t.name AND j.state IN ('completed', 'dead', 'cancelled')) f
+CROSS JOIN LATERAL (
+    SELECT count(*) AS blocked FROM jq.jobs j WHERE j.queue = t.name AND j.state = 'blocked') b;
 COMMENT ON VIEW jq.queue_stats IS
 'One row per queue: depth = claimable (ready, due now) + scheduled (waiting for run_at, including '
 'retries in backoff); running; dead, completed and cancelled jobs still within retention; '
-'oldest_claimable_age (interval since the oldest claimable job became due; NULL when none); paused.';
+'oldest_claimable_age (interval since the oldest claimable job became due; NULL when none); paused; '
+'blocked: due jobs waiting for a slot of their concurrency_key (not in depth).';
 
 -- The functions written in Rust (src/wakeup.rs, src/bgworker.rs).
 COMMENT ON FUNCTION jq._wake(text) IS

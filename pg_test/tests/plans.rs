@@ -337,7 +337,8 @@ const CLAIM_PICK: HotPath = HotPath {
     source: "SELECT p.id FROM jq.jobs p
              WHERE p.queue = claim.queue AND p.state = 'ready'
                AND EXISTS (SELECT FROM jq.queues g WHERE g.name = claim.queue
-                           AND NOT g.paused AND (g.max_concurrency IS NULL OR v_locked))
+                           AND NOT g.paused
+                           AND ((g.max_concurrency IS NULL AND g.rate_limit IS NULL) OR v_locked))
              ORDER BY p.priority DESC, p.run_at, p.id
              LIMIT v_limit
              FOR UPDATE OF p SKIP LOCKED",
@@ -353,7 +354,8 @@ const CLAIM_PICK_ONE: HotPath = HotPath {
     source: "SELECT p.id FROM jq.jobs p
              WHERE p.queue = claim.queue AND p.state = 'ready'
                AND EXISTS (SELECT FROM jq.queues g WHERE g.name = claim.queue
-                           AND NOT g.paused AND (g.max_concurrency IS NULL OR v_locked))
+                           AND NOT g.paused
+                           AND ((g.max_concurrency IS NULL AND g.rate_limit IS NULL) OR v_locked))
              ORDER BY p.priority DESC, p.run_at, p.id
              LIMIT 1
              FOR UPDATE OF p SKIP LOCKED",
@@ -419,10 +421,10 @@ const PRUNE_DEAD_PICK: HotPath = HotPath {
 
 const IDEMPOTENCY_LOOKUP: HotPath = HotPath {
     label: "jq.enqueue: lookup of the unfinished job holding an idempotency key",
-    function: "jq.enqueue(text,jsonb,text,timestamptz,interval,integer,integer,text)",
+    function: "jq.enqueue(text,jsonb,text,timestamptz,interval,integer,integer,text,text)",
     source: "SELECT j.id INTO v_id FROM jq.jobs j
              WHERE j.queue = enqueue.queue AND j.idempotency_key = enqueue.idempotency_key
-               AND j.state IN ('scheduled', 'ready', 'running')",
+               AND j.state IN ('scheduled', 'blocked', 'ready', 'running')",
     subst: &[("INTO v_id ", ""), ("enqueue.queue", "$1"), ("enqueue.idempotency_key", "$2")],
     types: "text, text",
 };
