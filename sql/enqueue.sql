@@ -161,10 +161,13 @@ BEGIN
     -- the end. No job is ever left behind in a dropped queue.
     IF enqueue.idempotency_key IS NULL THEN
         INSERT INTO jq.jobs (queue, kind, state, priority, max_attempts, run_at, created_at, payload,
-                             concurrency_key)
+                             concurrency_key, base_priority, next_age_at)
         SELECT t.name, coalesce(enqueue.kind, t.name), v_state, coalesce(enqueue.priority, 0),
                coalesce(enqueue.max_attempts, t.max_attempts), v_run_at, v_now, enqueue.payload,
-               enqueue.concurrency_key
+               enqueue.concurrency_key,
+               -- priority aging (docs/flow-control.md): NULLs unless the queue ages
+               CASE WHEN t.priority_aging IS NOT NULL THEN coalesce(enqueue.priority, 0) END,
+               v_run_at + t.priority_aging
         FROM jq.queues t WHERE t.name = enqueue.queue
           -- A job that is claimable at once wakes the claims waiting on its queue when this
           -- transaction commits (jq._wake returns true; it only notes the queue).
@@ -179,10 +182,12 @@ BEGIN
         -- return its id. The loop covers the holder finishing between our two statements.
         LOOP
             INSERT INTO jq.jobs (queue, kind, state, priority, max_attempts, run_at, created_at,
-                                 payload, idempotency_key, concurrency_key)
+                                 payload, idempotency_key, concurrency_key, base_priority, next_age_at)
             SELECT t.name, coalesce(enqueue.kind, t.name), v_state, coalesce(enqueue.priority, 0),
                    coalesce(enqueue.max_attempts, t.max_attempts), v_run_at, v_now, enqueue.payload,
-                   enqueue.idempotency_key, enqueue.concurrency_key
+                   enqueue.idempotency_key, enqueue.concurrency_key,
+                   CASE WHEN t.priority_aging IS NOT NULL THEN coalesce(enqueue.priority, 0) END,
+                   v_run_at + t.priority_aging
             FROM jq.queues t WHERE t.name = enqueue.queue
               AND (v_state <> 'ready' OR jq._wake(t.name))
             ON CONFLICT (queue, idempotency_key)
@@ -291,11 +296,14 @@ BEGIN
         -- One statement for the whole batch; ids follow array order.
         RETURN QUERY
         WITH ins AS (
-            INSERT INTO jq.jobs (queue, kind, state, priority, max_attempts, run_at, created_at, payload)
+            INSERT INTO jq.jobs (queue, kind, state, priority, max_attempts, run_at, created_at, payload,
+                                 base_priority, next_age_at)
             SELECT enqueue_many.queue, coalesce(s.kind, enqueue_many.queue),
                    CASE WHEN d.due > v_now THEN 'scheduled' ELSE 'ready' END::jq.job_state,
                    coalesce(s.priority, 0), coalesce(s.max_attempts, t.max_attempts), d.due, v_now,
-                   s.payload
+                   s.payload,
+                   CASE WHEN t.priority_aging IS NOT NULL THEN coalesce(s.priority, 0) END,
+                   d.due + t.priority_aging
             FROM jq._job_specs(enqueue_many.payloads, enqueue_many.specs, enqueue_many.kind,
                                enqueue_many.run_at, enqueue_many.delay, enqueue_many.priority,
                                enqueue_many.max_attempts) s,

@@ -43,6 +43,48 @@ COMMENT ON FUNCTION jq._promote(timestamptz, integer) IS
 'when the job became due) and returns how many. A job with a concurrency key that has not run '
 'yet goes through its key: blocked, then ready if the key has a free slot. Safe to run concurrently.';
 
+CREATE FUNCTION jq._age_steps(now timestamptz, run_at timestamptz, aging interval) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT LEAST(GREATEST(pg_catalog.floor(extract(epoch FROM now - run_at)
+                                           / extract(epoch FROM aging)), 0), 2147483647)::bigint
+$$;
+COMMENT ON FUNCTION jq._age_steps(timestamptz, timestamptz, interval) IS
+'Internal: whole aging intervals (aging, > 0) between run_at and now, 0 to 2^31-1.';
+
+CREATE FUNCTION jq._age(now timestamptz, batch integer DEFAULT 5000) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_count integer;
+BEGIN
+    -- Effective priority = base_priority + whole priority_aging intervals waited since run_at
+    -- (capped at the integer range); next_age_at = when it next rises. Stored in priority, so
+    -- the claim and its index are the same for every queue. A queue whose aging was turned off
+    -- gets its jobs' base priority back. Bounded batch, picked like promotion.
+    UPDATE jq.jobs j SET
+        priority = CASE WHEN q.priority_aging IS NULL THEN j.base_priority
+                        ELSE LEAST(j.base_priority::bigint
+                                   + jq._age_steps(_age.now, j.run_at, q.priority_aging),
+                                   2147483647)::integer END,
+        next_age_at = CASE WHEN q.priority_aging IS NULL THEN NULL
+                           ELSE j.run_at + (jq._age_steps(_age.now, j.run_at, q.priority_aging) + 1)
+                                           * q.priority_aging END
+    FROM jq.queues q
+    WHERE q.name = j.queue
+      AND j.id = ANY (ARRAY(
+          SELECT x.id FROM jq.jobs x
+          WHERE x.state = 'ready' AND x.next_age_at <= _age.now
+          ORDER BY x.next_age_at
+          LIMIT _age.batch
+          FOR UPDATE SKIP LOCKED)) AND j.state = 'ready' AND j.next_age_at <= _age.now;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END $$;
+COMMENT ON FUNCTION jq._age(timestamptz, integer) IS
+'Maintenance (priority aging, docs/flow-control.md): for up to batch ready jobs whose next_age_at '
+'<= now (jobs_aging_idx), sets priority = base_priority + floor((now - run_at) / the queue''s '
+'priority_aging) and next_age_at to the next step; returns how many. Run by the promote duty. '
+'Safe to run concurrently (FOR UPDATE SKIP LOCKED).';
+
 CREATE FUNCTION jq._reap(now timestamptz, batch integer DEFAULT 1000) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -166,6 +208,9 @@ BEGIN
             v_total := v_total + v_step;
             EXIT WHEN v_step < 5000 OR v_total >= 50000;
         END LOOP;
+        -- Priority aging rides on the promote duty (not counted in its result): one bounded
+        -- batch per pass; queues without priority_aging have nothing in jobs_aging_idx.
+        PERFORM jq._age(_maintain.now, 5000);
     WHEN 'reap' THEN
         LOOP
             v_step := jq._reap(_maintain.now, 1000);
@@ -183,7 +228,7 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION jq._maintain(text, timestamptz) IS
 'Maintenance: runs one duty at now and returns its count: promote (due scheduled jobs to ready, '
-'up to 50,000 in batches of 5,000), reap (expired leases, up to 10,000 in batches of 1,000), '
+'up to 50,000 in batches of 5,000; then one priority-aging batch, jq._age, not counted), reap (expired leases, up to 10,000 in batches of 1,000), '
 'cron (jq.cron_tick: due cron schedules), prune (jq._prune with batch 5,000). jq.tick() runs all '
 'four; the background worker runs each in its own transaction through jq._maintain_guarded. '
 'Errors: 22023 unknown duty; errors of the duty itself propagate.';

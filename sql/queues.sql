@@ -173,7 +173,8 @@ CREATE FUNCTION jq.alter_queue(
     key_concurrency    integer DEFAULT NULL,
     rate_limit         integer DEFAULT NULL,
     rate_period        interval DEFAULT NULL,
-    burst              integer DEFAULT NULL
+    burst              integer DEFAULT NULL,
+    priority_aging     interval DEFAULT NULL
 ) RETURNS jq.queues
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -188,6 +189,9 @@ BEGIN
     END IF;
     PERFORM jq._check_flow_options(alter_queue.key_concurrency, alter_queue.rate_limit,
                                    alter_queue.rate_period, alter_queue.burst);
+    IF alter_queue.priority_aging IS NOT NULL AND alter_queue.priority_aging <> interval '0' THEN
+        PERFORM jq._check_interval('priority_aging', alter_queue.priority_aging, false);
+    END IF;
     LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;  -- before the queue row, as jq.drop_queue
     UPDATE jq.queues t SET
         max_attempts       = coalesce(alter_queue.max_attempts, t.max_attempts),
@@ -205,6 +209,9 @@ BEGIN
         max_lease_expiries = coalesce(alter_queue.max_lease_expiries, t.max_lease_expiries),
         paused             = coalesce(alter_queue.paused, t.paused),
         key_concurrency    = coalesce(alter_queue.key_concurrency, t.key_concurrency),
+        priority_aging     = CASE WHEN alter_queue.priority_aging IS NULL THEN t.priority_aging
+                                  WHEN alter_queue.priority_aging = interval '0' THEN NULL
+                                  ELSE alter_queue.priority_aging END,
         -- rate_limit => 0 removes the limit; setting it fills the bucket (rate_burst tokens).
         rate_limit         = CASE WHEN alter_queue.rate_limit IS NULL THEN t.rate_limit
                                   WHEN alter_queue.rate_limit = 0 THEN NULL
@@ -236,14 +243,16 @@ BEGIN
     END IF;
     RETURN q;
 END $$;
-COMMENT ON FUNCTION jq.alter_queue(text, integer, interval, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, interval, interval, integer, integer, boolean, integer, integer, interval, integer) IS
+COMMENT ON FUNCTION jq.alter_queue(text, integer, interval, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, interval, interval, integer, integer, boolean, integer, integer, interval, integer, interval) IS
 'Changes the given options of a queue (NULL = leave unchanged; max_concurrency => 0 removes the '
 'cap) and returns the new row. New defaults apply to jobs enqueued afterwards (max_attempts) and '
 'to the next claim, failure or pass (lease, backoff, retention, cap). Flow control '
 '(docs/flow-control.md): key_concurrency (1..1000000) jobs per concurrency_key, a raise admits '
 'blocked jobs at once; rate_limit (jobs, 1..1e9; 0 removes the limit) per rate_period (interval, '
 'default 1 second) with a bucket of burst tokens (default 1): no window of rate_period sees more '
-'than rate_limit + burst claims; changing any of the three refills the bucket. Errors: 22023 '
+'than rate_limit + burst claims; changing any of the three refills the bucket. priority_aging '
+'(interval > 0, at most 100 years; 0 turns it off): a ready job''s priority rises by 1 per '
+'interval waited since run_at, for jobs enqueued while it is set. Errors: 22023 '
 'invalid value (also rate_period or burst without a rate limit), 42704 unknown queue.';
 
 CREATE FUNCTION jq._check_flow_options(key_concurrency integer, rate_limit integer,

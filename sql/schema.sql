@@ -58,6 +58,8 @@ CREATE TABLE jq.queues (
     rate_burst         integer CHECK (rate_burst IS NULL OR rate_burst BETWEEN 1 AND 1000000000),
     rate_tokens        double precision,
     rate_updated       timestamptz,
+    -- Opt-in priority aging: a ready job's priority rises by 1 per priority_aging waited.
+    priority_aging     interval CHECK (priority_aging IS NULL OR priority_aging > interval '0'),
     CONSTRAINT rate_limit_complete CHECK ((rate_limit IS NULL) = (rate_period IS NULL)
                                           AND (rate_limit IS NULL) = (rate_burst IS NULL)),
     created_at         timestamptz NOT NULL DEFAULT now()
@@ -97,6 +99,8 @@ CREATE TABLE jq.jobs (
     worker           text,
     idempotency_key  text,
     concurrency_key  text,
+    base_priority    integer,
+    next_age_at      timestamptz,
     last_error       text,
     payload          jsonb NOT NULL,
     result           jsonb
@@ -115,7 +119,8 @@ COMMENT ON TABLE jq.jobs IS
 'attempt counts executions charged (lease expiries and releases are refunded); lease is the '
 'length of the current lease, reused by jq.heartbeat when no extension is given. '
 'concurrency_key: jobs sharing it in one queue run at most key_concurrency at a time, in '
-'(run_at, id) order (docs/flow-control.md).';
+'(run_at, id) order (docs/flow-control.md). base_priority / next_age_at: set only in queues with '
+'priority_aging: the priority given at enqueue, and when the aging pass next raises priority.';
 
 -- Claim: WHERE queue = $1 AND state = 'ready' ORDER BY priority DESC, run_at, id LIMIT n.
 -- NULLS FIRST is what a plain DESC means; pinned so that nobody "fixes" it into NULLS LAST,
@@ -135,6 +140,10 @@ CREATE UNIQUE INDEX jobs_idempotency_idx ON jq.jobs (queue, idempotency_key)
 -- are never in jobs_claim_idx, so the claim never reads a job of a key at its limit.
 CREATE INDEX jobs_blocked_idx ON jq.jobs (queue, concurrency_key, run_at, id)
     WHERE state = 'blocked';
+-- Priority aging: WHERE state = 'ready' AND next_age_at <= $now ORDER BY next_age_at LIMIT
+-- batch. Jobs of queues without priority_aging have next_age_at NULL and are not in it.
+CREATE INDEX jobs_aging_idx ON jq.jobs (next_age_at)
+    WHERE state = 'ready' AND next_age_at IS NOT NULL;
 -- Retention: WHERE queue = $1 AND state IN ('completed', 'cancelled') AND finished_at < $cutoff,
 -- and the same for dead jobs, which have their own (longer) retention. Two indexes, so that
 -- neither pass wades through the other's rows; each finished row is in exactly one of them.
