@@ -16,6 +16,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_k     integer;
     v_used  integer;
+    v_orig  integer;
     v_moved integer;
     v_total integer := 0;
 BEGIN
@@ -23,10 +24,18 @@ BEGIN
     -- fills of one key never both see the same free slot; every caller locks the job rows it
     -- changed before this, and this locks blocked rows only after the key row, so the lock
     -- order is always: jobs that held or take a slot, key row, blocked jobs.
-    INSERT INTO jq.key_slots AS s (queue, concurrency_key, used)
-    VALUES (_key_fill.queue, _key_fill.concurrency_key, 0)
-    ON CONFLICT (queue, concurrency_key) DO UPDATE SET used = pg_catalog.int4larger(s.used - _key_fill.freed, 0)
-    RETURNING s.used INTO v_used;
+    -- Lock the row (one write at the end, none when a freed slot passes straight to the key's
+    -- next job); create it if missing (ON CONFLICT: a concurrent creator wins, then we lock).
+    LOOP
+        SELECT s.used INTO v_orig FROM jq.key_slots s
+        WHERE s.queue = _key_fill.queue AND s.concurrency_key = _key_fill.concurrency_key
+        FOR UPDATE;
+        EXIT WHEN FOUND;
+        INSERT INTO jq.key_slots AS s (queue, concurrency_key, used)
+        VALUES (_key_fill.queue, _key_fill.concurrency_key, 0)
+        ON CONFLICT (queue, concurrency_key) DO NOTHING;
+    END LOOP;
+    v_used := pg_catalog.int4larger(v_orig - _key_fill.freed, 0);
     SELECT t.key_concurrency INTO v_k FROM jq.queues t WHERE t.name = _key_fill.queue;
     v_k := coalesce(v_k, 1);
     -- A blocked job locked by a concurrent change (cancel) is re-checked and may drop out of
@@ -53,7 +62,7 @@ BEGIN
     IF v_used = 0 THEN
         DELETE FROM jq.key_slots s
         WHERE s.queue = _key_fill.queue AND s.concurrency_key = _key_fill.concurrency_key;
-    ELSE
+    ELSIF v_used <> v_orig THEN
         UPDATE jq.key_slots s SET used = v_used
         WHERE s.queue = _key_fill.queue AND s.concurrency_key = _key_fill.concurrency_key;
     END IF;

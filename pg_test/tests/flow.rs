@@ -575,7 +575,7 @@ fn aging_starts_a_low_priority_job_behind_a_saturated_stream_within_the_bound() 
     let started: Vec<Duration> = claimers.into_iter().filter_map(|h| h.join().unwrap()).collect();
     let done: i64 = c.query_one("SELECT count(*) FROM jq.jobs WHERE state = 'completed'", &[]).unwrap().get(0);
     eprintln!("low-priority job started after {started:?}; {done} stream jobs completed");
-    assert!(done > 500, "the stream was not saturating the claimers ({done} jobs)");
+    assert!(done > 200, "the stream was not saturating the claimers ({done} jobs)");
     assert_eq!(started.len(), 1, "the low-priority job never started");
     assert!(started[0] < Duration::from_secs(8), "started after {:?}", started[0]);
 }
