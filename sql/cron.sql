@@ -352,7 +352,7 @@ BEGIN
     FOREACH f IN ARRAY v_fires LOOP
         IF s.overlap = 'skip_if_running' AND v_last_job IS NOT NULL AND EXISTS (
                SELECT 1 FROM jq.jobs j
-               WHERE j.id = v_last_job AND j.state IN ('scheduled', 'ready', 'running')) THEN
+               WHERE j.id = v_last_job AND j.state IN ('scheduled', 'blocked', 'ready', 'running')) THEN
             INSERT INTO jq.cron_runs (schedule, fire_time, outcome, fired_at)
             VALUES (s.name, f, 'skipped_overlap', _cron_fire.at)
             ON CONFLICT DO NOTHING;

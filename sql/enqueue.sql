@@ -126,7 +126,8 @@ CREATE FUNCTION jq.enqueue(
     delay           interval DEFAULT NULL,
     priority        integer DEFAULT 0,
     max_attempts    integer DEFAULT NULL,
-    idempotency_key text DEFAULT NULL
+    idempotency_key text DEFAULT NULL,
+    concurrency_key text DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
@@ -144,21 +145,33 @@ BEGIN
     IF v_code IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = v_code, MESSAGE = v_message;
     END IF;
+    IF enqueue.concurrency_key IS NOT NULL
+       AND (enqueue.concurrency_key = '' OR pg_catalog.length(enqueue.concurrency_key) > 512) THEN
+        RAISE EXCEPTION 'concurrency_key must have 1 to 512 characters' USING ERRCODE = '22023';
+    END IF;
     v_run_at := jq._due_at(enqueue.run_at, enqueue.delay, v_now);
-    v_state := CASE WHEN v_run_at > v_now THEN 'scheduled' ELSE 'ready' END;
+    -- A due job with a concurrency key starts blocked; jq._key_fill below makes it ready if its
+    -- key has a free slot (docs/flow-control.md).
+    v_state := CASE WHEN v_run_at > v_now THEN 'scheduled'
+                    WHEN enqueue.concurrency_key IS NOT NULL THEN 'blocked' ELSE 'ready' END;
     -- The queue row is read in the INSERT itself, not in an earlier statement: the INSERT locks
     -- jq.jobs before it takes its snapshot, and jq.drop_queue holds a lock on jq.jobs that
     -- conflicts, so under READ COMMITTED an enqueue racing a drop either lands before the drop
     -- (and is deleted with the queue) or sees the queue gone. Older snapshots are handled at
     -- the end. No job is ever left behind in a dropped queue.
     IF enqueue.idempotency_key IS NULL THEN
-        INSERT INTO jq.jobs (queue, kind, state, priority, max_attempts, run_at, created_at, payload)
+        INSERT INTO jq.jobs (queue, kind, state, priority, max_attempts, run_at, created_at, payload,
+                             concurrency_key, base_priority, next_age_at)
         SELECT t.name, coalesce(enqueue.kind, t.name), v_state, coalesce(enqueue.priority, 0),
-               coalesce(enqueue.max_attempts, t.max_attempts), v_run_at, v_now, enqueue.payload
+               coalesce(enqueue.max_attempts, t.max_attempts), v_run_at, v_now, enqueue.payload,
+               enqueue.concurrency_key,
+               -- priority aging (docs/flow-control.md): NULLs unless the queue ages
+               CASE WHEN t.priority_aging IS NOT NULL THEN coalesce(enqueue.priority, 0) END,
+               v_run_at + t.priority_aging
         FROM jq.queues t WHERE t.name = enqueue.queue
           -- A job that is claimable at once wakes the claims waiting on its queue when this
           -- transaction commits (jq._wake returns true; it only notes the queue).
-          AND (v_state = 'scheduled' OR jq._wake(t.name))
+          AND (v_state <> 'ready' OR jq._wake(t.name))
         RETURNING id INTO v_id;
         IF v_id IS NULL THEN
             PERFORM jq._unknown_queue(enqueue.queue);
@@ -169,20 +182,22 @@ BEGIN
         -- return its id. The loop covers the holder finishing between our two statements.
         LOOP
             INSERT INTO jq.jobs (queue, kind, state, priority, max_attempts, run_at, created_at,
-                                 payload, idempotency_key)
+                                 payload, idempotency_key, concurrency_key, base_priority, next_age_at)
             SELECT t.name, coalesce(enqueue.kind, t.name), v_state, coalesce(enqueue.priority, 0),
                    coalesce(enqueue.max_attempts, t.max_attempts), v_run_at, v_now, enqueue.payload,
-                   enqueue.idempotency_key
+                   enqueue.idempotency_key, enqueue.concurrency_key,
+                   CASE WHEN t.priority_aging IS NOT NULL THEN coalesce(enqueue.priority, 0) END,
+                   v_run_at + t.priority_aging
             FROM jq.queues t WHERE t.name = enqueue.queue
-              AND (v_state = 'scheduled' OR jq._wake(t.name))
+              AND (v_state <> 'ready' OR jq._wake(t.name))
             ON CONFLICT (queue, idempotency_key)
-                WHERE idempotency_key IS NOT NULL AND state IN ('scheduled', 'ready', 'running')
+                WHERE idempotency_key IS NOT NULL AND state IN ('scheduled', 'blocked', 'ready', 'running')
                 DO NOTHING
             RETURNING id INTO v_id;
             EXIT WHEN v_id IS NOT NULL;
             SELECT j.id INTO v_id FROM jq.jobs j
             WHERE j.queue = enqueue.queue AND j.idempotency_key = enqueue.idempotency_key
-              AND j.state IN ('scheduled', 'ready', 'running');
+              AND j.state IN ('scheduled', 'blocked', 'ready', 'running');
             EXIT WHEN v_id IS NOT NULL;
             IF NOT EXISTS (SELECT 1 FROM jq.queues t WHERE t.name = enqueue.queue) THEN
                 PERFORM jq._unknown_queue(enqueue.queue);
@@ -194,9 +209,14 @@ BEGIN
         -- INSERT, so that jq.jobs is locked before the queue row, as in jq.drop_queue.
         PERFORM 1 FROM jq.queues t WHERE t.name = enqueue.queue FOR KEY SHARE;
     END IF;
+    IF v_state = 'blocked' THEN
+        -- After the INSERT: the key row is locked after our job row exists, so a concurrent
+        -- fill either sees our job or leaves the slot to this one.
+        PERFORM jq._key_fill(enqueue.queue, enqueue.concurrency_key, 0);
+    END IF;
     RETURN v_id;
 END $$;
-COMMENT ON FUNCTION jq.enqueue(text, jsonb, text, timestamptz, interval, integer, integer, text) IS
+COMMENT ON FUNCTION jq.enqueue(text, jsonb, text, timestamptz, interval, integer, integer, text, text) IS
 'Enqueues one job in the caller''s transaction and returns its id. payload: any JSON value '
 '(object, array, scalar or JSON null; not SQL NULL), at most jq.max_payload_bytes(). kind: the '
 'name handlers dispatch on, default the queue name. run_at (timestamptz) or delay (interval) '
@@ -205,6 +225,9 @@ COMMENT ON FUNCTION jq.enqueue(text, jsonb, text, timestamptz, interval, integer
 'idempotency_key: while a job with this key in this queue is scheduled, ready or running, '
 'returns that job''s id and changes nothing (safe under concurrency and rollback; under '
 'REPEATABLE READ a conflict with a newer row raises 40001, retry the transaction). '
+'concurrency_key (1-512 characters): jobs of this queue sharing it run at most the queue''s '
+'key_concurrency at a time and start in (run_at, id) order whatever their priority; a due job '
+'whose key is full waits in state blocked (docs/flow-control.md). '
 'Errors: 42704 unknown queue, 22004 NULL queue or payload, 22023 invalid name/kind/key/'
 'max_attempts/run_at, 22008 delay overflow, 54000 payload too large.';
 
@@ -273,11 +296,14 @@ BEGIN
         -- One statement for the whole batch; ids follow array order.
         RETURN QUERY
         WITH ins AS (
-            INSERT INTO jq.jobs (queue, kind, state, priority, max_attempts, run_at, created_at, payload)
+            INSERT INTO jq.jobs (queue, kind, state, priority, max_attempts, run_at, created_at, payload,
+                                 base_priority, next_age_at)
             SELECT enqueue_many.queue, coalesce(s.kind, enqueue_many.queue),
                    CASE WHEN d.due > v_now THEN 'scheduled' ELSE 'ready' END::jq.job_state,
                    coalesce(s.priority, 0), coalesce(s.max_attempts, t.max_attempts), d.due, v_now,
-                   s.payload
+                   s.payload,
+                   CASE WHEN t.priority_aging IS NOT NULL THEN coalesce(s.priority, 0) END,
+                   d.due + t.priority_aging
             FROM jq._job_specs(enqueue_many.payloads, enqueue_many.specs, enqueue_many.kind,
                                enqueue_many.run_at, enqueue_many.delay, enqueue_many.priority,
                                enqueue_many.max_attempts) s,

@@ -9,24 +9,81 @@ CREATE FUNCTION jq._promote(now timestamptz, batch integer DEFAULT 5000) RETURNS
 LANGUAGE plpgsql AS $$
 DECLARE
     v_count integer;
+    v_keys  record;
 BEGIN
     -- jq._wake (per row, deduplicated in memory) wakes waiting claims of these queues at commit.
+    -- A job with a concurrency key that never ran has no slot of its key: it goes blocked, and
+    -- jq._key_fill_many (after, in key order) makes the keys' next jobs ready; one scheduled
+    -- again after a claim (retry, snooze) still holds its slot and goes ready.
     WITH moved AS (
-        UPDATE jq.jobs j SET state = 'ready'
+        UPDATE jq.jobs j SET state = CASE WHEN j.concurrency_key IS NULL OR j.claims > 0 THEN 'ready'
+                                          ELSE 'blocked' END::jq.job_state
         WHERE j.id = ANY (ARRAY(
             SELECT d.id FROM jq.jobs d
             WHERE d.state = 'scheduled' AND d.run_at <= _promote.now
             ORDER BY d.run_at
             LIMIT _promote.batch
             FOR UPDATE SKIP LOCKED)) AND j.state = 'scheduled' AND j.run_at <= _promote.now
-        RETURNING j.queue
+        RETURNING j.queue, j.state, j.concurrency_key
     )
-    SELECT count(*) INTO v_count FROM moved m WHERE jq._wake(m.queue);
+    SELECT count(*) AS n,
+           pg_catalog.array_agg(m.queue) FILTER (WHERE m.state = 'blocked') AS queues,
+           pg_catalog.array_agg(m.concurrency_key) FILTER (WHERE m.state = 'blocked') AS keys
+    INTO v_keys
+    FROM moved m WHERE CASE WHEN m.state = 'ready' THEN jq._wake(m.queue) ELSE true END;
+    v_count := v_keys.n;
+    IF v_keys.queues IS NOT NULL THEN
+        PERFORM jq._key_fill_many(v_keys.queues, v_keys.keys,
+                                  pg_catalog.array_fill(0, ARRAY[pg_catalog.cardinality(v_keys.queues)]));
+    END IF;
     RETURN v_count;
 END $$;
 COMMENT ON FUNCTION jq._promote(timestamptz, integer) IS
 'Maintenance: moves up to batch scheduled jobs with run_at <= now to ready (run_at is kept: it is '
-'when the job became due) and returns how many. Safe to run concurrently.';
+'when the job became due) and returns how many. A job with a concurrency key that has not run '
+'yet goes through its key: blocked, then ready if the key has a free slot. Safe to run concurrently.';
+
+CREATE FUNCTION jq._age_steps(now timestamptz, run_at timestamptz, aging interval) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT LEAST(GREATEST(pg_catalog.floor(extract(epoch FROM now - run_at)
+                                           / extract(epoch FROM aging)), 0), 2147483647)::bigint
+$$;
+COMMENT ON FUNCTION jq._age_steps(timestamptz, timestamptz, interval) IS
+'Internal: whole aging intervals (aging, > 0) between run_at and now, 0 to 2^31-1.';
+
+CREATE FUNCTION jq._age(now timestamptz, batch integer DEFAULT 5000) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_count integer;
+BEGIN
+    -- Effective priority = base_priority + whole priority_aging intervals waited since run_at
+    -- (capped at the integer range); next_age_at = when it next rises. Stored in priority, so
+    -- the claim and its index are the same for every queue. A queue whose aging was turned off
+    -- gets its jobs' base priority back. Bounded batch, picked like promotion.
+    UPDATE jq.jobs j SET
+        priority = CASE WHEN q.priority_aging IS NULL THEN j.base_priority
+                        ELSE LEAST(j.base_priority::bigint
+                                   + jq._age_steps(_age.now, j.run_at, q.priority_aging),
+                                   2147483647)::integer END,
+        next_age_at = CASE WHEN q.priority_aging IS NULL THEN NULL
+                           ELSE j.run_at + (jq._age_steps(_age.now, j.run_at, q.priority_aging) + 1)
+                                           * q.priority_aging END
+    FROM jq.queues q
+    WHERE q.name = j.queue
+      AND j.id = ANY (ARRAY(
+          SELECT x.id FROM jq.jobs x
+          WHERE x.state = 'ready' AND x.next_age_at <= _age.now
+          ORDER BY x.next_age_at
+          LIMIT _age.batch
+          FOR UPDATE SKIP LOCKED)) AND j.state = 'ready' AND j.next_age_at <= _age.now;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END $$;
+COMMENT ON FUNCTION jq._age(timestamptz, integer) IS
+'Maintenance (priority aging, docs/flow-control.md): for up to batch ready jobs whose next_age_at '
+'<= now (jobs_aging_idx), sets priority = base_priority + floor((now - run_at) / the queue''s '
+'priority_aging) and next_age_at to the next step; returns how many. Run by the promote duty. '
+'Safe to run concurrently (FOR UPDATE SKIP LOCKED).';
 
 CREATE FUNCTION jq._reap(now timestamptz, batch integer DEFAULT 1000) RETURNS integer
 LANGUAGE plpgsql AS $$
@@ -60,7 +117,14 @@ BEGIN
             LIMIT _reap.batch
             FOR UPDATE SKIP LOCKED)) AND j.state = 'running' AND j.lease_expires_at < _reap.now
         RETURNING j.id, j.claims, j.attempt, j.state, j.started_at, j.lease_expires_at, j.queue,
-                  j.worker
+                  j.worker, j.concurrency_key
+    ), keyed AS (
+        -- A reaped job that ended (dead, cancelled) frees its key's slot; one back in ready
+        -- keeps it. All keys at once, in key order (jq._key_fill_many); one row.
+        SELECT CASE WHEN count(*) > 0 THEN
+                   jq._key_fill_many(pg_catalog.array_agg(b.queue), pg_catalog.array_agg(b.concurrency_key),
+                                     pg_catalog.array_agg(1)) END AS moved
+        FROM back b WHERE b.concurrency_key IS NOT NULL AND b.state <> 'ready'
     )
     INSERT INTO jq.executions (job_id, seq, attempt, outcome, started_at, lease_expires_at,
                                finished_at, queue, worker, error)
@@ -69,7 +133,7 @@ BEGIN
            CASE WHEN b.state = 'dead' THEN 'lease expired; max_lease_expiries reached'
                 WHEN b.state = 'cancelled' THEN 'lease expired after a cancellation request'
                 ELSE 'lease expired' END
-    FROM back b
+    FROM back b, keyed k
     -- At commit, wake waiting claims: the job is claimable again, or its slot of a capped queue
     -- is free.
     WHERE CASE WHEN b.state = 'ready' THEN jq._wake(b.queue) ELSE jq._wake_slot(b.queue) END;
@@ -144,6 +208,9 @@ BEGIN
             v_total := v_total + v_step;
             EXIT WHEN v_step < 5000 OR v_total >= 50000;
         END LOOP;
+        -- Priority aging rides on the promote duty (not counted in its result): one bounded
+        -- batch per pass; queues without priority_aging have nothing in jobs_aging_idx.
+        PERFORM jq._age(_maintain.now, 5000);
     WHEN 'reap' THEN
         LOOP
             v_step := jq._reap(_maintain.now, 1000);
@@ -161,7 +228,7 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION jq._maintain(text, timestamptz) IS
 'Maintenance: runs one duty at now and returns its count: promote (due scheduled jobs to ready, '
-'up to 50,000 in batches of 5,000), reap (expired leases, up to 10,000 in batches of 1,000), '
+'up to 50,000 in batches of 5,000; then one priority-aging batch, jq._age, not counted), reap (expired leases, up to 10,000 in batches of 1,000), '
 'cron (jq.cron_tick: due cron schedules), prune (jq._prune with batch 5,000). jq.tick() runs all '
 'four; the background worker runs each in its own transaction through jq._maintain_guarded. '
 'Errors: 22023 unknown duty; errors of the duty itself propagate.';
@@ -243,6 +310,7 @@ SELECT t.name AS queue,
        f.cancelled,
        c.oldest_claimable_age,
        t.paused,
+       b.blocked,
        h.completed_5m,
        h.failed_5m,
        h.failed_15m,
@@ -261,6 +329,8 @@ CROSS JOIN LATERAL (
            count(*) FILTER (WHERE j.state = 'completed') AS completed,
            count(*) FILTER (WHERE j.state = 'cancelled') AS cancelled
     FROM jq.jobs j WHERE j.queue = t.name AND j.state IN ('completed', 'dead', 'cancelled')) f
+CROSS JOIN LATERAL (
+    SELECT count(*) AS blocked FROM jq.jobs j WHERE j.queue = t.name AND j.state = 'blocked') b
 -- Recent history: the BRIN index on finished_at limits the scan to the last 15 minutes.
 CROSS JOIN LATERAL (
     SELECT count(*) FILTER (WHERE e.outcome = 'completed'
@@ -289,7 +359,8 @@ COMMENT ON VIEW jq.queue_stats IS
 'One row per queue: depth = claimable (ready, due now) + scheduled (waiting for run_at, including '
 'retries in backoff); running; dead, completed and cancelled jobs still within retention; '
 'oldest_claimable_age (interval since the oldest claimable job became due; NULL when none); '
-'paused; from the execution history: completed_5m and failed_5m (executions completed / failed '
+'paused; blocked: due jobs waiting for a slot of their concurrency_key (not in depth); from the '
+'execution history: completed_5m and failed_5m (executions completed / failed '
 'in the last 5 minutes), failed_15m, lease_expired_15m (expired leases reaped in the last 15 '
 'minutes: crashed or stuck workers); wait_p95_5m: 95th percentile of the wait between a job '
 'becoming due and being claimed (started_at - run_at, interval), over the jobs claimed in the '

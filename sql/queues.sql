@@ -99,7 +99,8 @@ CREATE FUNCTION jq.create_queue(
     max_concurrency    integer DEFAULT NULL,
     max_lease_expiries integer DEFAULT 10,
     paused             boolean DEFAULT false,
-    if_not_exists      boolean DEFAULT false
+    if_not_exists      boolean DEFAULT false,
+    key_concurrency    integer DEFAULT 1
 ) RETURNS jq.queues
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -111,7 +112,7 @@ BEGIN
        OR create_queue.jitter IS NULL OR create_queue.retention IS NULL
        OR create_queue.dead_retention IS NULL OR create_queue.history_retention IS NULL
        OR create_queue.max_lease_expiries IS NULL OR create_queue.paused IS NULL
-       OR create_queue.if_not_exists IS NULL THEN
+       OR create_queue.if_not_exists IS NULL OR create_queue.key_concurrency IS NULL THEN
         RAISE EXCEPTION 'only max_concurrency may be NULL (unlimited); omit an option to take its default'
             USING ERRCODE = '22004';
     END IF;
@@ -122,15 +123,16 @@ BEGIN
         RAISE EXCEPTION 'max_concurrency must be at least 1 or NULL (unlimited), got %',
             create_queue.max_concurrency USING ERRCODE = '22023';
     END IF;
+    PERFORM jq._check_flow_options(create_queue.key_concurrency, NULL, NULL, NULL);
 
     INSERT INTO jq.queues AS t (name, paused, max_concurrency, max_attempts, lease, backoff,
         backoff_base, backoff_max, jitter, retention, dead_retention, history_retention,
-        max_lease_expiries)
+        max_lease_expiries, key_concurrency)
     VALUES (create_queue.name, create_queue.paused, create_queue.max_concurrency,
         create_queue.max_attempts, create_queue.lease, create_queue.backoff,
         create_queue.backoff_base, create_queue.backoff_max, create_queue.jitter,
         create_queue.retention, create_queue.dead_retention, create_queue.history_retention,
-        create_queue.max_lease_expiries)
+        create_queue.max_lease_expiries, create_queue.key_concurrency)
     ON CONFLICT ON CONSTRAINT queues_pkey DO NOTHING
     RETURNING * INTO q;
     IF q.name IS NULL THEN
@@ -143,13 +145,14 @@ BEGIN
     END IF;
     RETURN q;
 END $$;
-COMMENT ON FUNCTION jq.create_queue(text, integer, interval, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, interval, interval, integer, integer, boolean, boolean) IS
+COMMENT ON FUNCTION jq.create_queue(text, integer, interval, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, interval, interval, integer, integer, boolean, boolean, integer) IS
 'Creates a queue and returns its row. name: 1-128 characters of [A-Za-z0-9_.:-]. Defaults of its '
 'jobs: max_attempts 25; lease 5 minutes; retry backoff exponential from backoff_base 1 second, '
 'capped at backoff_max 1 hour, with full jitter; finished jobs kept for retention 1 day '
 '(completed, cancelled) or dead_retention 7 days (dead); execution history kept for '
 'history_retention 7 days; max_concurrency NULL = unlimited running jobs; a job whose lease '
-'expires more than max_lease_expiries (10) times goes dead. Errors: 22004 NULL option, 22023 '
+'expires more than max_lease_expiries (10) times goes dead; key_concurrency (1): jobs per '
+'concurrency_key holding a slot at once (docs/flow-control.md). Errors: 22004 NULL option, 22023 '
 'invalid name or value (intervals are at most 100 years), 42710 queue exists (unless '
 'if_not_exists, which returns the existing row; its options are not compared).';
 
@@ -166,7 +169,12 @@ CREATE FUNCTION jq.alter_queue(
     history_retention  interval DEFAULT NULL,
     max_concurrency    integer DEFAULT NULL,
     max_lease_expiries integer DEFAULT NULL,
-    paused             boolean DEFAULT NULL
+    paused             boolean DEFAULT NULL,
+    key_concurrency    integer DEFAULT NULL,
+    rate_limit         integer DEFAULT NULL,
+    rate_period        interval DEFAULT NULL,
+    burst              integer DEFAULT NULL,
+    priority_aging     interval DEFAULT NULL
 ) RETURNS jq.queues
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -178,6 +186,11 @@ BEGIN
     IF alter_queue.max_concurrency IS NOT NULL AND alter_queue.max_concurrency < 0 THEN
         RAISE EXCEPTION 'max_concurrency must be at least 1, or 0 to remove the cap, got %',
             alter_queue.max_concurrency USING ERRCODE = '22023';
+    END IF;
+    PERFORM jq._check_flow_options(alter_queue.key_concurrency, alter_queue.rate_limit,
+                                   alter_queue.rate_period, alter_queue.burst);
+    IF alter_queue.priority_aging IS NOT NULL AND alter_queue.priority_aging <> interval '0' THEN
+        PERFORM jq._check_interval('priority_aging', alter_queue.priority_aging, false);
     END IF;
     LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;  -- before the queue row, as jq.drop_queue
     UPDATE jq.queues t SET
@@ -194,20 +207,76 @@ BEGIN
                                   WHEN alter_queue.max_concurrency = 0 THEN NULL
                                   ELSE alter_queue.max_concurrency END,
         max_lease_expiries = coalesce(alter_queue.max_lease_expiries, t.max_lease_expiries),
-        paused             = coalesce(alter_queue.paused, t.paused)
+        paused             = coalesce(alter_queue.paused, t.paused),
+        key_concurrency    = coalesce(alter_queue.key_concurrency, t.key_concurrency),
+        priority_aging     = CASE WHEN alter_queue.priority_aging IS NULL THEN t.priority_aging
+                                  WHEN alter_queue.priority_aging = interval '0' THEN NULL
+                                  ELSE alter_queue.priority_aging END,
+        -- rate_limit => 0 removes the limit; setting it fills the bucket (rate_burst tokens).
+        rate_limit         = CASE WHEN alter_queue.rate_limit IS NULL THEN t.rate_limit
+                                  WHEN alter_queue.rate_limit = 0 THEN NULL
+                                  ELSE alter_queue.rate_limit END,
+        rate_period        = CASE WHEN alter_queue.rate_limit = 0 THEN NULL
+                                  WHEN alter_queue.rate_limit IS NULL AND t.rate_limit IS NULL THEN NULL
+                                  ELSE coalesce(alter_queue.rate_period, t.rate_period, interval '1 second') END,
+        rate_burst         = CASE WHEN alter_queue.rate_limit = 0 THEN NULL
+                                  WHEN alter_queue.rate_limit IS NULL AND t.rate_limit IS NULL THEN NULL
+                                  ELSE coalesce(alter_queue.burst, t.rate_burst, 1) END,
+        rate_tokens        = CASE WHEN alter_queue.rate_limit IS NULL AND alter_queue.rate_period IS NULL
+                                       AND alter_queue.burst IS NULL THEN t.rate_tokens END,
+        rate_updated       = CASE WHEN alter_queue.rate_limit IS NULL AND alter_queue.rate_period IS NULL
+                                       AND alter_queue.burst IS NULL THEN t.rate_updated END
     WHERE t.name = alter_queue.name
       AND jq._wake_n(t.name, 2147483647)  -- a raised cap or an unpause: every waiter may find work
     RETURNING * INTO q;
     IF q.name IS NULL THEN
         PERFORM jq._unknown_queue(alter_queue.name);
     END IF;
+    IF (alter_queue.rate_period IS NOT NULL OR alter_queue.burst IS NOT NULL) AND q.rate_limit IS NULL THEN
+        RAISE EXCEPTION 'rate_period and burst need a rate_limit' USING ERRCODE = '22023';
+    END IF;
+    IF alter_queue.key_concurrency IS NOT NULL THEN
+        -- A raised limit admits blocked jobs now (in key order: jq._key_fill_many).
+        PERFORM jq._key_fill_many(pg_catalog.array_agg(s.queue), pg_catalog.array_agg(s.concurrency_key),
+                                  pg_catalog.array_agg(0))
+        FROM jq.key_slots s WHERE s.queue = alter_queue.name;
+    END IF;
     RETURN q;
 END $$;
-COMMENT ON FUNCTION jq.alter_queue(text, integer, interval, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, interval, interval, integer, integer, boolean) IS
+COMMENT ON FUNCTION jq.alter_queue(text, integer, interval, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, interval, interval, integer, integer, boolean, integer, integer, interval, integer, interval) IS
 'Changes the given options of a queue (NULL = leave unchanged; max_concurrency => 0 removes the '
 'cap) and returns the new row. New defaults apply to jobs enqueued afterwards (max_attempts) and '
-'to the next claim, failure or pass (lease, backoff, retention, cap). Errors: 22023 invalid value, '
-'42704 unknown queue.';
+'to the next claim, failure or pass (lease, backoff, retention, cap). Flow control '
+'(docs/flow-control.md): key_concurrency (1..1000000) jobs per concurrency_key, a raise admits '
+'blocked jobs at once; rate_limit (jobs, 1..1e9; 0 removes the limit) per rate_period (interval, '
+'default 1 second) with a bucket of burst tokens (default 1): no window of rate_period sees more '
+'than rate_limit + burst claims; changing any of the three refills the bucket. priority_aging '
+'(interval > 0, at most 100 years; 0 turns it off): a ready job''s priority rises by 1 per '
+'interval waited since run_at, for jobs enqueued while it is set. Errors: 22023 '
+'invalid value (also rate_period or burst without a rate limit), 42704 unknown queue.';
+
+CREATE FUNCTION jq._check_flow_options(key_concurrency integer, rate_limit integer,
+                                       rate_period interval, burst integer) RETURNS void
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF key_concurrency IS NOT NULL AND (key_concurrency < 1 OR key_concurrency > 1000000) THEN
+        RAISE EXCEPTION 'key_concurrency must be between 1 and 1000000, got %', key_concurrency
+            USING ERRCODE = '22023';
+    END IF;
+    IF rate_limit IS NOT NULL AND (rate_limit < 0 OR rate_limit > 1000000000) THEN
+        RAISE EXCEPTION 'rate_limit must be between 1 and 1000000000, or 0 to remove the limit, got %',
+            rate_limit USING ERRCODE = '22023';
+    END IF;
+    IF rate_period IS NOT NULL THEN
+        PERFORM jq._check_interval('rate_period', rate_period, false);
+    END IF;
+    IF burst IS NOT NULL AND (burst < 1 OR burst > 1000000000) THEN
+        RAISE EXCEPTION 'burst must be between 1 and 1000000000, got %', burst USING ERRCODE = '22023';
+    END IF;
+END $$;
+COMMENT ON FUNCTION jq._check_flow_options(integer, integer, interval, integer) IS
+'Internal: validates key_concurrency (1..1000000), rate_limit (0..1e9), rate_period (> 0, at most '
+'100 years) and burst (1..1e9); NULL means "not given". Raises 22023.';
 
 CREATE FUNCTION jq.drop_queue(name text, force boolean DEFAULT false) RETURNS boolean
 LANGUAGE plpgsql AS $$
@@ -248,7 +317,8 @@ BEGIN
     IF NOT coalesce(drop_queue.force, false) AND (
            EXISTS (SELECT 1 FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'ready')
         OR EXISTS (SELECT 1 FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'running')
-        OR EXISTS (SELECT 1 FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'scheduled'))
+        OR EXISTS (SELECT 1 FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'scheduled')
+        OR EXISTS (SELECT 1 FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'blocked'))
     THEN
         RAISE EXCEPTION 'queue "%" still has ready, scheduled or running jobs', drop_queue.name
             USING ERRCODE = '55006',
@@ -272,6 +342,9 @@ BEGIN
     GET DIAGNOSTICS v_count = ROW_COUNT; v_jobs := v_jobs + v_count;
     DELETE FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'scheduled';
     GET DIAGNOSTICS v_count = ROW_COUNT; v_jobs := v_jobs + v_count;
+    DELETE FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'blocked';
+    GET DIAGNOSTICS v_count = ROW_COUNT; v_jobs := v_jobs + v_count;
+    DELETE FROM jq.key_slots s WHERE s.queue = drop_queue.name;
     DELETE FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state IN ('completed', 'cancelled');
     GET DIAGNOSTICS v_count = ROW_COUNT; v_jobs := v_jobs + v_count;
     DELETE FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'dead';
@@ -283,7 +356,7 @@ END $$;
 ALTER FUNCTION jq.drop_queue(text, boolean) SET lock_timeout = '2s';
 COMMENT ON FUNCTION jq.drop_queue(text, boolean) IS
 'Deletes a queue with its jobs and execution history. Refuses (55006 object_in_use) while the '
-'queue has ready, scheduled or running jobs unless force => true; forced, those jobs are '
+'queue has ready, blocked, scheduled or running jobs unless force => true; forced, those jobs are '
 'cancelled by deletion and any late jq.complete / jq.fail / jq.heartbeat / jq.release on them is '
 'a harmless false/NULL. It locks jq.jobs against writes (EXCLUSIVE) while it runs, so '
 'an enqueue racing the drop never leaves a job behind; it waits at most 2 s for that lock, '

@@ -8,10 +8,10 @@
 COMMENT ON SCHEMA jq IS
 'jq: a durable job queue with a SQL API. See docs/semantics.md and docs/sql-api.md.';
 
-CREATE TYPE jq.job_state AS ENUM ('scheduled', 'ready', 'running', 'completed', 'dead', 'cancelled');
+CREATE TYPE jq.job_state AS ENUM ('scheduled', 'blocked', 'ready', 'running', 'completed', 'dead', 'cancelled');
 COMMENT ON TYPE jq.job_state IS
 'State of a job. scheduled: waiting for run_at (delayed or backing off before a retry); '
-'ready: claimable now; running: claimed under a lease; completed, dead (attempts or lease '
+'blocked: due, but its concurrency_key has no free slot (docs/flow-control.md); ready: claimable now; running: claimed under a lease; completed, dead (attempts or lease '
 'expiries exhausted: the dead-letter state) and cancelled are finished. See docs/semantics.md.';
 
 CREATE TYPE jq.backoff_policy AS ENUM ('fixed', 'linear', 'exponential');
@@ -24,10 +24,11 @@ COMMENT ON TYPE jq.jitter_mode IS
 'none: the computed delay exactly; full: uniform in [0, computed delay) ("full jitter", '
 'AWS Architecture Blog, Exponential Backoff And Jitter, 2015).';
 
-CREATE TYPE jq.execution_outcome AS ENUM ('completed', 'failed', 'lease_expired', 'released', 'cancelled');
+CREATE TYPE jq.execution_outcome AS ENUM ('completed', 'failed', 'lease_expired', 'released', 'cancelled', 'snoozed');
 COMMENT ON TYPE jq.execution_outcome IS
 'How one execution (one claim) ended: completed; failed (jq.fail, attempt charged); '
 'lease_expired (reaped, attempt refunded); released (jq.release, attempt refunded); '
+'snoozed (jq.snooze, attempt refunded, due again after its delay); '
 'cancelled (ended by a cancellation request).';
 
 -- One row per queue. Queue names are plain values in shared tables: no per-queue DDL, so no
@@ -47,8 +48,20 @@ CREATE TABLE jq.queues (
     dead_retention     interval NOT NULL DEFAULT '7 days' CHECK (dead_retention >= interval '0'),
     history_retention  interval NOT NULL DEFAULT '7 days' CHECK (history_retention >= interval '0'),
     max_lease_expiries integer NOT NULL DEFAULT 10 CHECK (max_lease_expiries BETWEEN 0 AND 1000000),
-    -- Room for flow control (key concurrency, rate limits, priority aging) comes as new
-    -- columns here; the claim reads this row once per call already.
+    -- Flow control (docs/flow-control.md). key_concurrency: running (or ready, or retrying)
+    -- jobs per concurrency_key. rate_*: a token bucket of rate_burst tokens refilled at
+    -- rate_limit per rate_period; rate_tokens / rate_updated are its state, written only by a
+    -- claim holding this row's lock.
+    key_concurrency    integer NOT NULL DEFAULT 1 CHECK (key_concurrency BETWEEN 1 AND 1000000),
+    rate_limit         integer CHECK (rate_limit IS NULL OR rate_limit BETWEEN 1 AND 1000000000),
+    rate_period        interval CHECK (rate_period IS NULL OR rate_period > interval '0'),
+    rate_burst         integer CHECK (rate_burst IS NULL OR rate_burst BETWEEN 1 AND 1000000000),
+    rate_tokens        double precision,
+    rate_updated       timestamptz,
+    -- Opt-in priority aging: a ready job's priority rises by 1 per priority_aging waited.
+    priority_aging     interval CHECK (priority_aging IS NULL OR priority_aging > interval '0'),
+    CONSTRAINT rate_limit_complete CHECK ((rate_limit IS NULL) = (rate_period IS NULL)
+                                          AND (rate_limit IS NULL) = (rate_burst IS NULL)),
     created_at         timestamptz NOT NULL DEFAULT now()
 );
 COMMENT ON TABLE jq.queues IS
@@ -85,6 +98,9 @@ CREATE TABLE jq.jobs (
     lease_token      uuid,
     worker           text,
     idempotency_key  text,
+    concurrency_key  text,
+    base_priority    integer,
+    next_age_at      timestamptz,
     last_error       text,
     payload          jsonb NOT NULL,
     result           jsonb
@@ -101,7 +117,10 @@ COMMENT ON TABLE jq.jobs IS
 'One row per job. Change it only through jq functions: every transition is fenced on the state '
 '(and lease token) it read. claims counts executions started (the seq of the current one); '
 'attempt counts executions charged (lease expiries and releases are refunded); lease is the '
-'length of the current lease, reused by jq.heartbeat when no extension is given.';
+'length of the current lease, reused by jq.heartbeat when no extension is given. '
+'concurrency_key: jobs sharing it in one queue run at most key_concurrency at a time, in '
+'(run_at, id) order (docs/flow-control.md). base_priority / next_age_at: set only in queues with '
+'priority_aging: the priority given at enqueue, and when the aging pass next raises priority.';
 
 -- Claim: WHERE queue = $1 AND state = 'ready' ORDER BY priority DESC, run_at, id LIMIT n.
 -- NULLS FIRST is what a plain DESC means; pinned so that nobody "fixes" it into NULLS LAST,
@@ -115,7 +134,16 @@ CREATE INDEX jobs_running_idx ON jq.jobs (lease_expires_at) WHERE state = 'runni
 -- Idempotency: one unfinished job per (queue, key); enqueue uses INSERT ... ON CONFLICT with
 -- exactly this predicate as its arbiter.
 CREATE UNIQUE INDEX jobs_idempotency_idx ON jq.jobs (queue, idempotency_key)
-    WHERE idempotency_key IS NOT NULL AND state IN ('scheduled', 'ready', 'running');
+    WHERE idempotency_key IS NOT NULL AND state IN ('scheduled', 'blocked', 'ready', 'running');
+-- Per-key serialisation: the next blocked jobs of one key, WHERE queue = $1 AND
+-- concurrency_key = $2 AND state = 'blocked' ORDER BY run_at, id LIMIT free slots. Blocked jobs
+-- are never in jobs_claim_idx, so the claim never reads a job of a key at its limit.
+CREATE INDEX jobs_blocked_idx ON jq.jobs (queue, concurrency_key, run_at, id)
+    WHERE state = 'blocked';
+-- Priority aging: WHERE state = 'ready' AND next_age_at <= $now ORDER BY next_age_at LIMIT
+-- batch. Jobs of queues without priority_aging have next_age_at NULL and are not in it.
+CREATE INDEX jobs_aging_idx ON jq.jobs (next_age_at)
+    WHERE state = 'ready' AND next_age_at IS NOT NULL;
 -- Retention: WHERE queue = $1 AND state IN ('completed', 'cancelled') AND finished_at < $cutoff,
 -- and the same for dead jobs, which have their own (longer) retention. Two indexes, so that
 -- neither pass wades through the other's rows; each finished row is in exactly one of them.
@@ -152,6 +180,22 @@ COMMENT ON TABLE jq.executions IS
 'number the execution ran as; for outcomes lease_expired and released it was refunded. A '
 'running execution is visible in its jq.jobs row (started_at, worker, lease_expires_at).';
 
+-- Per-key slot counts: one row per (queue, concurrency_key) with a job holding a slot (ready,
+-- running, or scheduled for a retry or after a snooze). Every change of a key's slots locks
+-- its row first, so the count and the promotion of blocked jobs never interleave; the row is
+-- deleted when its count drops to 0 (then the key has no blocked job either).
+CREATE TABLE jq.key_slots (
+    queue           text NOT NULL,
+    concurrency_key text NOT NULL,
+    used            integer NOT NULL CHECK (used >= 0),
+    PRIMARY KEY (queue, concurrency_key)
+) WITH (fillfactor = 70, autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_cost_delay = 0);
+COMMENT ON TABLE jq.key_slots IS
+'Per-key serialisation state: used = jobs of (queue, concurrency_key) holding a slot (ready, '
+'running, or scheduled again after a claim: retry backoff, snooze). At most the queue''s '
+'key_concurrency; the rest of the key''s due jobs wait in state blocked. Written only by jq '
+'functions (jq._key_fill).';
+
 -- The row jq.claim returns per claimed job.
 CREATE TYPE jq.claimed_job AS (
     id               bigint,
@@ -185,3 +229,4 @@ SELECT pg_catalog.pg_extension_config_dump('jq.queues', '');
 SELECT pg_catalog.pg_extension_config_dump('jq.jobs', '');
 SELECT pg_catalog.pg_extension_config_dump('jq.jobs_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('jq.executions', '');
+SELECT pg_catalog.pg_extension_config_dump('jq.key_slots', '');

@@ -43,6 +43,11 @@ DECLARE
     v_cap      integer;
     v_running  integer;
     v_deadline timestamptz;       -- long-poll: when waiting ends
+    v_rate     integer;           -- rate-limited queue: its rate_limit (docs/flow-control.md)
+    v_tokens   double precision;  -- tokens in the bucket, computed under the queue row lock
+    v_token_at timestamptz;       -- long-poll: when the next token arrives
+    v_got      integer;
+    v_now      timestamptz;
 BEGIN
     IF claim.n IS NULL OR claim.n < 1 OR claim.n > jq.max_claim_batch() THEN
         RAISE EXCEPTION 'n must be between 1 and %, got %', jq.max_claim_batch(), coalesce(claim.n::text, 'NULL')
@@ -96,7 +101,8 @@ BEGIN
                   SELECT p.id FROM jq.jobs p
                   WHERE p.queue = claim.queue AND p.state = 'ready'
                     AND EXISTS (SELECT FROM jq.queues g WHERE g.name = claim.queue
-                                AND NOT g.paused AND (g.max_concurrency IS NULL OR v_locked))
+                                AND NOT g.paused
+                                AND ((g.max_concurrency IS NULL AND g.rate_limit IS NULL) OR v_locked))
                   ORDER BY p.priority DESC, p.run_at, p.id
                   LIMIT 1
                   FOR UPDATE OF p SKIP LOCKED))
@@ -126,7 +132,8 @@ BEGIN
                   SELECT p.id FROM jq.jobs p
                   WHERE p.queue = claim.queue AND p.state = 'ready'
                     AND EXISTS (SELECT FROM jq.queues g WHERE g.name = claim.queue
-                                AND NOT g.paused AND (g.max_concurrency IS NULL OR v_locked))
+                                AND NOT g.paused
+                                AND ((g.max_concurrency IS NULL AND g.rate_limit IS NULL) OR v_locked))
                   ORDER BY p.priority DESC, p.run_at, p.id
                   LIMIT v_limit
                   FOR UPDATE OF p SKIP LOCKED))
@@ -139,6 +146,12 @@ BEGIN
         WHERE jq._wake_on_abort(c.queue)  -- a rolled-back claim hands its jobs back: wake waiters
         ORDER BY c.priority DESC, c.run_at, c.id;
         END IF;
+        IF v_tokens IS NOT NULL THEN
+            -- A rate-limited claim (under the queue row lock): take one token per job claimed.
+            GET DIAGNOSTICS v_got = ROW_COUNT;
+            UPDATE jq.queues t SET rate_tokens = v_tokens - v_got, rate_updated = v_now
+            WHERE t.name = claim.queue;
+        END IF;
         IF FOUND OR v_locked THEN
             IF v_deadline IS NOT NULL THEN
                 PERFORM jq._wait_done();
@@ -146,13 +159,13 @@ BEGIN
             RETURN;
         END IF;
 
-        -- Nothing claimed: the queue is empty, paused, capped or unknown.
-        SELECT t.paused, t.max_concurrency INTO v_paused, v_cap
+        -- Nothing claimed: the queue is empty, paused, capped, rate-limited or unknown.
+        SELECT t.paused, t.max_concurrency, t.rate_limit INTO v_paused, v_cap, v_rate
         FROM jq.queues t WHERE t.name = claim.queue;
         IF NOT FOUND THEN
             PERFORM jq._unknown_queue(claim.queue);
         END IF;
-        IF v_paused OR v_cap IS NULL THEN
+        IF v_paused OR (v_cap IS NULL AND v_rate IS NULL) THEN
             EXIT;  -- nothing to claim now
         END IF;
         IF v_deadline IS NOT NULL THEN
@@ -163,10 +176,19 @@ BEGIN
             IF NOT EXISTS (SELECT FROM jq.jobs j WHERE j.queue = claim.queue AND j.state = 'ready') THEN
                 EXIT;
             END IF;
-            SELECT count(*) INTO v_running FROM jq.jobs j
-            WHERE j.queue = claim.queue AND j.state = 'running';
-            IF v_running >= v_cap THEN
-                EXIT;
+            IF v_cap IS NOT NULL THEN
+                SELECT count(*) INTO v_running FROM jq.jobs j
+                WHERE j.queue = claim.queue AND j.state = 'running';
+                IF v_running >= v_cap THEN
+                    EXIT;
+                END IF;
+            END IF;
+            IF v_rate IS NOT NULL THEN
+                -- No token yet: sleep until the next one arrives (or a wakeup), not spin.
+                v_token_at := jq._rate_next_token(claim.queue);
+                IF v_token_at > pg_catalog.clock_timestamp() THEN
+                    EXIT;
+                END IF;
             END IF;
         END IF;
         -- A capped queue: serialise its claims on the queue row (seed A, ADR-003), since
@@ -175,7 +197,7 @@ BEGIN
         -- taken after the lock; an older snapshot (REPEATABLE READ, SERIALIZABLE) would let
         -- the cap be exceeded, so those are refused.
         IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
-            RAISE EXCEPTION 'jq.claim on a queue with max_concurrency needs READ COMMITTED, not %',
+            RAISE EXCEPTION 'jq.claim on a queue with max_concurrency or rate_limit needs READ COMMITTED, not %',
                 pg_catalog.current_setting('transaction_isolation') USING ERRCODE = '25000';
         END IF;
         IF pg_catalog.current_setting('jq.claim_cap_skip_locked', true) = 'on' THEN
@@ -183,19 +205,30 @@ BEGIN
             -- capped queues it saw. A queue that became capped since is not waited for: its
             -- row is taken only if free (else: no room now, try the next queue), so claims
             -- never wait for a queue row out of order.
-            SELECT t.paused, t.max_concurrency INTO v_paused, v_cap
+            SELECT t.paused, t.max_concurrency, t.rate_limit INTO v_paused, v_cap, v_rate
             FROM jq.queues t WHERE t.name = claim.queue FOR NO KEY UPDATE SKIP LOCKED;
         ELSE
-            SELECT t.paused, t.max_concurrency INTO v_paused, v_cap
+            SELECT t.paused, t.max_concurrency, t.rate_limit INTO v_paused, v_cap, v_rate
             FROM jq.queues t WHERE t.name = claim.queue FOR NO KEY UPDATE;
         END IF;
         IF NOT FOUND OR v_paused THEN
             RETURN;
         END IF;
+        v_limit := claim.n;
         IF v_cap IS NOT NULL THEN
             SELECT count(*) INTO v_running FROM jq.jobs j
             WHERE j.queue = claim.queue AND j.state = 'running';
             v_limit := LEAST(claim.n, v_cap - v_running);
+            IF v_limit <= 0 THEN
+                RETURN;
+            END IF;
+        END IF;
+        IF v_rate IS NOT NULL THEN
+            -- Token bucket (rate_burst tokens, refilled at rate_limit per rate_period), read and
+            -- written only under this row lock, so claims across all workers share it.
+            v_now := pg_catalog.clock_timestamp();
+            v_tokens := jq._rate_tokens(claim.queue, v_now);
+            v_limit := LEAST(v_limit, pg_catalog.floor(v_tokens)::integer);
             IF v_limit <= 0 THEN
                 RETURN;
             END IF;
@@ -205,12 +238,13 @@ BEGIN
     -- Nothing claimable. Without wait, or once it ran out, return nothing; else sleep until a
     -- wakeup for this queue (or the deadline) and look again. A capped claim that took the
     -- queue row lock never gets here: it returns, even empty, rather than sleep holding it.
-    IF v_deadline IS NULL OR NOT jq._wait(v_deadline) THEN
+    IF v_deadline IS NULL OR NOT jq._wait(LEAST(v_deadline, coalesce(v_token_at, v_deadline))) THEN
         IF v_deadline IS NOT NULL THEN
             PERFORM jq._wait_done();
         END IF;
         RETURN;
     END IF;
+    v_token_at := NULL;
     END LOOP poll;
 END $$;
 COMMENT ON FUNCTION jq.claim(text, text, integer, interval, interval) IS
@@ -228,9 +262,12 @@ COMMENT ON FUNCTION jq.claim(text, text, integer, interval, interval) IS
 'Sleeping backends are woken through shared memory with jq in shared_preload_libraries, else '
 're-check every jq.poll_interval. The snapshot of the call is held while it sleeps. A capped '
 'queue whose cap is reached is not locked while waiting; a claim that locked it and still found '
-'nothing returns empty early. Errors: 22023 bad n, worker, lease or wait; 42704 '
-'unknown queue; 22004/22023 bad queue name; 25000 wait, or a capped queue, outside READ '
-'COMMITTED.';
+'nothing returns empty early. With rate_limit set (jq.alter_queue), claims on that queue serialise '
+'on its row like capped ones and take one token per job from its bucket, so no window of '
+'rate_period sees more than rate_limit + rate_burst claims; a long-poll with no token sleeps until '
+'the next one (docs/flow-control.md). Errors: 22023 bad n, worker, lease or wait; 42704 '
+'unknown queue; 22004/22023 bad queue name; 25000 wait, or a capped or rate-limited queue, '
+'outside READ COMMITTED.';
 
 CREATE FUNCTION jq._wait_deadline(wait interval) RETURNS timestamptz
 LANGUAGE plpgsql AS $$
@@ -261,10 +298,11 @@ LANGUAGE sql STABLE AS $$
           AND EXISTS (SELECT FROM jq.jobs j WHERE j.queue = t.name AND j.state = 'ready')
           AND (t.max_concurrency IS NULL
                OR (SELECT count(*) FROM jq.jobs r WHERE r.queue = t.name AND r.state = 'running')
-                  < t.max_concurrency))
+                  < t.max_concurrency)
+          AND (t.rate_limit IS NULL OR jq._rate_next_token(t.name) <= pg_catalog.clock_timestamp()))
 $$;
 COMMENT ON FUNCTION jq._claimable(text[]) IS
-'Internal: whether any of queues (unpaused, under its cap) has a ready job, by a lock-free '
+'Internal: whether any of queues (unpaused, under its cap, with a rate token) has a ready job, by a lock-free '
 'look; the long-poll of jq.claim(text[], ...) takes locks only when this says yes.';
 
 CREATE FUNCTION jq.claim(queues text[], worker text, n integer DEFAULT 1, lease interval DEFAULT NULL,
@@ -297,7 +335,8 @@ BEGIN
     v_deadline := jq._wait_deadline(claim.wait);
     IF v_deadline IS NOT NULL THEN
         SELECT pg_catalog.array_agg(EXISTS (SELECT FROM jq.queues t WHERE t.name = u.name
-                                            AND t.max_concurrency IS NOT NULL) ORDER BY u.ord)
+                                            AND (t.max_concurrency IS NOT NULL
+                                                 OR t.rate_limit IS NOT NULL)) ORDER BY u.ord)
         INTO v_capped
         FROM pg_catalog.unnest(claim.queues) WITH ORDINALITY AS u(name, ord);
         PERFORM jq._wait_register(claim.queues, v_capped);
@@ -313,10 +352,10 @@ BEGIN
     -- before them, the order jq.drop_queue takes). A queue that becomes capped after this is
     -- only claimed if its row is free (jq.claim_cap_skip_locked, read by the claim below).
     IF (SELECT count(*) FROM jq.queues t
-        WHERE t.name = ANY (claim.queues) AND t.max_concurrency IS NOT NULL) > 1 THEN
+        WHERE t.name = ANY (claim.queues) AND (t.max_concurrency IS NOT NULL OR t.rate_limit IS NOT NULL)) > 1 THEN
         LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;
         PERFORM 1 FROM (SELECT t.name FROM jq.queues t
-                        WHERE t.name = ANY (claim.queues) AND t.max_concurrency IS NOT NULL
+                        WHERE t.name = ANY (claim.queues) AND (t.max_concurrency IS NOT NULL OR t.rate_limit IS NOT NULL)
                         ORDER BY t.name COLLATE "C"
                         FOR NO KEY UPDATE) locked;
     END IF;
@@ -367,14 +406,17 @@ BEGIN
             result = complete.result
         WHERE j.id = complete.id AND j.lease_token = complete.lease_token AND j.state = 'running'
         RETURNING j.id, j.claims, j.attempt, j.started_at, j.lease_expires_at, j.finished_at,
-                  j.queue, j.worker
+                  j.queue, j.worker, j.concurrency_key
     )
     INSERT INTO jq.executions (job_id, seq, attempt, outcome, started_at, lease_expires_at,
                                finished_at, queue, worker)
     SELECT d.id, d.claims, d.attempt, 'completed', d.started_at, d.lease_expires_at,
            d.finished_at, d.queue, d.worker
     FROM done d
-    WHERE jq._wake_slot(d.queue);  -- a capped queue has a free slot at commit
+    WHERE jq._wake_slot(d.queue)  -- a capped queue has a free slot at commit
+      -- its key's slot passes to the key's next blocked job (CASE: called only with a key)
+      AND CASE WHEN d.concurrency_key IS NULL THEN true
+               ELSE jq._key_fill(d.queue, d.concurrency_key, 1) >= 0 END;
     RETURN FOUND;
 END $$;
 COMMENT ON FUNCTION jq.complete(bigint, uuid, jsonb) IS
@@ -405,7 +447,13 @@ BEGIN
         FROM input
         WHERE j.id = input.id AND j.lease_token = input.token AND j.state = 'running'
         RETURNING j.id, j.claims, j.attempt, j.started_at, j.lease_expires_at, j.finished_at,
-                  j.queue, j.worker
+                  j.queue, j.worker, j.concurrency_key
+    ), keyed AS (
+        -- Keys whose slot is freed, all at once in key order (jq._key_fill_many); one row.
+        SELECT CASE WHEN count(*) > 0 THEN
+                   jq._key_fill_many(pg_catalog.array_agg(d.queue), pg_catalog.array_agg(d.concurrency_key),
+                                     pg_catalog.array_agg(1)) END AS moved
+        FROM done d WHERE d.concurrency_key IS NOT NULL
     ), hist AS (
         INSERT INTO jq.executions (job_id, seq, attempt, outcome, started_at, lease_expires_at,
                                    finished_at, queue, worker)
@@ -415,7 +463,7 @@ BEGIN
         WHERE jq._wake_slot(d.queue)
         RETURNING job_id
     )
-    SELECT h.job_id FROM hist h ORDER BY h.job_id;
+    SELECT h.job_id FROM hist h, keyed k ORDER BY h.job_id;
 END $$;
 COMMENT ON FUNCTION jq.complete_many(bigint[], uuid[], jsonb[]) IS
 'Batch form of jq.complete: ids[i] with lease_tokens[i] (and results[i], optional). Returns the '
@@ -433,7 +481,7 @@ DECLARE
     v_error text := jq._clip_error(fail.error);
 BEGIN
     SELECT j.attempt, j.max_attempts, j.cancel_requested, q.backoff, q.backoff_base,
-           q.backoff_max, q.jitter
+           q.backoff_max, q.jitter, j.queue, j.concurrency_key
     INTO v_job
     FROM jq.jobs j LEFT JOIN jq.queues q ON q.name = j.queue
     WHERE j.id = fail.id AND j.lease_token = fail.lease_token AND j.state = 'running'
@@ -476,6 +524,10 @@ BEGIN
            j.started_at, j.lease_expires_at, v_now, j.queue, j.worker, v_error
     FROM jq.jobs j WHERE j.id = fail.id
       AND CASE WHEN v_state = 'ready' THEN jq._wake(j.queue) ELSE jq._wake_slot(j.queue) END;
+    -- A retrying job keeps its key's slot (it stays the key's head); a finished one frees it.
+    IF v_job.concurrency_key IS NOT NULL AND v_state IN ('dead', 'cancelled') THEN
+        PERFORM jq._key_fill(v_job.queue, v_job.concurrency_key, 1);
+    END IF;
     RETURN v_state;
 END $$;
 COMMENT ON FUNCTION jq.fail(bigint, uuid, text, interval) IS
@@ -522,7 +574,7 @@ BEGIN
             finished_at = CASE WHEN j.cancel_requested THEN pg_catalog.clock_timestamp() END
         WHERE j.id = release.id AND j.lease_token = release.lease_token AND j.state = 'running'
         RETURNING j.id, j.claims, j.attempt, j.state, j.started_at, j.lease_expires_at, j.queue,
-                  j.worker
+                  j.worker, j.concurrency_key
     )
     INSERT INTO jq.executions (job_id, seq, attempt, outcome, started_at, lease_expires_at,
                                finished_at, queue, worker)
@@ -530,7 +582,9 @@ BEGIN
            CASE WHEN b.state = 'cancelled' THEN 'cancelled' ELSE 'released' END::jq.execution_outcome,
            b.started_at, b.lease_expires_at, pg_catalog.clock_timestamp(), b.queue, b.worker
     FROM back b
-    WHERE jq._wake(b.queue);
+    WHERE jq._wake(b.queue)
+      AND CASE WHEN b.concurrency_key IS NULL OR b.state <> 'cancelled' THEN true
+               ELSE jq._key_fill(b.queue, b.concurrency_key, 1) >= 0 END;
     RETURN FOUND;
 END $$;
 COMMENT ON FUNCTION jq.release(bigint, uuid) IS
@@ -541,12 +595,22 @@ COMMENT ON FUNCTION jq.release(bigint, uuid) IS
 
 CREATE FUNCTION jq.cancel(id bigint) RETURNS boolean
 LANGUAGE plpgsql AS $$
+DECLARE
+    v_job record;
 BEGIN
     -- Two fenced updates; the loop covers a job moving between them (claimed, or reaped back).
     FOR i IN 1..3 LOOP
-        UPDATE jq.jobs j SET state = 'cancelled', finished_at = pg_catalog.clock_timestamp()
-        WHERE j.id = cancel.id AND j.state IN ('scheduled', 'ready');
+        SELECT j.state, j.claims, j.queue, j.concurrency_key INTO v_job
+        FROM jq.jobs j WHERE j.id = cancel.id AND j.state IN ('scheduled', 'blocked', 'ready')
+        FOR UPDATE;
         IF FOUND THEN
+            UPDATE jq.jobs j SET state = 'cancelled', finished_at = pg_catalog.clock_timestamp()
+            WHERE j.id = cancel.id;
+            -- A ready job, or one scheduled again after a claim, held a slot of its key.
+            IF v_job.concurrency_key IS NOT NULL
+               AND (v_job.state = 'ready' OR (v_job.state = 'scheduled' AND v_job.claims > 0)) THEN
+                PERFORM jq._key_fill(v_job.queue, v_job.concurrency_key, 1);
+            END IF;
             RETURN true;
         END IF;
         UPDATE jq.jobs j SET cancel_requested = true
@@ -555,26 +619,40 @@ BEGIN
             RETURN true;
         END IF;
         IF NOT EXISTS (SELECT 1 FROM jq.jobs j WHERE j.id = cancel.id
-                       AND j.state IN ('scheduled', 'ready', 'running')) THEN
+                       AND j.state IN ('scheduled', 'blocked', 'ready', 'running')) THEN
             RETURN false;
         END IF;
     END LOOP;
     RETURN false;
 END $$;
 COMMENT ON FUNCTION jq.cancel(bigint) IS
-'Cancels a job: a scheduled or ready job becomes cancelled at once; a running job gets '
+'Cancels a job: a scheduled, blocked or ready job becomes cancelled at once (freeing its key''s '
+'slot if it held one); a running job gets '
 'cancel_requested, which its worker sees in the next jq.heartbeat and should answer by stopping '
 '(its jq.fail or jq.release then ends it as cancelled; a jq.complete still completes it, and an '
 'expired lease cancels it). Returns false for finished or unknown jobs.';
 
 CREATE FUNCTION jq.retry(id bigint) RETURNS boolean
 LANGUAGE plpgsql AS $$
+DECLARE
+    v_queue text;
+    v_key   text;
 BEGIN
+    -- A job with a concurrency key goes through its key (blocked, then jq._key_fill).
     UPDATE jq.jobs j SET
-        state = 'ready', attempt = 0, lease_expiries = 0, cancel_requested = false,
+        state = CASE WHEN j.concurrency_key IS NULL THEN 'ready' ELSE 'blocked' END::jq.job_state,
+        attempt = 0, lease_expiries = 0, cancel_requested = false,
         run_at = pg_catalog.now(), finished_at = NULL
-    WHERE j.id = retry.id AND j.state IN ('dead', 'cancelled') AND jq._wake(j.queue);
-    RETURN FOUND;
+    WHERE j.id = retry.id AND j.state IN ('dead', 'cancelled')
+      AND CASE WHEN j.concurrency_key IS NULL THEN jq._wake(j.queue) ELSE true END
+    RETURNING j.queue, j.concurrency_key INTO v_queue, v_key;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF v_key IS NOT NULL THEN
+        PERFORM jq._key_fill(v_queue, v_key, 0);
+    END IF;
+    RETURN true;
 EXCEPTION WHEN unique_violation THEN
     RAISE EXCEPTION 'job % cannot be retried: another unfinished job in its queue has the same '
                     'idempotency key', retry.id USING ERRCODE = '23505';

@@ -44,10 +44,11 @@ extension_sql_file!(
                 wakeup::_wakeups]
 );
 extension_sql_file!("../sql/work.sql", name = "work", requires = ["enqueue", backoff::backoff_seconds]);
+extension_sql_file!("../sql/flow.sql", name = "flow", requires = ["work"]);
 extension_sql_file!(
     "../sql/cron.sql",
     name = "cron",
-    requires = ["work", cron_sql::cron_next, cron_sql::cron_fires, cron_sql::_cron_check,
+    requires = ["flow", cron_sql::cron_next, cron_sql::cron_fires, cron_sql::_cron_check,
                 cron_sql::_cron_latest, cron_sql::_cron_count]
 );
 extension_sql_file!(

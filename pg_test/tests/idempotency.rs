@@ -13,7 +13,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-const ENQUEUE: &str = "jq.enqueue(text,jsonb,text,timestamptz,interval,integer,integer,text)";
+const ENQUEUE: &str = "jq.enqueue(text,jsonb,text,timestamptz,interval,integer,integer,text,text)";
 const KEYED_LOOP: &str = "    LOOP\n        INSERT INTO jq.jobs";
 
 /// The broken variants of jq.enqueue shared by several tests.

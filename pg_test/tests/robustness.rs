@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 const CLAIM_MANY: &str = "jq.claim(text[],text,integer,interval,interval)";
 const ENQUEUE_MANY: &str = "jq.enqueue_many(text,jsonb,text,timestamptz,interval,integer,integer,boolean)";
 const PRUNE: &str = "jq._prune(timestamptz,integer)";
-const ENQUEUE: &str = "jq.enqueue(text,jsonb,text,timestamptz,interval,integer,integer,text)";
+const ENQUEUE: &str = "jq.enqueue(text,jsonb,text,timestamptz,interval,integer,integer,text,text)";
 
 /// A transaction under REPEATABLE READ whose snapshot predates a committed jq.drop_queue must
 /// not enqueue into the dropped queue: 40001, and no job is left behind. A drop from such a

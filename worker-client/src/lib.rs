@@ -71,6 +71,21 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// `jq.jobs.result` (`None` stores SQL NULL); `Err(e)` fails it with `e`'s message.
 pub type HandlerResult = Result<Option<serde_json::Value>, BoxError>;
 
+/// A handler's "not yet": return `Err(Snooze(delay).into())` and the worker calls
+/// `jq.snooze(id, token, delay)`: the job is due again after `delay`, the attempt is not charged,
+/// and the execution is recorded with outcome `snoozed` (docs/flow-control.md). Counted in
+/// [`RunStats::snoozed`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Snooze(pub Duration);
+
+impl std::fmt::Display for Snooze {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "snoozed for {}", format_duration(self.0))
+    }
+}
+
+impl std::error::Error for Snooze {}
+
 /// The boxed future a [`Handler`] returns.
 pub type HandlerFuture = Pin<Box<dyn Future<Output = HandlerResult> + Send + 'static>>;
 

@@ -315,6 +315,9 @@ pub struct RunStats {
     pub failed: u64,
     /// Jobs handed back with `jq.release` (shutdown), attempt not charged.
     pub released: u64,
+    /// Jobs put back with `jq.snooze` (the handler returned [`crate::Snooze`]), attempt not
+    /// charged.
+    pub snoozed: u64,
     /// Jobs whose lease was lost (a heartbeat or the final call found the job no longer
     /// running under this worker's token); their outcome was not recorded by this worker.
     pub lost: u64,
@@ -326,6 +329,7 @@ struct Counters {
     completed: AtomicU64,
     failed: AtomicU64,
     released: AtomicU64,
+    snoozed: AtomicU64,
     lost: AtomicU64,
 }
 
@@ -336,6 +340,7 @@ impl Counters {
             completed: self.completed.load(Ordering::Relaxed),
             failed: self.failed.load(Ordering::Relaxed),
             released: self.released.load(Ordering::Relaxed),
+            snoozed: self.snoozed.load(Ordering::Relaxed),
             lost: self.lost.load(Ordering::Relaxed),
         }
     }
@@ -371,6 +376,7 @@ enum Outcome {
     Done(Option<Value>),
     Failed(String),
     Release,
+    Snooze(Duration),
 }
 
 struct Finished {
@@ -486,7 +492,7 @@ impl Worker {
     ///     .build()?;
     /// // Stop after a minute (a service would pass its own shutdown future).
     /// let stats = worker.run_until(tokio::time::sleep(Duration::from_secs(60))).await?;
-    /// assert_eq!(stats.claimed, stats.completed + stats.failed + stats.released + stats.lost);
+    /// assert_eq!(stats.claimed, stats.completed + stats.failed + stats.released + stats.snoozed + stats.lost);
     /// # Ok(())
     /// # }
     /// ```
@@ -882,7 +888,10 @@ async fn supervise(s: Supervise) {
         Ended::Returned(Ok(v)) => Outcome::Done(v),
         // ADR-007: a handler aborted by shutdown is not a failed handler, whatever it returns.
         _ if aborting && !s.break_fail_on_shutdown => Outcome::Release,
-        Ended::Returned(Err(e)) => Outcome::Failed(error_chain(&*e)),
+        Ended::Returned(Err(e)) => match e.downcast_ref::<crate::Snooze>() {
+            Some(z) => Outcome::Snooze(z.0),
+            None => Outcome::Failed(error_chain(&*e)),
+        },
         Ended::Panicked(m) => Outcome::Failed(format!("handler panicked: {m}")),
         Ended::TimedOut(t) => Outcome::Failed(format!("timed out after {}", crate::format_duration(t))),
         Ended::Dropped => Outcome::Failed("handler aborted by shutdown".into()),
@@ -1112,6 +1121,11 @@ async fn report(shared: &Shared, conn: &mut Conn, batch: Vec<Finished>) {
             Outcome::Release => {
                 let r = call_retrying(conn, p.deadline, "SELECT jq.release($1, $2)", &[&p.id, &p.token]).await;
                 finish(shared, &p, r, |rows| rows.first().is_some_and(|r| r.get::<_, Option<bool>>(0) == Some(true)), &shared.counters.released, "release");
+            }
+            Outcome::Snooze(d) => {
+                let delay = format!("{} milliseconds", d.as_millis());
+                let r = call_retrying(conn, p.deadline, "SELECT jq.snooze($1, $2, $3::text::interval)", &[&p.id, &p.token, &delay]).await;
+                finish(shared, &p, r, |rows| rows.first().is_some_and(|r| r.get::<_, Option<bool>>(0) == Some(true)), &shared.counters.snoozed, "snooze");
             }
             Outcome::Done(_) => unreachable!("completes are batched"),
         }

@@ -30,6 +30,10 @@ pub struct EnqueueArgs {
     /// Idempotency key (single job only).
     #[arg(long, conflicts_with = "specs")]
     pub key: Option<String>,
+    /// Concurrency key (single job only): jobs of the queue sharing it run at most the queue's
+    /// key_concurrency at a time, in enqueue order (docs/flow-control.md).
+    #[arg(long, conflicts_with = "specs")]
+    pub concurrency_key: Option<String>,
     /// Each stdin line is a job spec object ({"payload":…, "kind":…, "priority":…,
     /// "delay":…, "run_at":…, "max_attempts":…, "idempotency_key":…}) instead of a payload.
     #[arg(long)]
@@ -53,8 +57,9 @@ pub async fn run(cli: &Cli, a: &EnqueueArgs) -> CliResult {
             let id: i64 = client
                 .query_one(
                     "SELECT jq.enqueue($1::text, $2::jsonb, kind => $3::text, delay => $4::text::interval, \
-                     priority => $5::int4, max_attempts => $6::int4, idempotency_key => $7::text)",
-                    &[&a.queue, &payload, &a.kind, &a.delay, &a.priority, &a.max_attempts, &a.key],
+                     priority => $5::int4, max_attempts => $6::int4, idempotency_key => $7::text, \
+                     concurrency_key => $8::text)",
+                    &[&a.queue, &payload, &a.kind, &a.delay, &a.priority, &a.max_attempts, &a.key, &a.concurrency_key],
                 )
                 .await?
                 .get(0);
@@ -64,6 +69,9 @@ pub async fn run(cli: &Cli, a: &EnqueueArgs) -> CliResult {
         _ => {
             if a.key.is_some() {
                 return Err("--key applies to a single job; give keys per line with --specs".into());
+            }
+            if a.concurrency_key.is_some() {
+                return Err("--concurrency-key applies to a single job".into());
             }
             from_stdin(&client, a).await
         }

@@ -116,6 +116,7 @@ pub enum Command {
 #[derive(ValueEnum, Clone, Copy, Debug)]
 pub enum JobState {
     Scheduled,
+    Blocked,
     Ready,
     Running,
     Completed,
@@ -127,6 +128,7 @@ impl JobState {
     fn as_str(self) -> &'static str {
         match self {
             JobState::Scheduled => "scheduled",
+            JobState::Blocked => "blocked",
             JobState::Ready => "ready",
             JobState::Running => "running",
             JobState::Completed => "completed",

@@ -58,6 +58,7 @@ async fn scrape(client: &tokio_postgres::Client) -> Result<String, CliError> {
     let dead = q(&mut reg, "jq_queue_dead", "Dead jobs within retention");
     let oldest = q(&mut reg, "jq_queue_oldest_claimable_age_seconds", "Seconds since the oldest claimable job became due (0 when none)");
     let paused = q(&mut reg, "jq_queue_paused", "1 when the queue is paused");
+    let blocked = q(&mut reg, "jq_queue_blocked", "Jobs waiting for a slot of their concurrency_key");
     let completed5 = q(&mut reg, "jq_queue_completed_5m", "Executions completed in the last 5 minutes");
     let failed5 = q(&mut reg, "jq_queue_failed_5m", "Executions failed in the last 5 minutes");
     let failed15 = q(&mut reg, "jq_queue_failed_15m", "Executions failed in the last 15 minutes");
@@ -67,7 +68,7 @@ async fn scrape(client: &tokio_postgres::Client) -> Result<String, CliError> {
         .query(
             "SELECT queue, depth::float8, claimable::float8, scheduled::float8, running::float8, dead::float8,
                     coalesce(extract(epoch FROM oldest_claimable_age), 0)::float8,
-                    CASE WHEN paused THEN 1 ELSE 0 END::float8,
+                    CASE WHEN paused THEN 1 ELSE 0 END::float8, blocked::float8,
                     completed_5m::float8, failed_5m::float8, failed_15m::float8, lease_expired_15m::float8,
                     extract(epoch FROM wait_p95_5m)::float8
              FROM jq.queue_stats ORDER BY queue",
@@ -76,13 +77,13 @@ async fn scrape(client: &tokio_postgres::Client) -> Result<String, CliError> {
         .await?
     {
         let l = QueueLabel { queue: r.get(0) };
-        for (i, f) in [&depth, &claimable, &scheduled, &running, &dead, &oldest, &paused, &completed5, &failed5, &failed15, &expired15]
+        for (i, f) in [&depth, &claimable, &scheduled, &running, &dead, &oldest, &paused, &blocked, &completed5, &failed5, &failed15, &expired15]
             .iter()
             .enumerate()
         {
             f.get_or_create(&l).set(r.get::<_, f64>(i + 1));
         }
-        if let Some(w) = r.get::<_, Option<f64>>(12) {
+        if let Some(w) = r.get::<_, Option<f64>>(13) {
             wait95.get_or_create(&l).set(w);
         }
     }

@@ -100,8 +100,8 @@ pub async fn run(cli: &Cli, a: &WorkArgs) -> CliResult {
     let worker = b.build()?;
     let s = worker.run().await?;
     eprintln!(
-        "jqctl work: claimed {}, completed {}, failed {}, released {}, lost {}",
-        s.claimed, s.completed, s.failed, s.released, s.lost
+        "jqctl work: claimed {}, completed {}, failed {}, released {}, snoozed {}, lost {}",
+        s.claimed, s.completed, s.failed, s.released, s.snoozed, s.lost
     );
     Ok(())
 }

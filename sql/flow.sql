@@ -1,0 +1,188 @@
+-- Flow control (docs/flow-control.md): per-key serialisation and snooze. Rate limits live in
+-- jq.claim itself (sql/work.sql), which already reads and, for capped queues, locks the queue row.
+--
+-- Per-key serialisation keeps the claim untouched: a due job of a key that has no free slot is
+-- not 'ready' but 'blocked', so it is in no claim index and the claim never sees it, however
+-- many keys are blocked. jq._key_fill moves the next blocked jobs of one key to 'ready' when
+-- the key has free slots: after an enqueue or promotion puts a job in 'blocked', and after a
+-- job that held a slot ends. A job holds a slot of its key while it is ready, running, or
+-- scheduled again after a claim (retry backoff, snooze): a key's head that is retrying keeps
+-- the key's order; a dead, cancelled or completed head frees it (field case Q09).
+
+CREATE FUNCTION jq._key_fill(queue text, concurrency_key text, freed integer DEFAULT 0)
+RETURNS integer
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_k     integer;
+    v_used  integer;
+    v_orig  integer;
+    v_moved integer;
+    v_total integer := 0;
+BEGIN
+    -- The key's row is locked (created if missing) before its blocked jobs are read, so two
+    -- fills of one key never both see the same free slot; every caller locks the job rows it
+    -- changed before this, and this locks blocked rows only after the key row, so the lock
+    -- order is always: jobs that held or take a slot, key row, blocked jobs.
+    -- Lock the row (one write at the end, none when a freed slot passes straight to the key's
+    -- next job); create it if missing (ON CONFLICT: a concurrent creator wins, then we lock).
+    LOOP
+        SELECT s.used INTO v_orig FROM jq.key_slots s
+        WHERE s.queue = _key_fill.queue AND s.concurrency_key = _key_fill.concurrency_key
+        FOR UPDATE;
+        EXIT WHEN FOUND;
+        INSERT INTO jq.key_slots AS s (queue, concurrency_key, used)
+        VALUES (_key_fill.queue, _key_fill.concurrency_key, 0)
+        ON CONFLICT (queue, concurrency_key) DO NOTHING;
+    END LOOP;
+    v_used := pg_catalog.int4larger(v_orig - _key_fill.freed, 0);
+    SELECT t.key_concurrency INTO v_k FROM jq.queues t WHERE t.name = _key_fill.queue;
+    v_k := coalesce(v_k, 1);
+    -- A blocked job locked by a concurrent change (cancel) is re-checked and may drop out of
+    -- the batch; the loop then takes the next one.
+    FOR i IN 1..3 LOOP
+        EXIT WHEN v_used >= v_k;
+        WITH moved AS (
+            UPDATE jq.jobs j SET state = 'ready'
+            WHERE j.id = ANY (ARRAY(
+                SELECT b.id FROM jq.jobs b
+                WHERE b.queue = _key_fill.queue AND b.concurrency_key = _key_fill.concurrency_key
+                  AND b.state = 'blocked'
+                ORDER BY b.run_at, b.id
+                LIMIT v_k - v_used
+                FOR UPDATE))
+              AND j.state = 'blocked'
+            RETURNING j.queue
+        )
+        SELECT count(*) INTO v_moved FROM moved m WHERE jq._wake(m.queue);
+        EXIT WHEN v_moved = 0;
+        v_used := v_used + v_moved;
+        v_total := v_total + v_moved;
+    END LOOP;
+    IF v_used = 0 THEN
+        DELETE FROM jq.key_slots s
+        WHERE s.queue = _key_fill.queue AND s.concurrency_key = _key_fill.concurrency_key;
+    ELSIF v_used <> v_orig THEN
+        UPDATE jq.key_slots s SET used = v_used
+        WHERE s.queue = _key_fill.queue AND s.concurrency_key = _key_fill.concurrency_key;
+    END IF;
+    RETURN v_total;
+END $$;
+COMMENT ON FUNCTION jq._key_fill(text, text, integer) IS
+'Internal: locks the slot row of (queue, concurrency_key), subtracts freed (jobs that held a '
+'slot and just ended or went blocked), then moves the key''s oldest blocked jobs (run_at, id) '
+'to ready while used < the queue''s key_concurrency, waking one waiting claim per job at '
+'commit. Returns how many it moved. Called by enqueue, promotion, job ends and alter_queue.';
+
+CREATE FUNCTION jq._key_fill_many(queues text[], concurrency_keys text[], freed integer[])
+RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    r       record;
+    v_total integer := 0;
+BEGIN
+    -- Keys in a fixed (byte) order, so that two batches sharing keys cannot deadlock on them.
+    FOR r IN SELECT u.q, u.k, sum(u.f)::integer AS f
+             FROM ROWS FROM (pg_catalog.unnest(_key_fill_many.queues),
+                             pg_catalog.unnest(_key_fill_many.concurrency_keys),
+                             pg_catalog.unnest(_key_fill_many.freed)) AS u(q, k, f)
+             WHERE u.k IS NOT NULL
+             GROUP BY u.q, u.k
+             ORDER BY u.q COLLATE "C", u.k COLLATE "C"
+    LOOP
+        v_total := v_total + jq._key_fill(r.q, r.k, r.f);
+    END LOOP;
+    RETURN v_total;
+END $$;
+COMMENT ON FUNCTION jq._key_fill_many(text[], text[], integer[]) IS
+'Internal: jq._key_fill for each distinct (queues[i], concurrency_keys[i]) (NULL keys skipped), '
+'with freed summed per key, in byte order of (queue, key) so that batches cannot deadlock. '
+'Returns how many blocked jobs became ready.';
+
+CREATE FUNCTION jq.snooze(id bigint, lease_token uuid, delay interval) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := pg_catalog.clock_timestamp();
+    v_job record;
+BEGIN
+    IF snooze.delay IS NULL THEN
+        RAISE EXCEPTION 'delay must not be NULL (use interval ''0'' to snooze until now)'
+            USING ERRCODE = '22004';
+    END IF;
+    IF snooze.delay > interval '100 years'
+       OR (snooze.delay > interval '0' AND NOT jq._interval_fields_nonnegative(snooze.delay)) THEN
+        RAISE EXCEPTION 'delay must be at most 100 years, with no negative field, got %', snooze.delay
+            USING ERRCODE = '22023';
+    END IF;
+    -- Fenced like jq.complete: only the current claim (lease token, running) can snooze. The
+    -- attempt is refunded; the job keeps its key slot (it is still the key's head) unless a
+    -- cancellation was requested, which ends it as cancelled, as jq.release does.
+    WITH back AS (
+        UPDATE jq.jobs j SET
+            state = CASE WHEN j.cancel_requested THEN 'cancelled'
+                         WHEN snooze.delay > interval '0' THEN 'scheduled'
+                         ELSE 'ready' END::jq.job_state,
+            attempt = j.attempt - 1,
+            run_at = CASE WHEN j.cancel_requested THEN j.run_at
+                          ELSE v_now + pg_catalog.interval_larger(snooze.delay, interval '0') END,
+            finished_at = CASE WHEN j.cancel_requested THEN v_now END
+        WHERE j.id = snooze.id AND j.lease_token = snooze.lease_token AND j.state = 'running'
+        RETURNING j.id, j.claims, j.attempt, j.state, j.started_at, j.lease_expires_at, j.queue,
+                  j.worker, j.concurrency_key
+    ), hist AS (
+        INSERT INTO jq.executions (job_id, seq, attempt, outcome, started_at, lease_expires_at,
+                                   finished_at, queue, worker)
+        SELECT b.id, b.claims, b.attempt + 1,
+               CASE WHEN b.state = 'cancelled' THEN 'cancelled' ELSE 'snoozed' END::jq.execution_outcome,
+               b.started_at, b.lease_expires_at, v_now, b.queue, b.worker
+        FROM back b
+        WHERE CASE WHEN b.state = 'ready' THEN jq._wake(b.queue) ELSE jq._wake_slot(b.queue) END
+        RETURNING job_id
+    )
+    SELECT b.state, b.queue, b.concurrency_key INTO v_job FROM back b;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF v_job.concurrency_key IS NOT NULL AND v_job.state = 'cancelled' THEN
+        PERFORM jq._key_fill(v_job.queue, v_job.concurrency_key, 1);
+    END IF;
+    RETURN true;
+END $$;
+COMMENT ON FUNCTION jq.snooze(bigint, uuid, interval) IS
+'Puts a running job back to scheduled at now + delay (interval; zero or negative = ready now) '
+'without charging the attempt: the handler says "not yet". Records an execution with outcome '
+'snoozed (attempt refunded); the job keeps its place as its concurrency key''s head (the slot '
+'stays taken). A job with a cancellation request ends cancelled instead. Fenced: true only if '
+'the job is running under this lease_token; otherwise false and nothing changes. Errors: 22004 '
+'NULL delay, 22023 delay over 100 years or positive with a negative field.';
+
+CREATE FUNCTION jq._rate_tokens(queue text, at timestamptz) RETURNS double precision
+LANGUAGE sql STABLE AS $$
+    SELECT LEAST(t.rate_burst::double precision,
+                 coalesce(t.rate_tokens, t.rate_burst::double precision)
+                 + GREATEST(extract(epoch FROM _rate_tokens.at - coalesce(t.rate_updated, _rate_tokens.at))::double precision, 0)
+                   * t.rate_limit / extract(epoch FROM t.rate_period)::double precision)
+    FROM jq.queues t WHERE t.name = _rate_tokens.queue AND t.rate_limit IS NOT NULL
+$$;
+COMMENT ON FUNCTION jq._rate_tokens(text, timestamptz) IS
+'Internal: tokens in the rate bucket of queue at instant at: the stored rate_tokens (a full '
+'bucket of rate_burst when never used) plus rate_limit per rate_period elapsed since '
+'rate_updated, capped at rate_burst. NULL for a queue without a rate limit.';
+
+CREATE FUNCTION jq._rate_next_token(queue text) RETURNS timestamptz
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now    timestamptz := pg_catalog.clock_timestamp();
+    v_tokens double precision := jq._rate_tokens(_rate_next_token.queue, v_now);
+    v_per    double precision;
+BEGIN
+    IF v_tokens IS NULL OR v_tokens >= 1 THEN
+        RETURN v_now;
+    END IF;
+    SELECT extract(epoch FROM t.rate_period)::double precision / t.rate_limit INTO v_per
+    FROM jq.queues t WHERE t.name = _rate_next_token.queue;
+    RETURN v_now + (1 - v_tokens) * v_per * interval '1 second';
+END $$;
+COMMENT ON FUNCTION jq._rate_next_token(text) IS
+'Internal: when the rate bucket of queue next holds a whole token (now if it does, or if the '
+'queue has no rate limit), by a lock-free read; a long-polling claim sleeps until then.';
