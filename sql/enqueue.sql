@@ -76,7 +76,8 @@ CREATE FUNCTION jq._job_specs(payloads jsonb, specs boolean, def_kind text,
                               def_run_at timestamptz, def_delay interval, def_priority integer,
                               def_max_attempts integer)
 RETURNS TABLE (ord bigint, payload jsonb, kind text, run_at timestamptz, delay interval,
-               priority integer, max_attempts integer, idempotency_key text)
+               priority integer, max_attempts integer, idempotency_key text,
+               concurrency_key text)
 LANGUAGE sql STABLE AS $$
     SELECT e.ord,
            CASE WHEN specs THEN coalesce(e.val -> 'payload', '{}'::jsonb) ELSE e.val END,
@@ -93,7 +94,8 @@ LANGUAGE sql STABLE AS $$
                 ELSE def_priority END,
            CASE WHEN specs THEN coalesce((e.val ->> 'max_attempts')::integer, def_max_attempts)
                 ELSE def_max_attempts END,
-           CASE WHEN specs THEN e.val ->> 'idempotency_key' END
+           CASE WHEN specs THEN e.val ->> 'idempotency_key' END,
+           CASE WHEN specs THEN e.val ->> 'concurrency_key' END
     FROM pg_catalog.jsonb_array_elements(payloads) WITH ORDINALITY AS e(val, ord)
 $$;
 COMMENT ON FUNCTION jq._job_specs(jsonb, boolean, text, timestamptz, interval, integer, integer) IS
@@ -266,13 +268,13 @@ BEGIN
             CASE WHEN pg_catalog.jsonb_typeof(e.val) = 'object' THEN e.val END) AS k(key) ON true
         WHERE pg_catalog.jsonb_typeof(e.val) <> 'object'
            OR k.key NOT IN ('payload', 'kind', 'run_at', 'delay', 'priority', 'max_attempts',
-                            'idempotency_key')
+                            'idempotency_key', 'concurrency_key')
         ORDER BY e.ord LIMIT 1;
         IF FOUND THEN
             RAISE EXCEPTION 'job % of payloads (1-based) is not an object of known fields%', v_bad.ord,
                 coalesce(': unknown field ' || pg_catalog.quote_literal(v_bad.key), '')
                 USING ERRCODE = '22023',
-                      HINT = 'Known fields: payload, kind, run_at, delay, priority, max_attempts, idempotency_key.';
+                      HINT = 'Known fields: payload, kind, run_at, delay, priority, max_attempts, idempotency_key, concurrency_key.';
         END IF;
     END IF;
 
@@ -284,15 +286,18 @@ BEGIN
          LATERAL jq._job_problem(s.payload, s.kind, s.max_attempts, s.idempotency_key) p
     WHERE p.sqlstate IS NOT NULL
        OR (s.run_at IS NOT NULL AND (s.delay IS NOT NULL OR NOT pg_catalog.isfinite(s.run_at)))
+       OR s.concurrency_key = '' OR pg_catalog.length(s.concurrency_key) > 512
     ORDER BY s.ord LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION 'job % of payloads (1-based): %', v_bad.ord,
-            coalesce(v_bad.message, 'give run_at or delay, not both, and a finite run_at')
+            coalesce(v_bad.message, 'give run_at or delay, not both, and a finite run_at; a '
+                                    'concurrency_key has 1 to 512 characters')
             USING ERRCODE = coalesce(v_bad.sqlstate, '22023');
     END IF;
 
     IF NOT EXISTS (SELECT 1 FROM jq._job_specs(enqueue_many.payloads, enqueue_many.specs, NULL,
-                       NULL, NULL, 0, NULL) s WHERE s.idempotency_key IS NOT NULL) THEN
+                       NULL, NULL, 0, NULL) s
+                   WHERE s.idempotency_key IS NOT NULL OR s.concurrency_key IS NOT NULL) THEN
         -- One statement for the whole batch; ids follow array order.
         RETURN QUERY
         WITH ins AS (
@@ -330,10 +335,12 @@ BEGIN
     FOR r IN SELECT * FROM jq._job_specs(enqueue_many.payloads, enqueue_many.specs,
                  enqueue_many.kind, enqueue_many.run_at, enqueue_many.delay,
                  enqueue_many.priority, enqueue_many.max_attempts) s
-             ORDER BY s.idempotency_key COLLATE "C" NULLS LAST, s.ord
+             ORDER BY s.concurrency_key COLLATE "C" NULLS LAST,
+                      s.idempotency_key COLLATE "C" NULLS LAST, s.ord
     LOOP
         v_ids[r.ord] := jq.enqueue(enqueue_many.queue, r.payload, r.kind, r.run_at, r.delay,
-                                   r.priority, r.max_attempts, r.idempotency_key);
+                                   r.priority, r.max_attempts, r.idempotency_key,
+                                   r.concurrency_key);
     END LOOP;
     RETURN QUERY SELECT u.id FROM pg_catalog.unnest(v_ids) AS u(id);
 END $$;
@@ -341,10 +348,12 @@ COMMENT ON FUNCTION jq.enqueue_many(text, jsonb, text, timestamptz, interval, in
 'Enqueues many jobs in one statement and returns their ids in array order. payloads: a JSON '
 'array; each element is a payload, or with specs => true an object with any of the fields '
 'payload, kind, run_at, delay (interval string or seconds), priority, max_attempts, '
-'idempotency_key, which override the call''s arguments (same meanings as jq.enqueue). All '
+'idempotency_key, concurrency_key, which override the call''s arguments (same meanings as '
+'jq.enqueue). All '
 'elements are validated before anything is written; an error names the first bad element '
 '(1-based), except a delay overflow (22008), raised by the INSERT (which still writes nothing). '
 'Casts of spec fields raise Postgres'' own errors (22P02, 22007, 22003, 22008). Batches with '
-'idempotency keys are enqueued one by one in key order; the others in one INSERT '
+'idempotency or concurrency keys are enqueued one by one in key order (concurrency key, then '
+'idempotency key); the others in one INSERT '
 '(200,000 jobs in one call work). Errors: as jq.enqueue, plus 22023 when payloads is not an array '
 'or a spec has an unknown field.';

@@ -506,7 +506,22 @@ impl Worker {
         } else {
             Conn::new(self.config.clone())
         };
-        let has_wait = preflight(&mut claim_conn, &self.config, &opts.queues).await?;
+        // A server that is down or a database without jq fails the start at once, with one
+        // line. But a connection lost during these checks (terminated, server restarting) is
+        // retried like any later one: seen in the Q12 test, a `pg_terminate_backend` racing the
+        // start made `jqctl work` exit.
+        let mut attempt = 0u32;
+        let has_wait = loop {
+            match preflight(&mut claim_conn, &self.config, &opts.queues).await {
+                Err(Error::Db(msg)) if attempt < 5 => tracing::warn!(error = %msg, "start-up check failed; retrying"),
+                Err(Error::Connect { reason, .. }) if attempt > 0 && attempt < 5 => {
+                    tracing::warn!(error = %reason, "reconnecting for the start-up check")
+                }
+                r => break r?,
+            }
+            attempt += 1;
+            tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
+        };
         tracing::info!(
             queues = ?opts.queues, concurrency = opts.concurrency, worker = %opts.worker_name,
             long_poll = has_wait, "worker started"

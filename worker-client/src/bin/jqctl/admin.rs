@@ -239,6 +239,85 @@ pub async fn create_queue(cli: &Cli, a: &CreateQueueArgs) -> CliResult {
 }
 
 #[derive(Args, Debug)]
+pub struct AlterQueueArgs {
+    /// Queue name.
+    pub name: String,
+    /// Attempts before a failing job goes dead (for jobs enqueued afterwards).
+    #[arg(long)]
+    pub max_attempts: Option<i32>,
+    /// Default lease of a claim (interval).
+    #[arg(long)]
+    pub lease: Option<String>,
+    /// Retry delay policy.
+    #[arg(long, value_enum)]
+    pub backoff: Option<Backoff>,
+    /// Base retry delay (interval).
+    #[arg(long)]
+    pub backoff_base: Option<String>,
+    /// Cap of the retry delay (interval).
+    #[arg(long)]
+    pub backoff_max: Option<String>,
+    /// Jitter of the retry delay.
+    #[arg(long, value_enum)]
+    pub jitter: Option<Jitter>,
+    /// Most jobs running at once across all workers (0 removes the cap).
+    #[arg(long)]
+    pub max_concurrency: Option<i32>,
+    /// Lease expiries before a job goes dead.
+    #[arg(long)]
+    pub max_lease_expiries: Option<i32>,
+    /// How long completed and cancelled jobs are kept (interval).
+    #[arg(long)]
+    pub retention: Option<String>,
+    /// How long dead jobs are kept (interval).
+    #[arg(long)]
+    pub dead_retention: Option<String>,
+    /// How long execution history is kept (interval).
+    #[arg(long)]
+    pub history_retention: Option<String>,
+    /// Jobs per concurrency_key running at once (docs/flow-control.md).
+    #[arg(long)]
+    pub key_concurrency: Option<i32>,
+    /// Jobs claimed per --rate-period at most, across all workers (0 removes the limit).
+    #[arg(long)]
+    pub rate_limit: Option<i32>,
+    /// Window of the rate limit (interval, default 1 second).
+    #[arg(long)]
+    pub rate_period: Option<String>,
+    /// Token bucket size of the rate limit.
+    #[arg(long)]
+    pub burst: Option<i32>,
+    /// Raise a waiting job's priority by 1 per this interval (opt-in priority aging; 0 turns it off).
+    #[arg(long)]
+    pub priority_aging: Option<String>,
+}
+
+pub async fn alter_queue(cli: &Cli, a: &AlterQueueArgs) -> CliResult {
+    let client = connect(cli).await?;
+    let mut args = NamedArgs::default();
+    args.add("name", a.name.clone(), "text");
+    args.opt("max_attempts", a.max_attempts, "int4");
+    args.opt("lease", a.lease.clone(), "text::interval");
+    args.opt("backoff", a.backoff.map(|b| format!("{b:?}").to_lowercase()), "text::jq.backoff_policy");
+    args.opt("backoff_base", a.backoff_base.clone(), "text::interval");
+    args.opt("backoff_max", a.backoff_max.clone(), "text::interval");
+    args.opt("jitter", a.jitter.map(|j| format!("{j:?}").to_lowercase()), "text::jq.jitter_mode");
+    args.opt("max_concurrency", a.max_concurrency, "int4");
+    args.opt("max_lease_expiries", a.max_lease_expiries, "int4");
+    args.opt("retention", a.retention.clone(), "text::interval");
+    args.opt("dead_retention", a.dead_retention.clone(), "text::interval");
+    args.opt("history_retention", a.history_retention.clone(), "text::interval");
+    args.opt("key_concurrency", a.key_concurrency, "int4");
+    args.opt("rate_limit", a.rate_limit, "int4");
+    args.opt("rate_period", a.rate_period.clone(), "text::interval");
+    args.opt("burst", a.burst, "int4");
+    args.opt("priority_aging", a.priority_aging.clone(), "text::interval");
+    client.query_one(&args.sql("jq.alter_queue"), &args.params()).await?;
+    println!("queue {} altered", a.name);
+    Ok(())
+}
+
+#[derive(Args, Debug)]
 pub struct ScheduleArgs {
     /// Schedule name (replaces an existing schedule of that name).
     pub name: String,

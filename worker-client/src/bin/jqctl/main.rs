@@ -94,6 +94,9 @@ pub enum Command {
     },
     /// Create a queue (jq.create_queue). Options left out take jq's defaults.
     CreateQueue(admin::CreateQueueArgs),
+    /// Change a queue's options (jq.alter_queue), flow control included: --key-concurrency,
+    /// --rate-limit/--rate-period/--burst, --priority-aging, --max-concurrency.
+    AlterQueue(admin::AlterQueueArgs),
     /// Create or replace a cron schedule (jq.schedule).
     Schedule(admin::ScheduleArgs),
     /// Remove a cron schedule (jq.unschedule).
@@ -253,6 +256,7 @@ async fn run(cli: &Cli) -> CliResult {
         Command::Pause { queue } => admin::pause_resume(cli, queue, true).await,
         Command::Resume { queue } => admin::pause_resume(cli, queue, false).await,
         Command::CreateQueue(args) => admin::create_queue(cli, args).await,
+        Command::AlterQueue(args) => admin::alter_queue(cli, args).await,
         Command::Schedule(args) => admin::schedule(cli, args).await,
         Command::Unschedule { name } => admin::unschedule(cli, name).await,
         Command::Schedules => admin::schedules(cli).await,
