@@ -4,7 +4,8 @@
 //! jq-bench latency URL QUEUE RATE SECS CONSUMERS
 //!     Enqueues at a fixed arrival rate (jobs/s, open loop, spread over several producer
 //!     connections) for SECS seconds, the first second being warm-up, while CONSUMERS
-//!     connections loop `jq.claim(queue, …, wait => '1 second')` + `jq.complete`. Reports
+//!     connections loop `jq.claim(queue, …, n => 10, wait => '1 second')` (returns as soon as
+//!     at least one job is claimable) + `jq.complete_many`. Reports
 //!     p50/p95/p99/max of the time from the enqueue's commit (its autocommit statement
 //!     returned to the producer) to the claim returning that job to a consumer, both taken
 //!     with one monotonic clock in this process.
@@ -57,20 +58,25 @@ async fn latency(url: String, queue: String, rate: f64, secs: f64, consumers: us
         let (queue, stop, claimed_n) = (queue.clone(), stop.clone(), claimed_n.clone());
         cons.push(tokio::spawn(async move {
             let claim = client
-                .prepare("SELECT id, lease_token FROM jq.claim($1, $2, 1, NULL, interval '1 second')")
+                .prepare("SELECT id, lease_token FROM jq.claim($1, $2, 10, NULL, interval '1 second')")
                 .await?;
-            let complete = client.prepare("SELECT jq.complete($1, $2)").await?;
+            let complete = client.prepare("SELECT count(*) FROM jq.complete_many($1, $2)").await?;
             let name = format!("lat{c}");
             let mut seen: Vec<(i64, Instant)> = Vec::new();
             while !stop.load(Ordering::Relaxed) {
                 let rows = client.query(&claim, &[&queue, &name]).await?;
                 let t = Instant::now();
+                let mut ids: Vec<i64> = Vec::with_capacity(rows.len());
+                let mut toks: Vec<uuid::Uuid> = Vec::with_capacity(rows.len());
                 for r in &rows {
                     let id: i64 = r.get(0);
                     seen.push((id, t));
-                    claimed_n.fetch_add(1, Ordering::Relaxed);
-                    let tok: uuid::Uuid = r.get(1);
-                    client.execute(&complete, &[&id, &tok]).await?;
+                    ids.push(id);
+                    toks.push(r.get(1));
+                }
+                if !ids.is_empty() {
+                    claimed_n.fetch_add(ids.len(), Ordering::Relaxed);
+                    client.query_one(&complete, &[&ids, &toks]).await?;
                 }
             }
             Res::Ok(seen)
