@@ -50,7 +50,7 @@ out.append("```\n")
 out.append("Values: median over rounds (min–max). Ratios: computed within each round, then median (min–max).\n")
 
 drain_batches = sorted({k[2] for k in cell if k[0] == "drain"}, key=int)
-systems = [s for s in ("floor", "jq", "jq-client", "pgmq", "graphile") if any(k[0] == "drain" and k[1] == s for k in cell)]
+systems = [s for s in ("floor", "jq", "jq-client", "pgmq", "graphile", "procrastinate") if any(k[0] == "drain" and k[1] == s for k in cell)]
 if drain_batches:
     out.append("## Drain, jobs/s (pgbench SQL level: floor, jq, pgmq; end to end: jq-client, graphile)\n")
     out.append("| batch | " + " | ".join(systems) + " |")
@@ -59,7 +59,7 @@ if drain_batches:
         out.append(f"| {b} | " + " | ".join(stat(cell.get(("drain", s, b), {}).values()) for s in systems) + " |")
     out.append("")
     pairs = [(s, "floor") for s in systems if s != "floor"] + [("jq-client", "jq")] + \
-            [("jq", p) for p in ("pgmq", "graphile") if p in systems] + [("jq-client", "graphile")]
+            [("jq", p) for p in ("pgmq", "graphile", "procrastinate") if p in systems] + [("jq-client", "graphile"), ("jq-client", "procrastinate")]
     pairs = [p for p in pairs if p[0] in systems and p[1] in systems]
     out.append("Same-round ratios, median (min–max):\n")
     out.append("| batch | " + " | ".join(f"{a} ÷ {b}" for a, b in pairs) + " |")
@@ -128,13 +128,14 @@ for b in ("1", "10"):
 r = ratio(("drain", "jq-client", "10"), ("drain", "jq", "10"))
 target("Rust client ≥ 0.6× jq SQL level (batch 10)", r, r and r[0] >= 0.6)
 for b in drain_batches:
-    for p in ("pgmq", "graphile"):
+    for p in ("pgmq", "graphile", "procrastinate"):
         r = ratio(("drain", "jq", b), ("drain", p, b))
         if r:
             target(f"jq (SQL level) ≥ {p} at batch {b}", r, r[0] >= 1.0)
-r = ratio(("drain", "jq-client", "1"), ("drain", "graphile", "1"))
-if r:
-    target("jq-client (batch 10) ≥ graphile-worker end to end (its default, one job per fetch)", r, r[0] >= 1.0)
+for p in ("graphile", "procrastinate"):
+    r = ratio(("drain", "jq-client", "10"), ("drain", p, "1"))
+    if r:
+        target(f"jq-client (claim batch 10) ≥ {p} end to end (its defaults)", r, r[0] >= 1.0)
 v = cell.get(("latency", "jq", "500"), {}).values()
 if v:
     m = statistics.median(v)
