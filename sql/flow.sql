@@ -126,7 +126,7 @@ BEGIN
             run_at = CASE WHEN j.cancel_requested THEN j.run_at
                           ELSE v_now + pg_catalog.interval_larger(snooze.delay, interval '0') END,
             finished_at = CASE WHEN j.cancel_requested THEN v_now END
-        WHERE j.id = snooze.id AND j.lease_token = snooze.lease_token AND j.state = 'running'
+        WHERE j.id = snooze.id AND j.lease_token = snooze.lease_token AND j.state::text = 'running'
         RETURNING j.id, j.claims, j.attempt, j.state, j.started_at, j.lease_expires_at, j.queue,
                   j.worker, j.concurrency_key
     ), hist AS (

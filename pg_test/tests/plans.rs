@@ -1178,3 +1178,72 @@ fn flow_control_selections_use_their_partial_indexes_and_the_claim_keeps_its_pla
     }
     f.finish();
 }
+
+const COMPLETE_UPDATE: HotPath = HotPath {
+    label: "jq.complete: the fenced update by id",
+    function: "jq.complete(bigint,uuid,jsonb)",
+    source: "UPDATE jq.jobs j SET
+            state = 'completed',
+            finished_at = pg_catalog.clock_timestamp(),
+            result = complete.result
+        WHERE j.id = complete.id AND j.lease_token = complete.lease_token AND j.state::text = 'running'",
+    subst: &[("complete.result", "NULL"), ("complete.id", "$1"), ("complete.lease_token", "$2")],
+    types: "bigint, uuid",
+};
+
+const HEARTBEAT_UPDATE: HotPath = HotPath {
+    label: "jq.heartbeat: the fenced update by id",
+    function: "jq.heartbeat(bigint,uuid,interval)",
+    source: "WHERE j.id = heartbeat.id AND j.lease_token = heartbeat.lease_token AND j.state::text = 'running'",
+    subst: &[],
+    types: "",
+};
+
+/// complete, fail, heartbeat, release and snooze find the job by primary key even when the
+/// statistics were taken while nothing ran (the bench found `jq.complete_many` planned as a
+/// scan of jobs_running_idx: 1 s per call). Negative control `JQ_TEST_BREAK=running_idx_lookup`
+/// (jq.complete with the plain `state = 'running'`): seen failing, the plan read jobs_running_idx.
+#[test]
+fn worker_calls_find_the_job_by_primary_key_after_an_idle_analyze() {
+    let db = TestDb::new("plans_pk");
+    let mut c = db.connect();
+    c.batch_execute(
+        "SELECT jq.create_queue('pk');
+         SELECT count(*) FROM jq.enqueue_many('pk', (SELECT jsonb_agg(g) FROM generate_series(1, 20000) g));
+         ANALYZE jq.jobs;",
+    )
+    .unwrap();
+    COMPLETE_UPDATE.check_source(&mut c);
+    HEARTBEAT_UPDATE.check_source(&mut c);
+    if jq_pg_test::broken("running_idx_lookup") {
+        jq_pg_test::sabotage(&mut c, "jq.complete(bigint,uuid,jsonb)", "j.state::text = 'running'", "j.state = 'running'", 1);
+    }
+    // Statistics say nothing runs; now 5,000 do.
+    let jobs = jq_pg_test::claim(&mut c, "pk", "w", 1000, None);
+    for _ in 0..4 {
+        jq_pg_test::claim(&mut c, "pk", "w", 1000, None);
+    }
+    let mut f = Failures::default();
+    let job = &jobs[0];
+    for mode in [Mode::Custom, Mode::Generic] {
+        let body: String = c
+            .query_one("SELECT prosrc FROM pg_proc WHERE oid = 'jq.complete(bigint,uuid,jsonb)'::regprocedure", &[])
+            .unwrap()
+            .get(0);
+        let live = HotPath {
+            label: "jq.complete as installed",
+            function: "jq.complete(bigint,uuid,jsonb)",
+            source: if body.contains("j.state::text = 'running'") { COMPLETE_UPDATE.source } else {
+                "UPDATE jq.jobs j SET
+            state = 'completed',
+            finished_at = pg_catalog.clock_timestamp(),
+            result = complete.result
+        WHERE j.id = complete.id AND j.lease_token = complete.lease_token AND j.state = 'running'"
+            },
+            ..COMPLETE_UPDATE
+        };
+        let e = explain(&mut c, &live, &format!("{}, '{}'", job.id, job.token), mode);
+        f.check(check_uses_index(&e, "jobs_pkey", "jobs"));
+    }
+    f.finish();
+}
