@@ -19,7 +19,13 @@ struct OwnCluster {
 impl OwnCluster {
     fn start(offset: u16, settings: &[&str]) -> OwnCluster {
         let base: u16 = std::env::var("JQ_TEST_PGPORT").unwrap_or_else(|_| "54329".into()).parse().unwrap();
-        let port = base + offset;
+        // base + offset, or the next port up that nothing listens on (a postmaster left behind by
+        // an earlier run whose data directory is gone can hold the port for up to a minute).
+        // Ports base + 10 .. are never used by the other suites (worker-client uses + 3 and + 97).
+        let port = (0..10)
+            .map(|k| base + offset + 10 * k)
+            .find(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
+            .expect("no free port for a test cluster");
         let dir = format!("/tmp/jq-own-{port}");
         let repo = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
         let script = format!(
