@@ -142,17 +142,7 @@ COMMENT ON FUNCTION jq._check_schedule_options(text, text, jsonb, text, integer,
 'time zone, misfire, overlap, kind or max_attempts; 54000 payload too large.';
 
 CREATE FUNCTION jq._check_schedule_name(name text) RETURNS void
-LANGUAGE plpgsql IMMUTABLE AS $$
-BEGIN
-    IF name IS NULL THEN
-        RAISE EXCEPTION 'schedule name must not be NULL' USING ERRCODE = '22004';
-    END IF;
-    IF name !~ '^[A-Za-z0-9_.:-]{1,128}$' THEN
-        RAISE EXCEPTION 'invalid schedule name %', pg_catalog.quote_literal(pg_catalog.left(name, 200))
-            USING ERRCODE = '22023',
-                  DETAIL = 'A schedule name has 1 to 128 characters, each an ASCII letter, a digit, or one of _ - . :';
-    END IF;
-END $$;
+LANGUAGE sql IMMUTABLE AS $$ SELECT jq._check_name('schedule', name) $$;
 COMMENT ON FUNCTION jq._check_schedule_name(text) IS
 'Internal: raises 22004 for NULL and 22023 for a name that is not 1-128 characters of [A-Za-z0-9_.:-].';
 

@@ -1,17 +1,24 @@
 -- Queue administration: create, alter, drop, pause, resume.
 
-CREATE FUNCTION jq._check_queue_name(name text) RETURNS void
+-- Queue and schedule names follow one rule (no per-queue DDL, so no identifier limits).
+CREATE FUNCTION jq._check_name(what text, name text) RETURNS void
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
     IF name IS NULL THEN
-        RAISE EXCEPTION 'queue name must not be NULL' USING ERRCODE = '22004';
+        RAISE EXCEPTION '% name must not be NULL', what USING ERRCODE = '22004';
     END IF;
     IF name !~ '^[A-Za-z0-9_.:-]{1,128}$' THEN
-        RAISE EXCEPTION 'invalid queue name %', pg_catalog.quote_literal(pg_catalog.left(name, 200))
+        RAISE EXCEPTION 'invalid % name %', what, pg_catalog.quote_literal(pg_catalog.left(name, 200))
             USING ERRCODE = '22023',
-                  DETAIL = 'A queue name has 1 to 128 characters, each an ASCII letter, a digit, or one of _ - . :';
+                  DETAIL = pg_catalog.format('A %s name has 1 to 128 characters, each an ASCII letter, a digit, or one of _ - . :', what);
     END IF;
 END $$;
+COMMENT ON FUNCTION jq._check_name(text, text) IS
+'Internal: for a name of kind what (queue, schedule), raises 22004 for NULL and 22023 for a name '
+'that is not 1-128 characters of [A-Za-z0-9_.:-].';
+
+CREATE FUNCTION jq._check_queue_name(name text) RETURNS void
+LANGUAGE sql IMMUTABLE AS $$ SELECT jq._check_name('queue', name) $$;
 COMMENT ON FUNCTION jq._check_queue_name(text) IS
 'Internal: raises 22004 for NULL and 22023 for a name that is not 1-128 characters of [A-Za-z0-9_.:-].';
 

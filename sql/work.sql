@@ -68,7 +68,9 @@ BEGIN
         RAISE EXCEPTION 'lease must be greater than zero and at most 100 years, got %', claim.lease
             USING ERRCODE = '22023';
     END IF;
-    v_deadline := jq._wait_deadline(claim.wait);
+    IF claim.wait IS NOT NULL THEN  -- no function call on the hot path without a wait
+        v_deadline := jq._wait_deadline(claim.wait);
+    END IF;
     IF v_deadline IS NOT NULL THEN
         -- Registered before the first look, so a commit after that look wakes us.
         PERFORM jq._wait_register(ARRAY[claim.queue],
@@ -338,7 +340,9 @@ BEGIN
     IF FOUND THEN
         PERFORM jq._unknown_queue(v_missing.name);
     END IF;
-    v_deadline := jq._wait_deadline(claim.wait);
+    IF claim.wait IS NOT NULL THEN  -- no function call on the hot path without a wait
+        v_deadline := jq._wait_deadline(claim.wait);
+    END IF;
     IF v_deadline IS NOT NULL THEN
         SELECT pg_catalog.array_agg(EXISTS (SELECT FROM jq.queues t WHERE t.name = u.name
                                             AND (t.max_concurrency IS NOT NULL

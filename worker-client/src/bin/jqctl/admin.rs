@@ -167,11 +167,10 @@ pub enum Jitter {
     Full,
 }
 
+/// The queue options `create-queue` and `alter-queue` share (NULL = jq's default / unchanged).
 #[derive(Args, Debug)]
-pub struct CreateQueueArgs {
-    /// Queue name (1-128 of A-Z a-z 0-9 _ . : -).
-    pub name: String,
-    /// Attempts before a failing job goes dead.
+pub struct QueueOptions {
+    /// Attempts before a failing job goes dead (each job keeps the value it was enqueued with).
     #[arg(long)]
     pub max_attempts: Option<i32>,
     /// Default lease of a claim (PostgreSQL interval: 30s, 5min, '2 minutes').
@@ -189,7 +188,7 @@ pub struct CreateQueueArgs {
     /// Jitter of the retry delay.
     #[arg(long, value_enum)]
     pub jitter: Option<Jitter>,
-    /// Most jobs running at once across all workers.
+    /// Most jobs running at once across all workers (alter-queue: 0 removes the cap).
     #[arg(long)]
     pub max_concurrency: Option<i32>,
     /// Lease expiries before a job goes dead.
@@ -204,6 +203,31 @@ pub struct CreateQueueArgs {
     /// How long execution history is kept (interval).
     #[arg(long)]
     pub history_retention: Option<String>,
+}
+
+impl QueueOptions {
+    /// Adds the options that were given as named arguments of jq.create_queue / jq.alter_queue.
+    fn add_to(&self, args: &mut NamedArgs) {
+        args.opt("max_attempts", self.max_attempts, "int4");
+        args.opt("lease", self.lease.clone(), "text::interval");
+        args.opt("backoff", self.backoff.map(|b| format!("{b:?}").to_lowercase()), "text::jq.backoff_policy");
+        args.opt("backoff_base", self.backoff_base.clone(), "text::interval");
+        args.opt("backoff_max", self.backoff_max.clone(), "text::interval");
+        args.opt("jitter", self.jitter.map(|j| format!("{j:?}").to_lowercase()), "text::jq.jitter_mode");
+        args.opt("max_concurrency", self.max_concurrency, "int4");
+        args.opt("max_lease_expiries", self.max_lease_expiries, "int4");
+        args.opt("retention", self.retention.clone(), "text::interval");
+        args.opt("dead_retention", self.dead_retention.clone(), "text::interval");
+        args.opt("history_retention", self.history_retention.clone(), "text::interval");
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct CreateQueueArgs {
+    /// Queue name (1-128 of A-Z a-z 0-9 _ . : -).
+    pub name: String,
+    #[command(flatten)]
+    pub options: QueueOptions,
     /// Create it paused.
     #[arg(long)]
     pub paused: bool,
@@ -216,17 +240,7 @@ pub async fn create_queue(cli: &Cli, a: &CreateQueueArgs) -> CliResult {
     let client = connect(cli).await?;
     let mut args = NamedArgs::default();
     args.add("name", a.name.clone(), "text");
-    args.opt("max_attempts", a.max_attempts, "int4");
-    args.opt("lease", a.lease.clone(), "text::interval");
-    args.opt("backoff", a.backoff.map(|b| format!("{b:?}").to_lowercase()), "text::jq.backoff_policy");
-    args.opt("backoff_base", a.backoff_base.clone(), "text::interval");
-    args.opt("backoff_max", a.backoff_max.clone(), "text::interval");
-    args.opt("jitter", a.jitter.map(|j| format!("{j:?}").to_lowercase()), "text::jq.jitter_mode");
-    args.opt("max_concurrency", a.max_concurrency, "int4");
-    args.opt("max_lease_expiries", a.max_lease_expiries, "int4");
-    args.opt("retention", a.retention.clone(), "text::interval");
-    args.opt("dead_retention", a.dead_retention.clone(), "text::interval");
-    args.opt("history_retention", a.history_retention.clone(), "text::interval");
+    a.options.add_to(&mut args);
     if a.paused {
         args.add("paused", true, "bool");
     }
@@ -242,39 +256,8 @@ pub async fn create_queue(cli: &Cli, a: &CreateQueueArgs) -> CliResult {
 pub struct AlterQueueArgs {
     /// Queue name.
     pub name: String,
-    /// Attempts before a failing job goes dead (for jobs enqueued afterwards).
-    #[arg(long)]
-    pub max_attempts: Option<i32>,
-    /// Default lease of a claim (interval).
-    #[arg(long)]
-    pub lease: Option<String>,
-    /// Retry delay policy.
-    #[arg(long, value_enum)]
-    pub backoff: Option<Backoff>,
-    /// Base retry delay (interval).
-    #[arg(long)]
-    pub backoff_base: Option<String>,
-    /// Cap of the retry delay (interval).
-    #[arg(long)]
-    pub backoff_max: Option<String>,
-    /// Jitter of the retry delay.
-    #[arg(long, value_enum)]
-    pub jitter: Option<Jitter>,
-    /// Most jobs running at once across all workers (0 removes the cap).
-    #[arg(long)]
-    pub max_concurrency: Option<i32>,
-    /// Lease expiries before a job goes dead.
-    #[arg(long)]
-    pub max_lease_expiries: Option<i32>,
-    /// How long completed and cancelled jobs are kept (interval).
-    #[arg(long)]
-    pub retention: Option<String>,
-    /// How long dead jobs are kept (interval).
-    #[arg(long)]
-    pub dead_retention: Option<String>,
-    /// How long execution history is kept (interval).
-    #[arg(long)]
-    pub history_retention: Option<String>,
+    #[command(flatten)]
+    pub options: QueueOptions,
     /// Jobs per concurrency_key running at once (docs/flow-control.md).
     #[arg(long)]
     pub key_concurrency: Option<i32>,
@@ -296,17 +279,7 @@ pub async fn alter_queue(cli: &Cli, a: &AlterQueueArgs) -> CliResult {
     let client = connect(cli).await?;
     let mut args = NamedArgs::default();
     args.add("name", a.name.clone(), "text");
-    args.opt("max_attempts", a.max_attempts, "int4");
-    args.opt("lease", a.lease.clone(), "text::interval");
-    args.opt("backoff", a.backoff.map(|b| format!("{b:?}").to_lowercase()), "text::jq.backoff_policy");
-    args.opt("backoff_base", a.backoff_base.clone(), "text::interval");
-    args.opt("backoff_max", a.backoff_max.clone(), "text::interval");
-    args.opt("jitter", a.jitter.map(|j| format!("{j:?}").to_lowercase()), "text::jq.jitter_mode");
-    args.opt("max_concurrency", a.max_concurrency, "int4");
-    args.opt("max_lease_expiries", a.max_lease_expiries, "int4");
-    args.opt("retention", a.retention.clone(), "text::interval");
-    args.opt("dead_retention", a.dead_retention.clone(), "text::interval");
-    args.opt("history_retention", a.history_retention.clone(), "text::interval");
+    a.options.add_to(&mut args);
     args.opt("key_concurrency", a.key_concurrency, "int4");
     args.opt("rate_limit", a.rate_limit, "int4");
     args.opt("rate_period", a.rate_period.clone(), "text::interval");
