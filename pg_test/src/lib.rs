@@ -7,7 +7,10 @@
 //! Nothing here writes jq's tables: tests change state only through jq's functions (and pass
 //! explicit instants to the maintenance functions instead of moving the clock).
 
+use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
+
+pub mod fingerprint;
 
 pub use postgres::{Client, NoTls};
 
@@ -34,6 +37,12 @@ pub struct TestDb {
 impl TestDb {
     /// Creates `jqt_<tag>_<pid>_<n>` with the extension installed.
     pub fn new(tag: &str) -> TestDb {
+        TestDb::with_setup(tag, "CREATE EXTENSION jq")
+    }
+
+    /// Creates `jqt_<tag>_<pid>_<n>` and runs `setup` in it instead of `CREATE EXTENSION jq`
+    /// (e.g. an older version and `ALTER EXTENSION jq UPDATE`, or nothing for a restore target).
+    pub fn with_setup(tag: &str, setup: &str) -> TestDb {
         let n = SEQ.fetch_add(1, Ordering::SeqCst);
         let name = format!("jqt_{}_{}_{}", tag, std::process::id(), n);
         let mut a = admin();
@@ -42,7 +51,9 @@ impl TestDb {
         a.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).expect("drop test database");
         a.batch_execute(&format!("CREATE DATABASE {name}")).expect("create test database");
         let db = TestDb { name };
-        db.connect().batch_execute("CREATE EXTENSION jq").expect("CREATE EXTENSION jq");
+        if !setup.is_empty() {
+            db.connect().batch_execute(setup).unwrap_or_else(|e| panic!("{setup}: {e:?}"));
+        }
         db
     }
 
@@ -58,6 +69,42 @@ impl Drop for TestDb {
             let _ = a.batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name));
         }
     }
+}
+
+/// The oldest released version of jq, whose frozen install script sql/releases/jq--VERSION.sql
+/// pg_test/run installs next to the current one.
+pub const OLDEST_RELEASE: &str = "0.1.0";
+
+/// `CREATE EXTENSION jq VERSION '<OLDEST_RELEASE>'; ALTER EXTENSION jq UPDATE`: the upgraded
+/// install, as a [`TestDb::with_setup`] argument.
+pub fn upgraded_install() -> String {
+    format!("CREATE EXTENSION jq VERSION '{OLDEST_RELEASE}'; ALTER EXTENSION jq UPDATE")
+}
+
+/// The path of a PostgreSQL program (pg_dump, pg_restore, ...) of the cluster under test:
+/// `$JQ_PG_BIN/name` (pg_test/run exports it), else the system PostgreSQL 15.
+pub fn pg_bin(name: &str) -> String {
+    format!("{}/{name}", std::env::var("JQ_PG_BIN").unwrap_or_else(|_| "/usr/lib/postgresql/15/bin".into()))
+}
+
+/// `pg_dump -Fc` of `src`, then `pg_restore --exit-on-error` into a new empty database
+/// `jqt_<tag>_…`, which is returned (dropped on drop like any [`TestDb`]).
+pub fn dump_and_restore(src: &TestDb, tag: &str) -> TestDb {
+    let n = SEQ.fetch_add(1, Ordering::SeqCst);
+    let dump = std::env::temp_dir().join(format!("jq-dump-{}-{n}.pgc", std::process::id()));
+    let out = Command::new(pg_bin("pg_dump"))
+        .args(["-Fc", "-f", dump.to_str().unwrap(), "-d", &conninfo(&src.name)])
+        .output()
+        .expect("run pg_dump");
+    assert!(out.status.success(), "pg_dump failed: {}", String::from_utf8_lossy(&out.stderr));
+    let dst = TestDb::with_setup(tag, "");
+    let out = Command::new(pg_bin("pg_restore"))
+        .args(["--exit-on-error", "-d", &conninfo(&dst.name), dump.to_str().unwrap()])
+        .output()
+        .expect("run pg_restore");
+    let _ = std::fs::remove_file(&dump);
+    assert!(out.status.success(), "pg_restore failed: {}", String::from_utf8_lossy(&out.stderr));
+    dst
 }
 
 /// The SQLSTATE of a failed statement, e.g. `"22023"`; panics if it succeeded.

@@ -1,0 +1,3 @@
+-- PLACEHOLDER on branch `upgrade` (test harness development only): the lead's real upgrade
+-- script replaces this file on merge. Version 0.2.0 here has the same objects as 0.1.0, so an
+-- empty upgrade script is complete.
