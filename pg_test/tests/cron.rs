@@ -692,10 +692,6 @@ fn cron_next_agrees_with_croniter() {
 /// pg_extension.extconfig in the source database): the restored database had no schedule.
 #[test]
 fn dump_and_restore_keep_schedules_and_the_fire_log() {
-    use jq_pg_test::conninfo;
-    let pg_bin = |name: &str| {
-        format!("{}/{name}", std::env::var("JQ_PG_BIN").unwrap_or_else(|_| "/usr/lib/postgresql/15/bin".into()))
-    };
     let (src, mut c) = setup("cron_dumpsrc");
     c.batch_execute("SELECT jq.schedule('m', '* * * * *', 'cq', '{\"x\": 1}', timezone => 'Europe/Paris')").unwrap();
     let m = hour_ahead(&mut c, 1);
@@ -713,20 +709,7 @@ fn dump_and_restore_keep_schedules_and_the_fire_log() {
         )
         .unwrap();
     }
-    let dump = std::env::temp_dir().join(format!("jq-cron-dump-{}.pgc", std::process::id()));
-    let ok = Command::new(pg_bin("pg_dump"))
-        .args(["-Fc", "-f", dump.to_str().unwrap(), "-d", &conninfo(&src.name)])
-        .status()
-        .expect("run pg_dump");
-    assert!(ok.success(), "pg_dump failed");
-    let dst = TestDb::new("cron_dumpdst");
-    dst.connect().batch_execute("DROP EXTENSION jq; DROP SCHEMA jq").unwrap();
-    let ok = Command::new(pg_bin("pg_restore"))
-        .args(["--exit-on-error", "-d", &conninfo(&dst.name), dump.to_str().unwrap()])
-        .status()
-        .expect("run pg_restore");
-    let _ = std::fs::remove_file(&dump);
-    assert!(ok.success(), "pg_restore failed");
+    let dst = jq_pg_test::dump_and_restore(&src, "cron_dumpdst");
     let mut r = dst.connect();
     let n: i64 = r.query_one("SELECT count(*) FROM jq.schedules", &[]).unwrap().get(0);
     assert_eq!(n, 1, "schedules lost by the dump");
