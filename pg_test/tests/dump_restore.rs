@@ -73,12 +73,13 @@ fn has_queue_grants(c: &mut Client) -> bool {
 }
 
 /// The user's own privileges on jq's objects: a function granted to a role, one revoked from
-/// PUBLIC, a table made readable.
+/// PUBLIC (a no-op from 0.2.0 on, where jq revokes them all), a view made readable. Functions
+/// are named without argument lists, which 0.2.0 changes.
 fn user_grants(c: &mut Client, app: &str) {
     c.batch_execute(&format!(
         "GRANT USAGE ON SCHEMA jq TO {app};
-         GRANT EXECUTE ON FUNCTION jq.enqueue(text,jsonb,text,timestamptz,interval,integer,integer,text,text) TO {app};
-         REVOKE EXECUTE ON FUNCTION jq.cron_next(text,timestamptz,text) FROM PUBLIC;
+         GRANT EXECUTE ON FUNCTION jq.enqueue TO {app};
+         REVOKE EXECUTE ON FUNCTION jq.cron_next FROM PUBLIC;
          GRANT SELECT ON jq.queue_stats TO {app};"
     ))
     .expect("user grants");
@@ -150,7 +151,8 @@ fn dump_and_restore_keep_every_state_grants_and_work() {
     // Privileges, spelled out (the fingerprint compared them already).
     let privs: (bool, bool, bool) = r
         .query_one(
-            "SELECT has_function_privilege($1, 'jq.enqueue(text,jsonb,text,timestamptz,interval,integer,integer,text,text)', 'EXECUTE'),
+            "SELECT has_function_privilege($1, (SELECT p.oid FROM pg_proc p WHERE p.proname = 'enqueue'
+                                                    AND p.pronamespace = 'jq'::regnamespace), 'EXECUTE'),
                     has_function_privilege('public', 'jq.cron_next(text,timestamptz,text)', 'EXECUTE'),
                     has_table_privilege($1, 'jq.queue_stats', 'SELECT')",
             &[&app],
