@@ -76,6 +76,21 @@ impl Drop for TestDb {
 /// pg_test/run installs next to the current one.
 pub const OLDEST_RELEASE: &str = "0.1.0";
 
+/// The released versions, oldest first: the `jq--<version>.sql` files of sql/releases.
+pub fn released_versions() -> Vec<String> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../sql/releases");
+    let mut v: Vec<Vec<u32>> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            let version = name.strip_prefix("jq--")?.strip_suffix(".sql")?.to_string();
+            (!version.contains("--")).then(|| version.split('.').map(|p| p.parse().unwrap()).collect())
+        })
+        .collect();
+    v.sort();
+    v.iter().map(|p| p.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(".")).collect()
+}
+
 /// `CREATE EXTENSION jq VERSION '<OLDEST_RELEASE>'; ALTER EXTENSION jq UPDATE`: the upgraded
 /// install, as a [`TestDb::with_setup`] argument.
 pub fn upgraded_install() -> String {

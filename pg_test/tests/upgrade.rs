@@ -5,7 +5,7 @@
 
 use jq_pg_test::fingerprint;
 use jq_pg_test::populate::populate;
-use jq_pg_test::{claim, complete, upgraded_install, TestDb, OLDEST_RELEASE};
+use jq_pg_test::{claim, complete, released_versions, TestDb, OLDEST_RELEASE};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-/// A fresh install and an install of the oldest release upgraded to the current version have
-/// the same catalog fingerprint (pg_test/src/fingerprint.rs: every member's definition, ACLs,
+/// A fresh install and an install of each released version (sql/releases) upgraded to the
+/// current version have the same catalog fingerprint (pg_test/src/fingerprint.rs: every member's definition, ACLs,
 /// comments, constraints, indexes, enum labels, extconfig, pg_init_privs, the schema's ACL).
 ///
 /// Seen failing (negative control, by hand): with a deliberately broken upgrade script installed
@@ -25,35 +25,38 @@ use std::time::{Duration, Instant};
 /// JQ_TEST_BREAK=upgrade_misses_function reproduces the first kind without replacing files.
 #[test]
 fn fresh_install_equals_upgraded_install() {
+    let versions = released_versions();
+    assert_eq!(versions.first().map(String::as_str), Some(OLDEST_RELEASE), "OLDEST_RELEASE is not the oldest of sql/releases");
     let fresh = TestDb::new("upg_fresh");
-    let upgraded = TestDb::with_setup("upg_upgraded", &upgraded_install());
-    let mut b = upgraded.connect();
-    if jq_pg_test::broken("upgrade_misses_function") {
-        // What an upgrade script that forgot one function's new body leaves behind.
-        b.batch_execute(
-            "CREATE OR REPLACE FUNCTION jq.max_error_length() RETURNS integer
-             LANGUAGE sql IMMUTABLE AS $$ SELECT 1 $$",
-        )
-        .unwrap();
-    }
-    let version: String = b
-        .query_one("SELECT extversion FROM pg_extension WHERE extname = 'jq'", &[])
-        .unwrap()
-        .get(0);
-    assert_ne!(version, OLDEST_RELEASE, "ALTER EXTENSION jq UPDATE did not upgrade");
     let fa = fingerprint::catalog(&mut fresh.connect());
-    let fb = fingerprint::catalog(&mut b);
     if std::env::var_os("JQ_TEST_SHOW_FINGERPRINT").is_some() {
         for (k, v) in &fa {
             eprintln!("{k} = {v}");
         }
     }
-    let (text, counted) = fingerprint::diff("fresh", &fa, "upgraded", &fb);
-    if !text.is_empty() {
-        eprintln!("fresh install vs {OLDEST_RELEASE} upgraded to {version}:\n{text}");
-    }
-    assert_eq!(counted, 0, "the upgraded install differs from a fresh one in {counted} places:\n{text}");
     assert!(fa.len() > 300, "implausibly small fingerprint: {} lines", fa.len());
+    // From every released version (each must have an update path to the current one).
+    for from in &versions {
+        let upgraded = TestDb::with_setup("upg_upgraded", &format!("CREATE EXTENSION jq VERSION '{from}'; ALTER EXTENSION jq UPDATE"));
+        let mut b = upgraded.connect();
+        if jq_pg_test::broken("upgrade_misses_function") {
+            // What an upgrade script that forgot one function's new body leaves behind.
+            b.batch_execute(
+                "CREATE OR REPLACE FUNCTION jq.max_error_length() RETURNS integer
+                 LANGUAGE sql IMMUTABLE AS $$ SELECT 1 $$",
+            )
+            .unwrap();
+        }
+        let version: String =
+            b.query_one("SELECT extversion FROM pg_extension WHERE extname = 'jq'", &[]).unwrap().get(0);
+        assert_ne!(&version, from, "ALTER EXTENSION jq UPDATE did not upgrade");
+        let fb = fingerprint::catalog(&mut b);
+        let (text, counted) = fingerprint::diff("fresh", &fa, "upgraded", &fb);
+        if !text.is_empty() {
+            eprintln!("fresh install vs {from} upgraded to {version}:\n{text}");
+        }
+        assert_eq!(counted, 0, "{from} upgraded differs from a fresh install in {counted} places:\n{text}");
+    }
 }
 
 /// Rows of `table` from a [`fingerprint::contents`] snapshot, minus those of queue `skip`.
