@@ -69,7 +69,9 @@ impl Drop for Roles {
 
 /// Whether this build has per-queue grants (jq.grant, version 0.2.0 on).
 fn has_queue_grants(c: &mut Client) -> bool {
-    c.query_one("SELECT to_regprocedure('jq.grant(text,regrole,text)') IS NOT NULL", &[]).unwrap().get(0)
+    c.query_one("SELECT EXISTS (SELECT 1 FROM pg_proc WHERE proname = 'grant' AND pronamespace = 'jq'::regnamespace)", &[])
+        .unwrap()
+        .get(0)
 }
 
 /// The user's own privileges on jq's objects: a function granted to a role, one revoked from
