@@ -36,8 +36,19 @@ pub struct TestDb {
 }
 
 impl TestDb {
-    /// Creates `jqt_<tag>_<pid>_<n>` with the extension installed.
+    /// Creates `jqt_<tag>_<pid>_<n>` with the extension installed: `CREATE EXTENSION jq`, or,
+    /// when the run sets `JQ_TEST_INSTALL=upgraded`, the oldest release upgraded to the current
+    /// version ([`upgraded_install`]), so that the whole suite can be rerun on upgraded installs.
     pub fn new(tag: &str) -> TestDb {
+        if std::env::var("JQ_TEST_INSTALL").as_deref() == Ok("upgraded") {
+            TestDb::with_setup(tag, &upgraded_install())
+        } else {
+            TestDb::fresh(tag)
+        }
+    }
+
+    /// Creates `jqt_<tag>_<pid>_<n>` with `CREATE EXTENSION jq`, whatever `JQ_TEST_INSTALL` says.
+    pub fn fresh(tag: &str) -> TestDb {
         TestDb::with_setup(tag, "CREATE EXTENSION jq")
     }
 

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 fn fresh_install_equals_upgraded_install() {
     let versions = released_versions();
     assert_eq!(versions.first().map(String::as_str), Some(OLDEST_RELEASE), "OLDEST_RELEASE is not the oldest of sql/releases");
-    let fresh = TestDb::new("upg_fresh");
+    let fresh = TestDb::fresh("upg_fresh");
     let fa = fingerprint::catalog(&mut fresh.connect());
     if std::env::var_os("JQ_TEST_SHOW_FINGERPRINT").is_some() {
         for (k, v) in &fa {
@@ -313,7 +313,7 @@ fn upgrade_of_a_populated_database_while_workers_hold_leases() {
     assert_eq!(stats.iter().find(|s| s.0 == "upg_busy").unwrap().1, total as i64);
 
     // And the catalog is that of a fresh install.
-    let fresh_db = TestDb::new("upg_pop_fresh");
+    let fresh_db = TestDb::fresh("upg_pop_fresh");
     let (text, counted) =
         fingerprint::diff("fresh", &fingerprint::catalog(&mut fresh_db.connect()), "upgraded", &fingerprint::catalog(&mut c));
     assert_eq!(counted, 0, "the populated upgraded install differs from a fresh one:\n{text}");
