@@ -22,7 +22,11 @@ use std::time::{Duration, Instant};
 /// jq.cancel(bigint) FROM PUBLIC`, `ALTER TABLE jq.schedules ADD COLUMN note text`) it reported
 /// five differences: the function definition as a line diff, jq.cancel's ACL, its pg_init_privs
 /// row, the extra column, and jq.schedules' column order (counted: jq.schedule returns the row).
-/// JQ_TEST_BREAK=upgrade_misses_function reproduces the first kind without replacing files.
+/// Against the real 0.1.0 -> 0.2.0 script (main 370efd4) with two statements taken out — the
+/// `PERFORM jq._authorize_job(…)` of jq.cancel's new body and its `COMMENT ON FUNCTION` — it
+/// reported exactly those two: jq.cancel(bigint,bigint)'s definition (a one-line diff) and its
+/// comment. JQ_TEST_BREAK=upgrade_misses_function reproduces the first kind without replacing
+/// files.
 #[test]
 fn fresh_install_equals_upgraded_install() {
     let versions = released_versions();
