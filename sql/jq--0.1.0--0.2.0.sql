@@ -77,6 +77,15 @@ VOLATILE PARALLEL UNSAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_redeem_wrapper';
 
+CREATE  FUNCTION "_authorize"(
+	"caller_ticket" bigint, /* Option < i64 > */
+	"queues" TEXT[], /* :: std :: option :: Option < Vec < Option < String > > > */
+	"privilege" TEXT /* Option < & str > */
+) RETURNS oid /* pg_sys :: Oid */
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_authorize_wrapper';
+
 -- Functions whose signature changes: dropped, then created as in 0.2.0.
 DROP FUNCTION jq.enqueue(text, jsonb, text, timestamptz, interval, integer, integer, text, text);
 DROP FUNCTION jq.enqueue_many(text, jsonb, text, timestamptz, interval, integer, integer, boolean);
@@ -1424,18 +1433,12 @@ COMMENT ON FUNCTION jq._check_may(oid, text[], text) IS
 'queue in queues. A NULL or unknown queue counts as not granted, so a role learns nothing of '
 'queues it may not use.';
 
-CREATE FUNCTION jq._authorize(caller_ticket bigint, queues text[], privilege text) RETURNS oid
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_caller oid := jq._redeem(caller_ticket);
-BEGIN
-    PERFORM jq._check_may(v_caller, queues, privilege);
-    RETURN v_caller;
-END $$;
-
+-- jq._authorize(caller_ticket, queues, privilege) is Rust (src/security.rs): jq._redeem, a
+-- syscache-only pass for superusers and jq_admin members, else jq._check_may.
 COMMENT ON FUNCTION jq._authorize(bigint, text[], text) IS
-'Internal: redeems caller_ticket (42501 if it is not a ticket of this session), then '
-'jq._check_may for that role; returns the calling role.';
+'Internal: redeems caller_ticket (42501 if it is not a ticket of this session), then, unless '
+'that role is a superuser or has the privileges of jq_admin, jq._check_may; returns the calling '
+'role. Rust (src/security.rs).';
 
 CREATE FUNCTION jq._authorize_job(caller_ticket bigint, id bigint) RETURNS oid
 LANGUAGE plpgsql AS $$

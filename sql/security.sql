@@ -55,17 +55,12 @@ COMMENT ON FUNCTION jq._check_may(oid, text[], text) IS
 'queue in queues. A NULL or unknown queue counts as not granted, so a role learns nothing of '
 'queues it may not use.';
 
-CREATE FUNCTION jq._authorize(caller_ticket bigint, queues text[], privilege text) RETURNS oid
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_caller oid := jq._redeem(caller_ticket);
-BEGIN
-    PERFORM jq._check_may(v_caller, queues, privilege);
-    RETURN v_caller;
-END $$;
+-- jq._authorize(caller_ticket, queues, privilege) is Rust (src/security.rs): jq._redeem, a
+-- syscache-only pass for superusers and jq_admin members, else jq._check_may.
 COMMENT ON FUNCTION jq._authorize(bigint, text[], text) IS
-'Internal: redeems caller_ticket (42501 if it is not a ticket of this session), then '
-'jq._check_may for that role; returns the calling role.';
+'Internal: redeems caller_ticket (42501 if it is not a ticket of this session), then, unless '
+'that role is a superuser or has the privileges of jq_admin, jq._check_may; returns the calling '
+'role. Rust (src/security.rs).';
 
 CREATE FUNCTION jq._authorize_job(caller_ticket bigint, id bigint) RETURNS oid
 LANGUAGE plpgsql AS $$

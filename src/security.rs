@@ -74,3 +74,33 @@ fn _redeem(ticket: Option<i64>) -> pg_sys::Oid {
         }
     }
 }
+
+/// Whether `role` may do everything on every queue: a superuser, or a role with the privileges
+/// of `jq_admin`. Syscache lookups only.
+fn is_jq_admin(role: pg_sys::Oid) -> bool {
+    // SAFETY: catalog lookups by OID and name, valid inside a transaction.
+    unsafe {
+        if pg_sys::superuser_arg(role) {
+            return true;
+        }
+        let admin = pg_sys::get_role_oid(c"jq_admin".as_ptr(), true);
+        admin != pg_sys::InvalidOid && pg_sys::has_privs_of_role(role, admin)
+    }
+}
+
+/// `jq._authorize(caller_ticket bigint, queues text[], privilege text) RETURNS oid`: redeems the
+/// ticket ([`_redeem`]) and raises 42501 unless that role may exercise `privilege` (enqueue,
+/// work, admin) on every queue in `queues` (`jq._check_may`, sql/security.sql). Superusers and
+/// members of `jq_admin` pass without a query, so the hot path costs two syscache lookups.
+/// Returns the calling role.
+#[pg_extern(volatile, parallel_unsafe)]
+fn _authorize(caller_ticket: Option<i64>, queues: Option<Vec<Option<String>>>, privilege: Option<&str>) -> pg_sys::Oid {
+    let caller = _redeem(caller_ticket);
+    if is_jq_admin(caller) {
+        return caller;
+    }
+    let queues = queues.unwrap_or_default();
+    Spi::run_with_args("SELECT jq._check_may($1, $2, $3)", &[caller.into(), queues.into(), privilege.into()])
+        .unwrap_or_else(|e| error!("jq._authorize: {e}"));
+    caller
+}
