@@ -33,7 +33,8 @@ CREATE TABLE jq.schedules (
     last_error    text,
     last_error_at timestamptz,
     created_at    timestamptz NOT NULL DEFAULT now(),
-    updated_at    timestamptz NOT NULL DEFAULT now()
+    updated_at    timestamptz NOT NULL DEFAULT now(),
+    created_by    regrole
 );
 COMMENT ON TABLE jq.schedules IS
 'One row per cron schedule. Write it through jq.schedule / jq.alter_schedule / jq.unschedule. '
@@ -42,7 +43,10 @@ COMMENT ON TABLE jq.schedules IS
 'recomputes next_run_at from its own instant); last_fired_at: the fire time of '
 'the last job enqueued (last_job_id); fired_count: jobs enqueued; skipped_count: fire times that '
 'enqueued nothing (misfire policy, overlap, failures); last_error / last_error_at: the most '
-'recent failure of a pass (cleared by the next pass that succeeds). See docs/cron.md.';
+'recent failure of a pass (cleared by the next pass that succeeds); created_by: the role that last '
+'defined it with jq.schedule, whose right to enqueue to the queue every fire checks (a dropped or '
+'revoked role makes the fires fail, logged; NULL for schedules made before jq 0.2.0: not checked). '
+'See docs/cron.md.';
 
 -- jq.cron_tick: WHERE enabled AND next_run_at <= $at ORDER BY next_run_at.
 CREATE INDEX schedules_due_idx ON jq.schedules (next_run_at) WHERE enabled;
@@ -169,12 +173,14 @@ CREATE FUNCTION jq.schedule(
     priority     integer DEFAULT 0,
     max_attempts integer DEFAULT NULL,
     misfire      text DEFAULT 'fire_once',
-    overlap      text DEFAULT 'allow'
+    overlap      text DEFAULT 'allow',
+    caller_ticket bigint DEFAULT jq._ticket()
 ) RETURNS jq.schedules
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_now timestamptz := pg_catalog.now();
-    s     jq.schedules;
+    v_now    timestamptz := pg_catalog.now();
+    v_caller oid := jq._authorize(schedule.caller_ticket, ARRAY[schedule.queue], 'admin');
+    s        jq.schedules;
 BEGIN
     PERFORM jq._check_schedule_name(schedule.name);
     IF schedule.cron IS NULL OR schedule.timezone IS NULL OR schedule.payload IS NULL
@@ -185,20 +191,24 @@ BEGIN
     PERFORM jq._check_schedule_options(schedule.cron, schedule.timezone, schedule.payload,
         schedule.kind, schedule.max_attempts, schedule.misfire, schedule.overlap);
     PERFORM jq._lock_schedule_queue(schedule.queue);
+    -- The same name on another queue is that queue's admins' schedule.
+    PERFORM jq._check_may(v_caller, ARRAY[t.queue], 'admin')
+    FROM jq.schedules t WHERE t.name = schedule.name AND t.queue <> schedule.queue;
     -- An existing schedule is updated in place (applications call this on every start): its
     -- timer and counters are kept unless the expression or the zone changed, and enabled is
     -- left as it is.
     INSERT INTO jq.schedules AS t (name, cron, timezone, queue, payload, kind, priority,
-        max_attempts, misfire, overlap, next_run_at, next_run_from, created_at, updated_at)
+        max_attempts, misfire, overlap, next_run_at, next_run_from, created_at, updated_at,
+        created_by)
     VALUES (schedule.name, schedule.cron, schedule.timezone, schedule.queue, schedule.payload,
         schedule.kind, schedule.priority, schedule.max_attempts, schedule.misfire,
         schedule.overlap, jq.cron_next(schedule.cron, v_now, schedule.timezone), v_now, v_now,
-        v_now)
+        v_now, v_caller::regrole)
     ON CONFLICT ON CONSTRAINT schedules_pkey DO UPDATE SET
         cron = excluded.cron, timezone = excluded.timezone, queue = excluded.queue,
         payload = excluded.payload, kind = excluded.kind, priority = excluded.priority,
         max_attempts = excluded.max_attempts, misfire = excluded.misfire,
-        overlap = excluded.overlap,
+        overlap = excluded.overlap, created_by = excluded.created_by,
         next_run_at = CASE WHEN t.cron IS DISTINCT FROM excluded.cron
                              OR t.timezone IS DISTINCT FROM excluded.timezone
                            THEN excluded.next_run_at ELSE t.next_run_at END,
@@ -209,7 +219,7 @@ BEGIN
     RETURNING * INTO s;
     RETURN s;
 END $$;
-COMMENT ON FUNCTION jq.schedule(text, text, text, jsonb, text, text, integer, integer, text, text) IS
+COMMENT ON FUNCTION jq.schedule(text, text, text, jsonb, text, text, integer, integer, text, text, bigint) IS
 'Creates or updates (by name) a cron schedule and returns its row. Each fire time enqueues one '
 'job into queue with payload, kind (default: the schedule name), priority and max_attempts '
 '(default: the queue''s). cron: 5 fields, or 6 with seconds first, @aliases (docs/cron.md); '
@@ -219,7 +229,9 @@ COMMENT ON FUNCTION jq.schedule(text, text, text, jsonb, text, text, integer, in
 'is scheduled, ready or running). On an existing name the timer and counters are kept unless '
 'cron or timezone changed (then next_run_at is recomputed from now); enabled is not changed. '
 'Errors: 22004 NULL option, 22023 invalid name, expression, time zone, option, 42704 unknown '
-'queue, 54000 payload too large.';
+'queue, 54000 payload too large; 42501 unless the caller may administer the queue (and the queue '
+'of an existing schedule of that name). The caller becomes the schedule''s created_by: each fire '
+'enqueues only while that role may enqueue to the queue.';
 
 CREATE FUNCTION jq.alter_schedule(
     name         text,
@@ -232,15 +244,20 @@ CREATE FUNCTION jq.alter_schedule(
     max_attempts integer DEFAULT NULL,
     misfire      text DEFAULT NULL,
     overlap      text DEFAULT NULL,
-    enabled      boolean DEFAULT NULL
+    enabled      boolean DEFAULT NULL,
+    caller_ticket bigint DEFAULT jq._ticket()
 ) RETURNS jq.schedules
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_now timestamptz := pg_catalog.now();
-    old   jq.schedules;
-    s     jq.schedules;
+    v_now    timestamptz := pg_catalog.now();
+    v_caller oid := jq._redeem(alter_schedule.caller_ticket);
+    old      jq.schedules;
+    s        jq.schedules;
 BEGIN
     PERFORM jq._check_schedule_name(alter_schedule.name);
+    IF alter_schedule.queue IS NOT NULL THEN
+        PERFORM jq._check_may(v_caller, ARRAY[alter_schedule.queue], 'admin');
+    END IF;
     PERFORM jq._check_schedule_options(alter_schedule.cron, alter_schedule.timezone,
         alter_schedule.payload, alter_schedule.kind, alter_schedule.max_attempts,
         alter_schedule.misfire, alter_schedule.overlap);
@@ -252,6 +269,7 @@ BEGIN
         RAISE EXCEPTION 'schedule "%" does not exist', alter_schedule.name
             USING ERRCODE = '42704', HINT = 'Create it with jq.schedule(name, cron, queue).';
     END IF;
+    PERFORM jq._check_may(v_caller, ARRAY[old.queue], 'admin');
     PERFORM jq._cron_check(coalesce(alter_schedule.cron, old.cron),
                            coalesce(alter_schedule.timezone, old.timezone));
     UPDATE jq.schedules t SET
@@ -284,18 +302,25 @@ BEGIN
     RETURNING * INTO s;
     RETURN s;
 END $$;
-COMMENT ON FUNCTION jq.alter_schedule(text, text, text, jsonb, text, text, integer, integer, text, text, boolean) IS
+COMMENT ON FUNCTION jq.alter_schedule(text, text, text, jsonb, text, text, integer, integer, text, text, boolean, bigint) IS
 'Changes the given options of a schedule (NULL = unchanged) and returns the new row. enabled => '
 'false pauses it (no fire times are counted while disabled); enabled => true resumes it from now. '
 'A new cron or timezone recomputes next_run_at from now; counters are kept. Errors: 22023 invalid '
-'option, 42704 unknown schedule or queue, 54000 payload too large.';
+'option, 42704 unknown schedule or queue, 54000 payload too large, 42501 unless the caller may '
+'administer the schedule''s queue (and the new queue). created_by is kept.';
 
-CREATE FUNCTION jq.unschedule(name text, if_exists boolean DEFAULT false) RETURNS boolean
+CREATE FUNCTION jq.unschedule(name text, if_exists boolean DEFAULT false,
+                              caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
 LANGUAGE plpgsql AS $$
+DECLARE
+    v_caller oid := jq._redeem(unschedule.caller_ticket);
+    v_queue  text;
 BEGIN
     PERFORM jq._check_schedule_name(unschedule.name);
-    DELETE FROM jq.schedules t WHERE t.name = unschedule.name;
+    SELECT t.queue INTO v_queue FROM jq.schedules t WHERE t.name = unschedule.name FOR UPDATE;
     IF FOUND THEN
+        PERFORM jq._check_may(v_caller, ARRAY[v_queue], 'admin');
+        DELETE FROM jq.schedules t WHERE t.name = unschedule.name;
         RETURN true;
     END IF;
     IF coalesce(unschedule.if_exists, false) THEN
@@ -303,10 +328,11 @@ BEGIN
     END IF;
     RAISE EXCEPTION 'schedule "%" does not exist', unschedule.name USING ERRCODE = '42704';
 END $$;
-COMMENT ON FUNCTION jq.unschedule(text, boolean) IS
+COMMENT ON FUNCTION jq.unschedule(text, boolean, bigint) IS
 'Deletes a schedule; returns true. Jobs it already enqueued are untouched; its fire log stays '
 'until jq.cron_log_retention(), so re-creating it under the same name cannot re-fire a logged '
-'fire time. Unknown name: 42704, or false with if_exists => true. Errors: 22004/22023 bad name.';
+'fire time. Unknown name: 42704, or false with if_exists => true. Errors: 22004/22023 bad name, '
+'42501 unless the caller may administer the schedule''s queue.';
 
 -- One schedule's pass: the body of jq.cron_tick's subtransaction. Raises on any problem (the
 -- caller records it); writes nothing that outlives a raise.
@@ -323,6 +349,21 @@ DECLARE
     v_last     timestamptz := s.last_fired_at;
     f          timestamptz;
 BEGIN
+    -- Fires with the rights of the role that defined the schedule (NULL: made before jq 0.2.0).
+    IF s.created_by IS NOT NULL THEN
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = s.created_by) THEN
+            RAISE EXCEPTION 'the role that defined schedule "%" (OID %) no longer exists',
+                s.name, s.created_by::oid
+                USING ERRCODE = '42704',
+                      HINT = 'Define it again with jq.schedule as a role that may enqueue to its queue.';
+        END IF;
+        IF NOT jq._may(s.created_by, s.queue, 'enqueue') THEN
+            RAISE EXCEPTION 'role "%", which defined schedule "%", may no longer enqueue to queue "%"',
+                s.created_by, s.name, s.queue
+                USING ERRCODE = '42501',
+                      HINT = 'Grant it again with jq.grant, or define the schedule again as a role that may.';
+        END IF;
+    END IF;
     -- The next fire time is computed from the pass instant, never by stepping from the stored
     -- next_run_at, so a long outage costs one computation, not one per missed time.
     v_next := jq.cron_next(s.cron, _cron_fire.at, s.timezone);

@@ -129,7 +129,8 @@ CREATE FUNCTION jq.enqueue(
     priority        integer DEFAULT 0,
     max_attempts    integer DEFAULT NULL,
     idempotency_key text DEFAULT NULL,
-    concurrency_key text DEFAULT NULL
+    concurrency_key text DEFAULT NULL,
+    caller_ticket bigint DEFAULT jq._ticket()
 ) RETURNS bigint
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
@@ -141,6 +142,7 @@ DECLARE
     v_code    text;
     v_message text;
 BEGIN
+    PERFORM jq._authorize(enqueue.caller_ticket, ARRAY[enqueue.queue], 'enqueue');
     SELECT p.sqlstate, p.message INTO v_code, v_message
     FROM jq._job_problem(enqueue.payload, enqueue.kind, enqueue.max_attempts,
                          enqueue.idempotency_key) p;
@@ -218,7 +220,7 @@ BEGIN
     END IF;
     RETURN v_id;
 END $$;
-COMMENT ON FUNCTION jq.enqueue(text, jsonb, text, timestamptz, interval, integer, integer, text, text) IS
+COMMENT ON FUNCTION jq.enqueue(text, jsonb, text, timestamptz, interval, integer, integer, text, text, bigint) IS
 'Enqueues one job in the caller''s transaction and returns its id. payload: any JSON value '
 '(object, array, scalar or JSON null; not SQL NULL), at most jq.max_payload_bytes(). kind: the '
 'name handlers dispatch on, default the queue name. run_at (timestamptz) or delay (interval) '
@@ -241,7 +243,8 @@ CREATE FUNCTION jq.enqueue_many(
     delay        interval DEFAULT NULL,
     priority     integer DEFAULT 0,
     max_attempts integer DEFAULT NULL,
-    specs        boolean DEFAULT false
+    specs        boolean DEFAULT false,
+    caller_ticket bigint DEFAULT jq._ticket()
 ) RETURNS SETOF bigint
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -250,6 +253,7 @@ DECLARE
     v_ids          bigint[];
     r              record;
 BEGIN
+    PERFORM jq._authorize(enqueue_many.caller_ticket, ARRAY[enqueue_many.queue], 'enqueue');
     PERFORM 1 FROM jq.queues t WHERE t.name = enqueue_many.queue;
     IF NOT FOUND THEN
         PERFORM jq._unknown_queue(enqueue_many.queue);
@@ -344,7 +348,7 @@ BEGIN
     END LOOP;
     RETURN QUERY SELECT u.id FROM pg_catalog.unnest(v_ids) AS u(id);
 END $$;
-COMMENT ON FUNCTION jq.enqueue_many(text, jsonb, text, timestamptz, interval, integer, integer, boolean) IS
+COMMENT ON FUNCTION jq.enqueue_many(text, jsonb, text, timestamptz, interval, integer, integer, boolean, bigint) IS
 'Enqueues many jobs in one statement and returns their ids in array order. payloads: a JSON '
 'array; each element is a payload, or with specs => true an object with any of the fields '
 'payload, kind, run_at, delay (interval string or seconds), priority, max_attempts, '

@@ -1,3 +1,1646 @@
--- PLACEHOLDER on branch `upgrade` (test harness development only): the lead's real upgrade
--- script replaces this file on merge. Version 0.2.0 here has the same objects as 0.1.0, so an
--- empty upgrade script is complete.
+-- jq 0.1.0 -> 0.2.0: least privilege (docs/security.md).
+--
+-- Released upgrade script: never edit it once released; later changes go into the next
+-- version's script (docs/upgrades.md). ALTER EXTENSION jq UPDATE runs it in one transaction.
+-- pg_test/tests/upgrade.rs checks that 0.1.0 + this script has exactly the catalog of a fresh
+-- 0.2.0 install, and that a populated database keeps every row and lease.
+--
+-- What changes:
+--   * roles jq_admin, jq_producer, jq_worker; table jq.queue_grants; jq.grant / jq.revoke;
+--   * jq.schedules.created_by, checked by every cron fire;
+--   * the functions that name a queue take a last parameter caller_ticket (so their signatures
+--     change: dropped and created again) and check the caller's grants;
+--   * SECURITY DEFINER with a pinned search_path; nothing granted to PUBLIC.
+-- Jobs, leases and history are untouched: a worker holding a lease completes it after the
+-- upgrade with the same token.
+
+-- Roles and per-queue grants (as in sql/schema.sql).
+-- Security (docs/security.md). The three roles are cluster-wide, so they are created only if
+-- missing (another database's jq, or an earlier install, may have made them) and outlive
+-- DROP EXTENSION. They carry EXECUTE on jq's functions (sql/security.sql); queue rights come
+-- from jq.queue_grants, except that members of jq_admin (and superusers) may do everything.
+DO $$
+DECLARE
+    r text;
+BEGIN
+    FOREACH r IN ARRAY ARRAY['jq_admin', 'jq_producer', 'jq_worker'] LOOP
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = r) THEN
+            EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', r);
+        END IF;
+    END LOOP;
+END $$;
+
+-- Per-queue grants: which role may enqueue to, work (claim from) or administer which queue.
+-- Written through jq.grant / jq.revoke.
+CREATE TABLE jq.queue_grants (
+    queue      text NOT NULL
+               CONSTRAINT queue_grants_queue_valid CHECK (queue = '*' OR queue ~ '^[A-Za-z0-9_.:-]{1,128}$'),
+    grantee    regrole NOT NULL,
+    privilege  text NOT NULL CHECK (privilege IN ('enqueue', 'work', 'admin')),
+    granted_by regrole,
+    granted_at timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT queue_grants_pkey PRIMARY KEY (queue, grantee, privilege)
+);
+
+COMMENT ON TABLE jq.queue_grants IS
+'Per-queue privileges (jq.grant / jq.revoke): grantee (and every role that has its privileges '
+'through membership) may enqueue to, work (claim from, and so read the payloads of) or administer '
+'(pause, resume, alter, drop, cancel, retry, schedule; implies enqueue and work) queue; queue '
+'''*'' means every queue, present and future. Superusers and members of jq_admin need no row. '
+'Rows of a dropped queue are deleted with it; rows of a dropped role are pruned by maintenance.';
+
+-- Schedules remember who defined them (as in sql/cron.sql).
+ALTER TABLE jq.schedules ADD COLUMN created_by regrole;
+
+COMMENT ON TABLE jq.schedules IS
+'One row per cron schedule. Write it through jq.schedule / jq.alter_schedule / jq.unschedule. '
+'next_run_at: the next fire time (NULL: none before year 5000); next_run_from: the instant '
+'next_run_at was computed from (a pass at an earlier instant means the clock went back: it '
+'recomputes next_run_at from its own instant); last_fired_at: the fire time of '
+'the last job enqueued (last_job_id); fired_count: jobs enqueued; skipped_count: fire times that '
+'enqueued nothing (misfire policy, overlap, failures); last_error / last_error_at: the most '
+'recent failure of a pass (cleared by the next pass that succeeds); created_by: the role that last '
+'defined it with jq.schedule, whose right to enqueue to the queue every fire checks (a dropped or '
+'revoked role makes the fires fail, logged; NULL for schedules made before jq 0.2.0: not checked). '
+'See docs/cron.md.';
+
+-- Caller tickets (src/security.rs).
+CREATE  FUNCTION "_ticket"() RETURNS bigint /* i64 */
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_ticket_wrapper';
+
+CREATE  FUNCTION "_redeem"(
+	"ticket" bigint /* Option < i64 > */
+) RETURNS oid /* pg_sys :: Oid */
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_redeem_wrapper';
+
+CREATE  FUNCTION "_authorize"(
+	"caller_ticket" bigint, /* Option < i64 > */
+	"queues" TEXT[], /* :: std :: option :: Option < Vec < Option < String > > > */
+	"privilege" TEXT /* Option < & str > */
+) RETURNS oid /* pg_sys :: Oid */
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_authorize_wrapper';
+
+-- Functions whose signature changes: dropped, then created as in 0.2.0.
+DROP FUNCTION jq.enqueue(text, jsonb, text, timestamptz, interval, integer, integer, text, text);
+DROP FUNCTION jq.enqueue_many(text, jsonb, text, timestamptz, interval, integer, integer, boolean);
+DROP FUNCTION jq.claim(text, text, integer, interval, interval);
+DROP FUNCTION jq.claim(text[], text, integer, interval, interval);
+DROP FUNCTION jq.cancel(bigint);
+DROP FUNCTION jq.retry(bigint);
+DROP FUNCTION jq.alter_queue(text, integer, interval, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, interval, interval, integer, integer, boolean, integer, integer, interval, integer, interval);
+DROP FUNCTION jq.drop_queue(text, boolean);
+DROP FUNCTION jq.pause(text);
+DROP FUNCTION jq.resume(text);
+DROP FUNCTION jq.schedule(text, text, text, jsonb, text, text, integer, integer, text, text);
+DROP FUNCTION jq.alter_schedule(text, text, text, jsonb, text, text, integer, integer, text, text, boolean);
+DROP FUNCTION jq.unschedule(text, boolean);
+
+CREATE FUNCTION jq.enqueue(
+    queue           text,
+    payload         jsonb DEFAULT '{}',
+    kind            text DEFAULT NULL,
+    run_at          timestamptz DEFAULT NULL,
+    delay           interval DEFAULT NULL,
+    priority        integer DEFAULT 0,
+    max_attempts    integer DEFAULT NULL,
+    idempotency_key text DEFAULT NULL,
+    concurrency_key text DEFAULT NULL,
+    caller_ticket bigint DEFAULT jq._ticket()
+) RETURNS bigint
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_now     timestamptz := pg_catalog.now();
+    v_run_at  timestamptz;
+    v_state   jq.job_state;
+    v_id      bigint;
+    v_code    text;
+    v_message text;
+BEGIN
+    PERFORM jq._authorize(enqueue.caller_ticket, ARRAY[enqueue.queue], 'enqueue');
+    SELECT p.sqlstate, p.message INTO v_code, v_message
+    FROM jq._job_problem(enqueue.payload, enqueue.kind, enqueue.max_attempts,
+                         enqueue.idempotency_key) p;
+    IF v_code IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = v_code, MESSAGE = v_message;
+    END IF;
+    IF enqueue.concurrency_key IS NOT NULL
+       AND (enqueue.concurrency_key = '' OR pg_catalog.length(enqueue.concurrency_key) > 512) THEN
+        RAISE EXCEPTION 'concurrency_key must have 1 to 512 characters' USING ERRCODE = '22023';
+    END IF;
+    v_run_at := jq._due_at(enqueue.run_at, enqueue.delay, v_now);
+    -- A due job with a concurrency key starts blocked; jq._key_fill below makes it ready if its
+    -- key has a free slot (docs/flow-control.md).
+    v_state := CASE WHEN v_run_at > v_now THEN 'scheduled'
+                    WHEN enqueue.concurrency_key IS NOT NULL THEN 'blocked' ELSE 'ready' END;
+    -- The queue row is read in the INSERT itself, not in an earlier statement: the INSERT locks
+    -- jq.jobs before it takes its snapshot, and jq.drop_queue holds a lock on jq.jobs that
+    -- conflicts, so under READ COMMITTED an enqueue racing a drop either lands before the drop
+    -- (and is deleted with the queue) or sees the queue gone. Older snapshots are handled at
+    -- the end. No job is ever left behind in a dropped queue.
+    IF enqueue.idempotency_key IS NULL THEN
+        INSERT INTO jq.jobs (queue, kind, state, priority, max_attempts, run_at, created_at, payload,
+                             concurrency_key, base_priority, next_age_at)
+        SELECT t.name, coalesce(enqueue.kind, t.name), v_state, coalesce(enqueue.priority, 0),
+               coalesce(enqueue.max_attempts, t.max_attempts), v_run_at, v_now, enqueue.payload,
+               enqueue.concurrency_key,
+               -- priority aging (docs/flow-control.md): NULLs unless the queue ages
+               CASE WHEN t.priority_aging IS NOT NULL THEN coalesce(enqueue.priority, 0) END,
+               v_run_at + t.priority_aging
+        FROM jq.queues t WHERE t.name = enqueue.queue
+          -- A job that is claimable at once wakes the claims waiting on its queue when this
+          -- transaction commits (jq._wake returns true; it only notes the queue).
+          AND (v_state <> 'ready' OR jq._wake(t.name))
+        RETURNING id INTO v_id;
+        IF v_id IS NULL THEN
+            PERFORM jq._unknown_queue(enqueue.queue);
+        END IF;
+    ELSE
+        -- With a key: the unique partial index is the arbiter. ON CONFLICT waits for an
+        -- uncommitted holder of the same key; if it rolls back we insert, if it commits we
+        -- return its id. The loop covers the holder finishing between our two statements.
+        LOOP
+            INSERT INTO jq.jobs (queue, kind, state, priority, max_attempts, run_at, created_at,
+                                 payload, idempotency_key, concurrency_key, base_priority, next_age_at)
+            SELECT t.name, coalesce(enqueue.kind, t.name), v_state, coalesce(enqueue.priority, 0),
+                   coalesce(enqueue.max_attempts, t.max_attempts), v_run_at, v_now, enqueue.payload,
+                   enqueue.idempotency_key, enqueue.concurrency_key,
+                   CASE WHEN t.priority_aging IS NOT NULL THEN coalesce(enqueue.priority, 0) END,
+                   v_run_at + t.priority_aging
+            FROM jq.queues t WHERE t.name = enqueue.queue
+              AND (v_state <> 'ready' OR jq._wake(t.name))
+            ON CONFLICT (queue, idempotency_key)
+                WHERE idempotency_key IS NOT NULL AND state IN ('scheduled', 'blocked', 'ready', 'running')
+                DO NOTHING
+            RETURNING id INTO v_id;
+            EXIT WHEN v_id IS NOT NULL;
+            SELECT j.id INTO v_id FROM jq.jobs j
+            WHERE j.queue = enqueue.queue AND j.idempotency_key = enqueue.idempotency_key
+              AND j.state IN ('scheduled', 'blocked', 'ready', 'running');
+            EXIT WHEN v_id IS NOT NULL;
+            IF NOT EXISTS (SELECT 1 FROM jq.queues t WHERE t.name = enqueue.queue) THEN
+                PERFORM jq._unknown_queue(enqueue.queue);
+            END IF;
+        END LOOP;
+    END IF;
+    IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+        -- Inline copy of jq._lock_queue_for_snapshot (the hot path saves a call); after the
+        -- INSERT, so that jq.jobs is locked before the queue row, as in jq.drop_queue.
+        PERFORM 1 FROM jq.queues t WHERE t.name = enqueue.queue FOR KEY SHARE;
+    END IF;
+    IF v_state = 'blocked' THEN
+        -- After the INSERT: the key row is locked after our job row exists, so a concurrent
+        -- fill either sees our job or leaves the slot to this one.
+        PERFORM jq._key_fill(enqueue.queue, enqueue.concurrency_key, 0);
+    END IF;
+    RETURN v_id;
+END $$;
+
+COMMENT ON FUNCTION jq.enqueue(text, jsonb, text, timestamptz, interval, integer, integer, text, text, bigint) IS
+'Enqueues one job in the caller''s transaction and returns its id. payload: any JSON value '
+'(object, array, scalar or JSON null; not SQL NULL), at most jq.max_payload_bytes(). kind: the '
+'name handlers dispatch on, default the queue name. run_at (timestamptz) or delay (interval) '
+'set when it becomes due; neither = now; a zero or negative delay = now; a past run_at keeps its '
+'place. priority: higher runs first (default 0). max_attempts: default the queue''s. '
+'idempotency_key: while a job with this key in this queue is scheduled, ready or running, '
+'returns that job''s id and changes nothing (safe under concurrency and rollback; under '
+'REPEATABLE READ a conflict with a newer row raises 40001, retry the transaction). '
+'concurrency_key (1-512 characters): jobs of this queue sharing it run at most the queue''s '
+'key_concurrency at a time and start in (run_at, id) order whatever their priority; a due job '
+'whose key is full waits in state blocked (docs/flow-control.md). '
+'Errors: 42704 unknown queue, 22004 NULL queue or payload, 22023 invalid name/kind/key/'
+'max_attempts/run_at, 22008 delay overflow, 54000 payload too large.';
+
+CREATE FUNCTION jq.enqueue_many(
+    queue        text,
+    payloads     jsonb,
+    kind         text DEFAULT NULL,
+    run_at       timestamptz DEFAULT NULL,
+    delay        interval DEFAULT NULL,
+    priority     integer DEFAULT 0,
+    max_attempts integer DEFAULT NULL,
+    specs        boolean DEFAULT false,
+    caller_ticket bigint DEFAULT jq._ticket()
+) RETURNS SETOF bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now          timestamptz := pg_catalog.now();
+    v_bad          record;
+    v_ids          bigint[];
+    r              record;
+BEGIN
+    PERFORM jq._authorize(enqueue_many.caller_ticket, ARRAY[enqueue_many.queue], 'enqueue');
+    PERFORM 1 FROM jq.queues t WHERE t.name = enqueue_many.queue;
+    IF NOT FOUND THEN
+        PERFORM jq._unknown_queue(enqueue_many.queue);
+    END IF;
+    IF enqueue_many.payloads IS NULL OR pg_catalog.jsonb_typeof(enqueue_many.payloads) <> 'array' THEN
+        RAISE EXCEPTION 'payloads must be a JSON array' USING ERRCODE = '22023';
+    END IF;
+    IF enqueue_many.specs IS NULL THEN
+        RAISE EXCEPTION 'specs must not be NULL' USING ERRCODE = '22004';
+    END IF;
+
+    IF enqueue_many.specs THEN
+        SELECT e.ord, k.key INTO v_bad
+        FROM pg_catalog.jsonb_array_elements(enqueue_many.payloads) WITH ORDINALITY AS e(val, ord)
+        LEFT JOIN LATERAL pg_catalog.jsonb_object_keys(
+            CASE WHEN pg_catalog.jsonb_typeof(e.val) = 'object' THEN e.val END) AS k(key) ON true
+        WHERE pg_catalog.jsonb_typeof(e.val) <> 'object'
+           OR k.key NOT IN ('payload', 'kind', 'run_at', 'delay', 'priority', 'max_attempts',
+                            'idempotency_key', 'concurrency_key')
+        ORDER BY e.ord LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'job % of payloads (1-based) is not an object of known fields%', v_bad.ord,
+                coalesce(': unknown field ' || pg_catalog.quote_literal(v_bad.key), '')
+                USING ERRCODE = '22023',
+                      HINT = 'Known fields: payload, kind, run_at, delay, priority, max_attempts, idempotency_key, concurrency_key.';
+        END IF;
+    END IF;
+
+    -- Validate every element before writing anything; report the first bad one by position.
+    SELECT s.ord, p.sqlstate, p.message INTO v_bad
+    FROM jq._job_specs(enqueue_many.payloads, enqueue_many.specs, enqueue_many.kind,
+                       enqueue_many.run_at, enqueue_many.delay, enqueue_many.priority,
+                       enqueue_many.max_attempts) s,
+         LATERAL jq._job_problem(s.payload, s.kind, s.max_attempts, s.idempotency_key) p
+    WHERE p.sqlstate IS NOT NULL
+       OR (s.run_at IS NOT NULL AND (s.delay IS NOT NULL OR NOT pg_catalog.isfinite(s.run_at)))
+       OR s.concurrency_key = '' OR pg_catalog.length(s.concurrency_key) > 512
+    ORDER BY s.ord LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'job % of payloads (1-based): %', v_bad.ord,
+            coalesce(v_bad.message, 'give run_at or delay, not both, and a finite run_at; a '
+                                    'concurrency_key has 1 to 512 characters')
+            USING ERRCODE = coalesce(v_bad.sqlstate, '22023');
+    END IF;
+
+    IF NOT EXISTS (SELECT 1 FROM jq._job_specs(enqueue_many.payloads, enqueue_many.specs, NULL,
+                       NULL, NULL, 0, NULL) s
+                   WHERE s.idempotency_key IS NOT NULL OR s.concurrency_key IS NOT NULL) THEN
+        -- One statement for the whole batch; ids follow array order.
+        RETURN QUERY
+        WITH ins AS (
+            INSERT INTO jq.jobs (queue, kind, state, priority, max_attempts, run_at, created_at, payload,
+                                 base_priority, next_age_at)
+            SELECT enqueue_many.queue, coalesce(s.kind, enqueue_many.queue),
+                   CASE WHEN d.due > v_now THEN 'scheduled' ELSE 'ready' END::jq.job_state,
+                   coalesce(s.priority, 0), coalesce(s.max_attempts, t.max_attempts), d.due, v_now,
+                   s.payload,
+                   CASE WHEN t.priority_aging IS NOT NULL THEN coalesce(s.priority, 0) END,
+                   d.due + t.priority_aging
+            FROM jq._job_specs(enqueue_many.payloads, enqueue_many.specs, enqueue_many.kind,
+                               enqueue_many.run_at, enqueue_many.delay, enqueue_many.priority,
+                               enqueue_many.max_attempts) s,
+                 LATERAL (SELECT jq._due_at(s.run_at, s.delay, v_now) AS due) d,
+                 jq.queues t
+            WHERE t.name = enqueue_many.queue  -- see jq.enqueue: no job for a dropped queue
+              -- one wakeup per job claimable at once (jq._wake only counts it)
+              AND (d.due > v_now OR jq._wake(t.name))
+            ORDER BY s.ord
+            RETURNING jq.jobs.id
+        )
+        SELECT ins.id FROM ins ORDER BY ins.id;
+        IF NOT FOUND AND pg_catalog.jsonb_array_length(enqueue_many.payloads) > 0 THEN
+            PERFORM jq._unknown_queue(enqueue_many.queue);  -- dropped while we waited
+        END IF;
+        PERFORM jq._lock_queue_for_snapshot(enqueue_many.queue);
+        RETURN;
+    END IF;
+
+    -- Keyed jobs go one by one through jq.enqueue, which owns the idempotency protocol, in key
+    -- order: two batches that share keys then wait for each other's keys in the same order
+    -- instead of deadlocking. The ids are returned in array order.
+    v_ids := pg_catalog.array_fill(NULL::bigint, ARRAY[pg_catalog.jsonb_array_length(enqueue_many.payloads)]);
+    FOR r IN SELECT * FROM jq._job_specs(enqueue_many.payloads, enqueue_many.specs,
+                 enqueue_many.kind, enqueue_many.run_at, enqueue_many.delay,
+                 enqueue_many.priority, enqueue_many.max_attempts) s
+             ORDER BY s.concurrency_key COLLATE "C" NULLS LAST,
+                      s.idempotency_key COLLATE "C" NULLS LAST, s.ord
+    LOOP
+        v_ids[r.ord] := jq.enqueue(enqueue_many.queue, r.payload, r.kind, r.run_at, r.delay,
+                                   r.priority, r.max_attempts, r.idempotency_key,
+                                   r.concurrency_key);
+    END LOOP;
+    RETURN QUERY SELECT u.id FROM pg_catalog.unnest(v_ids) AS u(id);
+END $$;
+
+COMMENT ON FUNCTION jq.enqueue_many(text, jsonb, text, timestamptz, interval, integer, integer, boolean, bigint) IS
+'Enqueues many jobs in one statement and returns their ids in array order. payloads: a JSON '
+'array; each element is a payload, or with specs => true an object with any of the fields '
+'payload, kind, run_at, delay (interval string or seconds), priority, max_attempts, '
+'idempotency_key, concurrency_key, which override the call''s arguments (same meanings as '
+'jq.enqueue). All '
+'elements are validated before anything is written; an error names the first bad element '
+'(1-based), except a delay overflow (22008), raised by the INSERT (which still writes nothing). '
+'Casts of spec fields raise Postgres'' own errors (22P02, 22007, 22003, 22008). Batches with '
+'idempotency or concurrency keys are enqueued one by one in key order (concurrency key, then '
+'idempotency key); the others in one INSERT '
+'(200,000 jobs in one call work). Errors: as jq.enqueue, plus 22023 when payloads is not an array '
+'or a spec has an unknown field.';
+
+CREATE FUNCTION jq.claim(queue text, worker text, n integer DEFAULT 1, lease interval DEFAULT NULL,
+                         wait interval DEFAULT NULL, caller_ticket bigint DEFAULT jq._ticket())
+RETURNS SETOF jq.claimed_job
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_limit    integer := claim.n;
+    v_locked   boolean := false;  -- a capped claim holds its queue row lock
+    v_paused   boolean;
+    v_cap      integer;
+    v_running  integer;
+    v_deadline timestamptz;       -- long-poll: when waiting ends
+    v_rate     integer;           -- rate-limited queue: its rate_limit (docs/flow-control.md)
+    v_tokens   double precision;  -- tokens in the bucket, computed under the queue row lock
+    v_token_at timestamptz;       -- long-poll: when the next token arrives
+    v_got      integer;
+    v_now      timestamptz;
+BEGIN
+    PERFORM jq._authorize(claim.caller_ticket, ARRAY[claim.queue], 'work');
+    IF claim.n IS NULL OR claim.n < 1 OR claim.n > jq.max_claim_batch() THEN
+        RAISE EXCEPTION 'n must be between 1 and %, got %', jq.max_claim_batch(), coalesce(claim.n::text, 'NULL')
+            USING ERRCODE = '22023';
+    END IF;
+    IF claim.worker IS NULL OR pg_catalog.length(claim.worker) > 200 THEN
+        RAISE EXCEPTION 'worker must be a non-NULL name of at most 200 characters'
+            USING ERRCODE = '22023';
+    END IF;
+    IF claim.lease IS NOT NULL AND (claim.lease <= interval '0' OR claim.lease > interval '100 years'
+                                    OR NOT jq._interval_fields_nonnegative(claim.lease)) THEN
+        RAISE EXCEPTION 'lease must be greater than zero and at most 100 years, got %', claim.lease
+            USING ERRCODE = '22023';
+    END IF;
+    IF claim.wait IS NOT NULL THEN  -- no function call on the hot path without a wait
+        v_deadline := jq._wait_deadline(claim.wait);
+    END IF;
+    IF v_deadline IS NOT NULL THEN
+        -- Registered before the first look, so a commit after that look wakes us.
+        PERFORM jq._wait_register(ARRAY[claim.queue],
+            ARRAY[EXISTS (SELECT FROM jq.queues t WHERE t.name = claim.queue
+                          AND t.max_concurrency IS NOT NULL)]);
+    END IF;
+
+    <<poll>>
+    LOOP
+    LOOP
+        -- One statement claims: the ids are picked and locked by an uncorrelated sub-select on
+        -- the partial claim index (FOR UPDATE SKIP LOCKED), then updated through the primary
+        -- key; the queue row gates it (unpaused, and uncapped unless we hold the cap lock) and
+        -- gives the default lease, so the common case costs one statement. Written as
+        -- id = ANY (ARRAY(...)), not as a join against a CTE, whose cached generic plan was a
+        -- hash join over the whole queue. n = 1 has its own copy with a constant LIMIT: with
+        -- LIMIT $n the planner assumes 10% of the queue, so plpgsql re-planned every call.
+        -- The two copies differ only in their LIMIT; pg_test/tests/plans.rs checks both. The
+        -- lease starts when the row is claimed (clock_timestamp), not when the caller's
+        -- transaction or this statement began, so waiting for locks does not shorten it.
+        IF v_limit = 1 THEN
+        RETURN QUERY
+        WITH claimed AS (
+            UPDATE jq.jobs j SET
+                state = 'running',
+                attempt = j.attempt + 1,
+                claims = j.claims + 1,
+                worker = claim.worker,
+                lease_token = pg_catalog.gen_random_uuid(),
+                started_at = pg_catalog.clock_timestamp(),
+                lease = coalesce(claim.lease, q.lease),
+                lease_expires_at = pg_catalog.clock_timestamp() + coalesce(claim.lease, q.lease)
+            FROM jq.queues q
+            WHERE q.name = claim.queue
+              AND j.id = ANY (ARRAY(
+                  SELECT p.id FROM jq.jobs p
+                  WHERE p.queue = claim.queue AND p.state = 'ready'
+                    AND EXISTS (SELECT FROM jq.queues g WHERE g.name = claim.queue
+                                AND NOT g.paused
+                                AND ((g.max_concurrency IS NULL AND g.rate_limit IS NULL) OR v_locked))
+                  ORDER BY p.priority DESC, p.run_at, p.id
+                  LIMIT 1
+                  FOR UPDATE OF p SKIP LOCKED))
+            RETURNING j.id, j.queue, j.kind, j.payload, j.attempt, j.max_attempts, j.lease_token,
+                      j.lease_expires_at, j.priority, j.run_at, j.created_at
+        )
+        SELECT c.id, c.queue, c.kind, c.payload, c.attempt, c.max_attempts, c.lease_token,
+               c.lease_expires_at, c.priority, c.run_at, c.created_at
+        FROM claimed c
+        WHERE jq._wake_on_abort(c.queue)  -- a rolled-back claim hands its jobs back: wake waiters
+        ORDER BY c.priority DESC, c.run_at, c.id;
+        ELSE
+        RETURN QUERY
+        WITH claimed AS (
+            UPDATE jq.jobs j SET
+                state = 'running',
+                attempt = j.attempt + 1,
+                claims = j.claims + 1,
+                worker = claim.worker,
+                lease_token = pg_catalog.gen_random_uuid(),
+                started_at = pg_catalog.clock_timestamp(),
+                lease = coalesce(claim.lease, q.lease),
+                lease_expires_at = pg_catalog.clock_timestamp() + coalesce(claim.lease, q.lease)
+            FROM jq.queues q
+            WHERE q.name = claim.queue
+              AND j.id = ANY (ARRAY(
+                  SELECT p.id FROM jq.jobs p
+                  WHERE p.queue = claim.queue AND p.state = 'ready'
+                    AND EXISTS (SELECT FROM jq.queues g WHERE g.name = claim.queue
+                                AND NOT g.paused
+                                AND ((g.max_concurrency IS NULL AND g.rate_limit IS NULL) OR v_locked))
+                  ORDER BY p.priority DESC, p.run_at, p.id
+                  LIMIT v_limit
+                  FOR UPDATE OF p SKIP LOCKED))
+            RETURNING j.id, j.queue, j.kind, j.payload, j.attempt, j.max_attempts, j.lease_token,
+                      j.lease_expires_at, j.priority, j.run_at, j.created_at
+        )
+        SELECT c.id, c.queue, c.kind, c.payload, c.attempt, c.max_attempts, c.lease_token,
+               c.lease_expires_at, c.priority, c.run_at, c.created_at
+        FROM claimed c
+        WHERE jq._wake_on_abort(c.queue)  -- a rolled-back claim hands its jobs back: wake waiters
+        ORDER BY c.priority DESC, c.run_at, c.id;
+        END IF;
+        IF v_tokens IS NOT NULL THEN
+            -- A rate-limited claim (under the queue row lock): take one token per job claimed.
+            GET DIAGNOSTICS v_got = ROW_COUNT;
+            UPDATE jq.queues t SET rate_tokens = v_tokens - v_got, rate_updated = v_now
+            WHERE t.name = claim.queue;
+        END IF;
+        IF FOUND OR v_locked THEN
+            IF v_deadline IS NOT NULL THEN
+                PERFORM jq._wait_done();
+            END IF;
+            RETURN;
+        END IF;
+
+        -- Nothing claimed: the queue is empty, paused, capped, rate-limited or unknown.
+        SELECT t.paused, t.max_concurrency, t.rate_limit INTO v_paused, v_cap, v_rate
+        FROM jq.queues t WHERE t.name = claim.queue;
+        IF NOT FOUND THEN
+            PERFORM jq._unknown_queue(claim.queue);
+        END IF;
+        IF v_paused OR (v_cap IS NULL AND v_rate IS NULL) THEN
+            EXIT;  -- nothing to claim now
+        END IF;
+        IF v_deadline IS NOT NULL THEN
+            -- Long-poll on a capped queue: while it has no ready job or its cap is reached,
+            -- wait (an enqueue or a job ending wakes us) instead of taking the queue row lock,
+            -- which a claim keeps until its transaction ends; the count is taken again under
+            -- the lock below.
+            IF NOT EXISTS (SELECT FROM jq.jobs j WHERE j.queue = claim.queue AND j.state = 'ready') THEN
+                EXIT;
+            END IF;
+            IF v_cap IS NOT NULL THEN
+                SELECT count(*) INTO v_running FROM jq.jobs j
+                WHERE j.queue = claim.queue AND j.state = 'running';
+                IF v_running >= v_cap THEN
+                    EXIT;
+                END IF;
+            END IF;
+            IF v_rate IS NOT NULL THEN
+                -- No token yet: sleep until the next one arrives (or a wakeup), not spin.
+                v_token_at := jq._rate_next_token(claim.queue);
+                IF v_token_at > pg_catalog.clock_timestamp() THEN
+                    EXIT;
+                END IF;
+            END IF;
+        END IF;
+        -- A capped queue: serialise its claims on the queue row (seed A, ADR-003), since
+        -- counting and claiming must not interleave with another claimer's, or ten claimers
+        -- each see room for the cap. The count is a separate statement so that its snapshot is
+        -- taken after the lock; an older snapshot (REPEATABLE READ, SERIALIZABLE) would let
+        -- the cap be exceeded, so those are refused.
+        IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+            RAISE EXCEPTION 'jq.claim on a queue with max_concurrency or rate_limit needs READ COMMITTED, not %',
+                pg_catalog.current_setting('transaction_isolation') USING ERRCODE = '25000';
+        END IF;
+        IF pg_catalog.current_setting('jq.claim_cap_skip_locked', true) = 'on' THEN
+            -- Inside jq.claim(text[]), which already holds, in name order, the rows of the
+            -- capped queues it saw. A queue that became capped since is not waited for: its
+            -- row is taken only if free (else: no room now, try the next queue), so claims
+            -- never wait for a queue row out of order.
+            SELECT t.paused, t.max_concurrency, t.rate_limit INTO v_paused, v_cap, v_rate
+            FROM jq.queues t WHERE t.name = claim.queue FOR NO KEY UPDATE SKIP LOCKED;
+        ELSE
+            SELECT t.paused, t.max_concurrency, t.rate_limit INTO v_paused, v_cap, v_rate
+            FROM jq.queues t WHERE t.name = claim.queue FOR NO KEY UPDATE;
+        END IF;
+        IF NOT FOUND OR v_paused THEN
+            RETURN;
+        END IF;
+        v_limit := claim.n;
+        IF v_cap IS NOT NULL THEN
+            SELECT count(*) INTO v_running FROM jq.jobs j
+            WHERE j.queue = claim.queue AND j.state = 'running';
+            v_limit := LEAST(claim.n, v_cap - v_running);
+            IF v_limit <= 0 THEN
+                RETURN;
+            END IF;
+        END IF;
+        IF v_rate IS NOT NULL THEN
+            -- Token bucket (rate_burst tokens, refilled at rate_limit per rate_period), read and
+            -- written only under this row lock, so claims across all workers share it.
+            v_now := pg_catalog.clock_timestamp();
+            v_tokens := jq._rate_tokens(claim.queue, v_now);
+            v_limit := LEAST(v_limit, pg_catalog.floor(v_tokens)::integer);
+            IF v_limit <= 0 THEN
+                RETURN;
+            END IF;
+        END IF;
+        v_locked := true;
+    END LOOP;
+    -- Nothing claimable. Without wait, or once it ran out, return nothing; else sleep until a
+    -- wakeup for this queue (or the deadline) and look again. A capped claim that took the
+    -- queue row lock never gets here: it returns, even empty, rather than sleep holding it.
+    IF v_deadline IS NULL OR NOT jq._wait(LEAST(v_deadline, coalesce(v_token_at, v_deadline))) THEN
+        IF v_deadline IS NOT NULL THEN
+            PERFORM jq._wait_done();
+        END IF;
+        RETURN;
+    END IF;
+    v_token_at := NULL;
+    END LOOP poll;
+END $$;
+
+CREATE FUNCTION jq.claim(queues text[], worker text, n integer DEFAULT 1, lease interval DEFAULT NULL,
+                         wait interval DEFAULT NULL, caller_ticket bigint DEFAULT jq._ticket())
+RETURNS SETOF jq.claimed_job
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_queue    text;
+    v_got      integer := 0;
+    v_last     integer;
+    v_missing  record;
+    v_capped   boolean[];
+    v_deadline timestamptz;
+BEGIN
+    IF claim.queues IS NULL OR pg_catalog.cardinality(claim.queues) = 0 THEN
+        RAISE EXCEPTION 'queues must be a non-empty array' USING ERRCODE = '22023';
+    END IF;
+    PERFORM jq._authorize(claim.caller_ticket, claim.queues, 'work');
+    IF claim.n IS NULL OR claim.n < 1 OR claim.n > jq.max_claim_batch() THEN
+        RAISE EXCEPTION 'n must be between 1 and %, got %', jq.max_claim_batch(), coalesce(claim.n::text, 'NULL')
+            USING ERRCODE = '22023';
+    END IF;
+    -- Every name is checked up front, so a call fails the same way whatever the queues hold.
+    SELECT u.name INTO v_missing
+    FROM pg_catalog.unnest(claim.queues) AS u(name)
+    WHERE NOT EXISTS (SELECT 1 FROM jq.queues t WHERE t.name = u.name)
+    LIMIT 1;
+    IF FOUND THEN
+        PERFORM jq._unknown_queue(v_missing.name);
+    END IF;
+    IF claim.wait IS NOT NULL THEN  -- no function call on the hot path without a wait
+        v_deadline := jq._wait_deadline(claim.wait);
+    END IF;
+    IF v_deadline IS NOT NULL THEN
+        SELECT pg_catalog.array_agg(EXISTS (SELECT FROM jq.queues t WHERE t.name = u.name
+                                            AND (t.max_concurrency IS NOT NULL
+                                                 OR t.rate_limit IS NOT NULL)) ORDER BY u.ord)
+        INTO v_capped
+        FROM pg_catalog.unnest(claim.queues) WITH ORDINALITY AS u(name, ord);
+        PERFORM jq._wait_register(claim.queues, v_capped);
+    END IF;
+    <<poll>>
+    LOOP
+    -- Long-poll: claim only when a lock-free look finds something, so that nothing (the capped
+    -- queues' rows below) is locked while waiting.
+    IF v_deadline IS NULL OR jq._claimable(claim.queues) THEN
+    -- A capped queue's row stays locked until the transaction ends. Claiming capped queues one
+    -- after another would let two callers that list them in different orders deadlock, so
+    -- when two or more are capped, lock all of their rows first, in name order (jq.jobs
+    -- before them, the order jq.drop_queue takes). A queue that becomes capped after this is
+    -- only claimed if its row is free (jq.claim_cap_skip_locked, read by the claim below).
+    IF (SELECT count(*) FROM jq.queues t
+        WHERE t.name = ANY (claim.queues) AND (t.max_concurrency IS NOT NULL OR t.rate_limit IS NOT NULL)) > 1 THEN
+        LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;
+        PERFORM 1 FROM (SELECT t.name FROM jq.queues t
+                        WHERE t.name = ANY (claim.queues) AND (t.max_concurrency IS NOT NULL OR t.rate_limit IS NOT NULL)
+                        ORDER BY t.name COLLATE "C"
+                        FOR NO KEY UPDATE) locked;
+    END IF;
+    PERFORM pg_catalog.set_config('jq.claim_cap_skip_locked', 'on', true);
+    FOREACH v_queue IN ARRAY claim.queues LOOP
+        RETURN QUERY SELECT * FROM jq.claim(v_queue, claim.worker, claim.n - v_got, claim.lease);
+        GET DIAGNOSTICS v_last = ROW_COUNT;
+        v_got := v_got + v_last;
+        EXIT WHEN v_got >= claim.n;
+    END LOOP;
+    PERFORM pg_catalog.set_config('jq.claim_cap_skip_locked', '', true);
+    -- Done unless waiting and nothing was claimed. A capped queue's row may now be locked until
+    -- the transaction ends: never sleep holding it, return (empty) instead.
+    IF v_deadline IS NULL OR v_got > 0 OR true = ANY (v_capped) THEN
+        EXIT poll;
+    END IF;
+    END IF;
+    -- Nothing claimable now (or the jobs the look saw are locked by an unfinished claim, which
+    -- wakes us if it rolls back): sleep until a wakeup or the deadline, then look again.
+    IF NOT jq._wait(v_deadline) THEN
+        EXIT poll;
+    END IF;
+    END LOOP poll;
+    IF v_deadline IS NOT NULL THEN
+        PERFORM jq._wait_done();
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION jq.claim(text, text, integer, interval, interval, bigint) IS
+'Claims up to n (1..jq.max_claim_batch()) ready jobs of one queue for worker (a free-form name '
+'of at most 200 characters, kept for operators; recovery never depends on it), in order '
+'priority DESC, run_at, id, and returns them (jq.claimed_job) with a fresh lease_token each. '
+'lease: interval, default the queue''s; every job of the batch gets its own lease of that length, '
+'extended one by one with jq.heartbeat. One SELECT ... FOR UPDATE SKIP LOCKED on the partial '
+'claim index, then UPDATE, in one statement: concurrent claimers never get the same job while '
+'its lease holds. A paused queue yields nothing. With max_concurrency set, claims on that queue '
+'serialise on its row and never exceed the cap. wait (interval, 0 to 1 hour; default NULL = '
+'return at once): long-poll: when nothing is claimable, sleep until a transaction that makes '
+'a job of this queue claimable commits (enqueue, promotion, reaping, release, retry, resume, '
+'and for a capped queue a job ending), then claim; return nothing once wait has passed. '
+'Sleeping backends are woken through shared memory with jq in shared_preload_libraries, else '
+'re-check every jq.poll_interval. The snapshot of the call is held while it sleeps. A capped '
+'queue whose cap is reached is not locked while waiting; a claim that locked it and still found '
+'nothing returns empty early. With rate_limit set (jq.alter_queue), claims on that queue serialise '
+'on its row like capped ones and take one token per job from its bucket, so no window of '
+'rate_period sees more than rate_limit + rate_burst claims; a long-poll with no token sleeps until '
+'the next one (docs/flow-control.md). Errors: 22023 bad n, worker, lease or wait; 42704 '
+'unknown queue; 22004/22023 bad queue name; 25000 wait, or a capped or rate-limited queue, '
+'outside READ COMMITTED.';
+
+COMMENT ON FUNCTION jq.claim(text[], text, integer, interval, interval, bigint) IS
+'Claims up to n jobs in total from several queues, one queue at a time in the given order (each '
+'with the single-queue claim, so each stays on its index; seed A, ADR-002a): earlier queues take '
+'precedence. Every name is checked first (22004 NULL, 22023 malformed, 42704 unknown). When two '
+'or more of the queues have a max_concurrency, their rows are locked first, in name order, and '
+'a queue capped after that is skipped while another claimer holds it, so callers listing them '
+'in different orders cannot deadlock. wait (interval, 0 to 1 hour; default NULL = return at '
+'once): long-poll as in jq.claim(text, ...): sleeps, holding no lock, until a lock-free look '
+'finds a claimable job in any of the queues, then claims; if that gets nothing (other claimers '
+'were faster), it sleeps again, except when a capped queue is listed: then it returns empty '
+'rather than sleep holding that queue''s row lock. Errors: as jq.claim(text, ...), plus 22023 '
+'for an empty array.';
+
+CREATE FUNCTION jq.cancel(id bigint, caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_job record;
+BEGIN
+    PERFORM jq._authorize_job(cancel.caller_ticket, cancel.id);
+    -- Two fenced updates; the loop covers a job moving between them (claimed, or reaped back).
+    FOR i IN 1..3 LOOP
+        SELECT j.state, j.claims, j.queue, j.concurrency_key INTO v_job
+        FROM jq.jobs j WHERE j.id = cancel.id AND j.state IN ('scheduled', 'blocked', 'ready')
+        FOR UPDATE;
+        IF FOUND THEN
+            UPDATE jq.jobs j SET state = 'cancelled', finished_at = pg_catalog.clock_timestamp()
+            WHERE j.id = cancel.id;
+            -- A ready job, or one scheduled again after a claim, held a slot of its key.
+            IF v_job.concurrency_key IS NOT NULL
+               AND (v_job.state = 'ready' OR (v_job.state = 'scheduled' AND v_job.claims > 0)) THEN
+                PERFORM jq._key_fill(v_job.queue, v_job.concurrency_key, 1);
+            END IF;
+            RETURN true;
+        END IF;
+        UPDATE jq.jobs j SET cancel_requested = true
+        WHERE j.id = cancel.id AND j.state::text = 'running';
+        IF FOUND THEN
+            RETURN true;
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM jq.jobs j WHERE j.id = cancel.id
+                       AND j.state IN ('scheduled', 'blocked', 'ready', 'running')) THEN
+            RETURN false;
+        END IF;
+    END LOOP;
+    RETURN false;
+END $$;
+
+COMMENT ON FUNCTION jq.cancel(bigint, bigint) IS
+'Cancels a job: a scheduled, blocked or ready job becomes cancelled at once (freeing its key''s '
+'slot if it held one); a running job gets '
+'cancel_requested, which its worker sees in the next jq.heartbeat and should answer by stopping '
+'(its jq.fail or jq.release then ends it as cancelled; a jq.complete still completes it, and an '
+'expired lease cancels it). Returns false for finished or unknown jobs.';
+
+CREATE FUNCTION jq.retry(id bigint, caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_queue text;
+    v_key   text;
+BEGIN
+    PERFORM jq._authorize_job(retry.caller_ticket, retry.id);
+    -- A job with a concurrency key goes through its key (blocked, then jq._key_fill).
+    UPDATE jq.jobs j SET
+        state = CASE WHEN j.concurrency_key IS NULL THEN 'ready' ELSE 'blocked' END::jq.job_state,
+        attempt = 0, lease_expiries = 0, cancel_requested = false,
+        run_at = pg_catalog.now(), finished_at = NULL
+    WHERE j.id = retry.id AND j.state IN ('dead', 'cancelled')
+      AND CASE WHEN j.concurrency_key IS NULL THEN jq._wake(j.queue) ELSE true END
+    RETURNING j.queue, j.concurrency_key INTO v_queue, v_key;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF v_key IS NOT NULL THEN
+        PERFORM jq._key_fill(v_queue, v_key, 0);
+    END IF;
+    RETURN true;
+EXCEPTION WHEN unique_violation THEN
+    RAISE EXCEPTION 'job % cannot be retried: another unfinished job in its queue has the same '
+                    'idempotency key', retry.id USING ERRCODE = '23505';
+END $$;
+
+COMMENT ON FUNCTION jq.retry(bigint, bigint) IS
+'Puts a dead or cancelled job back to ready now, with attempt and lease_expiries reset (its '
+'history and last_error stay). Returns false for other states or unknown ids. Errors: 23505 when '
+'another unfinished job in the queue holds its idempotency key.';
+
+CREATE FUNCTION jq.alter_queue(
+    name               text,
+    max_attempts       integer DEFAULT NULL,
+    lease              interval DEFAULT NULL,
+    backoff            jq.backoff_policy DEFAULT NULL,
+    backoff_base       interval DEFAULT NULL,
+    backoff_max        interval DEFAULT NULL,
+    jitter             jq.jitter_mode DEFAULT NULL,
+    retention          interval DEFAULT NULL,
+    dead_retention     interval DEFAULT NULL,
+    history_retention  interval DEFAULT NULL,
+    max_concurrency    integer DEFAULT NULL,
+    max_lease_expiries integer DEFAULT NULL,
+    paused             boolean DEFAULT NULL,
+    key_concurrency    integer DEFAULT NULL,
+    rate_limit         integer DEFAULT NULL,
+    rate_period        interval DEFAULT NULL,
+    burst              integer DEFAULT NULL,
+    priority_aging     interval DEFAULT NULL,
+    caller_ticket bigint DEFAULT jq._ticket()
+) RETURNS jq.queues
+LANGUAGE plpgsql AS $$
+DECLARE
+    q jq.queues;
+BEGIN
+    PERFORM jq._authorize(alter_queue.caller_ticket, ARRAY[alter_queue.name], 'admin');
+    PERFORM jq._check_queue_options(alter_queue.max_attempts, alter_queue.lease,
+        alter_queue.backoff_base, alter_queue.backoff_max, alter_queue.retention,
+        alter_queue.dead_retention, alter_queue.history_retention, alter_queue.max_lease_expiries);
+    IF alter_queue.max_concurrency IS NOT NULL AND alter_queue.max_concurrency < 0 THEN
+        RAISE EXCEPTION 'max_concurrency must be at least 1, or 0 to remove the cap, got %',
+            alter_queue.max_concurrency USING ERRCODE = '22023';
+    END IF;
+    PERFORM jq._check_flow_options(alter_queue.key_concurrency, alter_queue.rate_limit,
+                                   alter_queue.rate_period, alter_queue.burst);
+    IF alter_queue.priority_aging IS NOT NULL AND alter_queue.priority_aging <> interval '0' THEN
+        PERFORM jq._check_interval('priority_aging', alter_queue.priority_aging, false);
+    END IF;
+    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;  -- before the queue row, as jq.drop_queue
+    UPDATE jq.queues t SET
+        max_attempts       = coalesce(alter_queue.max_attempts, t.max_attempts),
+        lease              = coalesce(alter_queue.lease, t.lease),
+        backoff            = coalesce(alter_queue.backoff, t.backoff),
+        backoff_base       = coalesce(alter_queue.backoff_base, t.backoff_base),
+        backoff_max        = coalesce(alter_queue.backoff_max, t.backoff_max),
+        jitter             = coalesce(alter_queue.jitter, t.jitter),
+        retention          = coalesce(alter_queue.retention, t.retention),
+        dead_retention     = coalesce(alter_queue.dead_retention, t.dead_retention),
+        history_retention  = coalesce(alter_queue.history_retention, t.history_retention),
+        max_concurrency    = CASE WHEN alter_queue.max_concurrency IS NULL THEN t.max_concurrency
+                                  WHEN alter_queue.max_concurrency = 0 THEN NULL
+                                  ELSE alter_queue.max_concurrency END,
+        max_lease_expiries = coalesce(alter_queue.max_lease_expiries, t.max_lease_expiries),
+        paused             = coalesce(alter_queue.paused, t.paused),
+        key_concurrency    = coalesce(alter_queue.key_concurrency, t.key_concurrency),
+        priority_aging     = CASE WHEN alter_queue.priority_aging IS NULL THEN t.priority_aging
+                                  WHEN alter_queue.priority_aging = interval '0' THEN NULL
+                                  ELSE alter_queue.priority_aging END,
+        -- rate_limit => 0 removes the limit; setting it fills the bucket (rate_burst tokens).
+        rate_limit         = CASE WHEN alter_queue.rate_limit IS NULL THEN t.rate_limit
+                                  WHEN alter_queue.rate_limit = 0 THEN NULL
+                                  ELSE alter_queue.rate_limit END,
+        rate_period        = CASE WHEN alter_queue.rate_limit = 0 THEN NULL
+                                  WHEN alter_queue.rate_limit IS NULL AND t.rate_limit IS NULL THEN NULL
+                                  ELSE coalesce(alter_queue.rate_period, t.rate_period, interval '1 second') END,
+        rate_burst         = CASE WHEN alter_queue.rate_limit = 0 THEN NULL
+                                  WHEN alter_queue.rate_limit IS NULL AND t.rate_limit IS NULL THEN NULL
+                                  ELSE coalesce(alter_queue.burst, t.rate_burst, 1) END,
+        rate_tokens        = CASE WHEN alter_queue.rate_limit IS NULL AND alter_queue.rate_period IS NULL
+                                       AND alter_queue.burst IS NULL THEN t.rate_tokens END,
+        rate_updated       = CASE WHEN alter_queue.rate_limit IS NULL AND alter_queue.rate_period IS NULL
+                                       AND alter_queue.burst IS NULL THEN t.rate_updated END
+    WHERE t.name = alter_queue.name
+      AND jq._wake_n(t.name, 2147483647)  -- a raised cap or an unpause: every waiter may find work
+    RETURNING * INTO q;
+    IF q.name IS NULL THEN
+        PERFORM jq._unknown_queue(alter_queue.name);
+    END IF;
+    IF (alter_queue.rate_period IS NOT NULL OR alter_queue.burst IS NOT NULL) AND q.rate_limit IS NULL THEN
+        RAISE EXCEPTION 'rate_period and burst need a rate_limit' USING ERRCODE = '22023';
+    END IF;
+    IF alter_queue.key_concurrency IS NOT NULL THEN
+        -- A raised limit admits blocked jobs now (in key order: jq._key_fill_many).
+        PERFORM jq._key_fill_many(pg_catalog.array_agg(s.queue), pg_catalog.array_agg(s.concurrency_key),
+                                  pg_catalog.array_agg(0))
+        FROM jq.key_slots s WHERE s.queue = alter_queue.name;
+    END IF;
+    RETURN q;
+END $$;
+
+COMMENT ON FUNCTION jq.alter_queue(text, integer, interval, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, interval, interval, integer, integer, boolean, integer, integer, interval, integer, interval, bigint) IS
+'Changes the given options of a queue (NULL = leave unchanged; max_concurrency => 0 removes the '
+'cap) and returns the new row. New defaults apply to jobs enqueued afterwards (max_attempts) and '
+'to the next claim, failure or pass (lease, backoff, retention, cap). Flow control '
+'(docs/flow-control.md): key_concurrency (1..1000000) jobs per concurrency_key, a raise admits '
+'blocked jobs at once; rate_limit (jobs, 1..1e9; 0 removes the limit) per rate_period (interval, '
+'default 1 second) with a bucket of burst tokens (default 1): no window of rate_period sees more '
+'than rate_limit + burst claims; changing any of the three refills the bucket. priority_aging '
+'(interval > 0, at most 100 years; 0 turns it off): a ready job''s priority rises by 1 per '
+'interval waited since run_at, for jobs enqueued while it is set. Errors: 22023 '
+'invalid value (also rate_period or burst without a rate limit), 42704 unknown queue.';
+
+CREATE FUNCTION jq.drop_queue(name text, force boolean DEFAULT false,
+                              caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_jobs  bigint := 0;
+    v_count bigint;
+BEGIN
+    PERFORM jq._authorize(drop_queue.caller_ticket, ARRAY[drop_queue.name], 'admin');
+    -- Under an older snapshot the refusal check and the deletes could miss jobs committed
+    -- after it was taken, and leave them behind in a queue that no longer exists.
+    IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'jq.drop_queue needs READ COMMITTED, not %',
+            pg_catalog.current_setting('transaction_isolation') USING ERRCODE = '25000';
+    END IF;
+    PERFORM 1 FROM jq.queues t WHERE t.name = drop_queue.name;
+    IF NOT FOUND THEN
+        PERFORM jq._unknown_queue(drop_queue.name);
+    END IF;
+    -- History goes before the table lock, so its scan does not hold up other queues' writers;
+    -- a history row written after this by a late worker is pruned as an orphan by jq._prune.
+    DELETE FROM jq.executions e WHERE e.queue = drop_queue.name;
+    -- Then wait for every transaction that has written jobs to finish, and hold off new
+    -- writers until this one commits: an enqueue under READ COMMITTED racing the drop then
+    -- either committed its job before (deleted below) or finds the queue gone (jq.enqueue reads
+    -- the queue in its INSERT). Self-conflicting, so two drops queue up instead of
+    -- deadlocking. The wait is bounded by lock_timeout (2 s, set on this function) so that a
+    -- drop behind a long transaction fails with 55P03 instead of stalling every writer queued
+    -- behind it. EXCLUSIVE, not just SHARE ROW EXCLUSIVE, so that it also waits for
+    -- transactions that only row-locked jobs so far (jq.fail's SELECT ... FOR UPDATE) instead
+    -- of deadlocking with them. The table lock comes before the queue row lock: every jq
+    -- function that locks a queue row (a capped claim, an enqueue outside READ COMMITTED,
+    -- pause, resume, alter_queue, the multi-queue claim) takes its lock on jq.jobs first, so
+    -- this order cannot deadlock with them. Plain reads of jq.jobs go on meanwhile.
+    LOCK TABLE jq.jobs IN EXCLUSIVE MODE;
+    PERFORM 1 FROM jq.queues t WHERE t.name = drop_queue.name FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM jq._unknown_queue(drop_queue.name);  -- dropped meanwhile
+    END IF;
+    IF NOT coalesce(drop_queue.force, false) AND (
+           EXISTS (SELECT 1 FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'ready')
+        OR EXISTS (SELECT 1 FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'running')
+        OR EXISTS (SELECT 1 FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'scheduled')
+        OR EXISTS (SELECT 1 FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'blocked'))
+    THEN
+        RAISE EXCEPTION 'queue "%" still has ready, scheduled or running jobs', drop_queue.name
+            USING ERRCODE = '55006',
+                  HINT = 'Pass force => true to cancel and delete them with the queue.';
+    END IF;
+    -- Cron schedules that target the queue: refused like unfinished jobs, deleted with force
+    -- (after the queue row lock, as jq.schedule / jq.alter_schedule lock the queue row FOR KEY
+    -- SHARE before their schedule row; jq.cron_tick locks jq.jobs first, as above).
+    IF EXISTS (SELECT 1 FROM jq.schedules s WHERE s.queue = drop_queue.name) THEN
+        IF NOT coalesce(drop_queue.force, false) THEN
+            RAISE EXCEPTION 'queue "%" is the target of % cron schedule(s)', drop_queue.name,
+                (SELECT count(*) FROM jq.schedules s WHERE s.queue = drop_queue.name)
+                USING ERRCODE = '55006',
+                      HINT = 'Unschedule them, point them at another queue, or pass force => true to delete them with the queue.';
+        END IF;
+        DELETE FROM jq.schedules s WHERE s.queue = drop_queue.name;
+    END IF;
+    DELETE FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'ready';
+    GET DIAGNOSTICS v_count = ROW_COUNT; v_jobs := v_jobs + v_count;
+    DELETE FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'running';
+    GET DIAGNOSTICS v_count = ROW_COUNT; v_jobs := v_jobs + v_count;
+    DELETE FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'scheduled';
+    GET DIAGNOSTICS v_count = ROW_COUNT; v_jobs := v_jobs + v_count;
+    DELETE FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'blocked';
+    GET DIAGNOSTICS v_count = ROW_COUNT; v_jobs := v_jobs + v_count;
+    DELETE FROM jq.key_slots s WHERE s.queue = drop_queue.name;
+    DELETE FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state IN ('completed', 'cancelled');
+    GET DIAGNOSTICS v_count = ROW_COUNT; v_jobs := v_jobs + v_count;
+    DELETE FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'dead';
+    GET DIAGNOSTICS v_count = ROW_COUNT; v_jobs := v_jobs + v_count;
+    DELETE FROM jq.queue_grants g WHERE g.queue = drop_queue.name;
+    DELETE FROM jq.queues t WHERE t.name = drop_queue.name;
+    RAISE LOG 'jq: dropped queue "%" with % jobs', drop_queue.name, v_jobs;
+    RETURN true;
+END $$;
+
+ALTER FUNCTION jq.drop_queue(text, boolean, bigint) SET lock_timeout = '2s';
+
+COMMENT ON FUNCTION jq.drop_queue(text, boolean, bigint) IS
+'Deletes a queue with its jobs and execution history. Refuses (55006 object_in_use) while the '
+'queue has ready, blocked, scheduled or running jobs unless force => true; forced, those jobs are '
+'cancelled by deletion and any late jq.complete / jq.fail / jq.heartbeat / jq.release on them is '
+'a harmless false/NULL. It locks jq.jobs against writes (EXCLUSIVE) while it runs, so '
+'an enqueue racing the drop never leaves a job behind; it waits at most 2 s for that lock, '
+'then fails with 55P03 (lock_not_available: a transaction that wrote jobs is still open; retry). '
+'Cron schedules targeting the queue also make it refuse (55006) unless force => true, which '
+'deletes them (their fire log stays until its retention). '
+'Needs READ COMMITTED. Errors: 22004/22023 bad name, 42704 unknown queue, 55006 jobs or schedules remain, '
+'55P03 busy, 25000 other isolation level.';
+
+CREATE FUNCTION jq.pause(name text, caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM jq._authorize(pause.caller_ticket, ARRAY[pause.name], 'admin');
+    -- jq.jobs before the queue row, the order jq.drop_queue takes them in (no deadlock).
+    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;
+    UPDATE jq.queues t SET paused = true WHERE t.name = pause.name;
+    IF NOT FOUND THEN
+        PERFORM jq._unknown_queue(pause.name);
+    END IF;
+    RETURN true;
+END $$;
+
+COMMENT ON FUNCTION jq.pause(text, bigint) IS
+'Pauses a queue: jq.claim returns no jobs from it until jq.resume. Enqueue, running jobs and '
+'maintenance go on. Errors: 22004/22023 bad name, 42704 unknown queue.';
+
+CREATE FUNCTION jq.resume(name text, caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM jq._authorize(resume.caller_ticket, ARRAY[resume.name], 'admin');
+    -- jq.jobs before the queue row, the order jq.drop_queue takes them in (no deadlock).
+    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;
+    UPDATE jq.queues t SET paused = false
+    WHERE t.name = resume.name AND jq._wake_n(t.name, 2147483647);  -- every waiter may find work
+    IF NOT FOUND THEN
+        PERFORM jq._unknown_queue(resume.name);
+    END IF;
+    RETURN true;
+END $$;
+
+COMMENT ON FUNCTION jq.resume(text, bigint) IS
+'Resumes a paused queue. Errors: 22004/22023 bad name, 42704 unknown queue.';
+
+CREATE FUNCTION jq.schedule(
+    name         text,
+    cron         text,
+    queue        text,
+    payload      jsonb DEFAULT '{}',
+    kind         text DEFAULT NULL,
+    timezone     text DEFAULT 'UTC',
+    priority     integer DEFAULT 0,
+    max_attempts integer DEFAULT NULL,
+    misfire      text DEFAULT 'fire_once',
+    overlap      text DEFAULT 'allow',
+    caller_ticket bigint DEFAULT jq._ticket()
+) RETURNS jq.schedules
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now    timestamptz := pg_catalog.now();
+    v_caller oid := jq._authorize(schedule.caller_ticket, ARRAY[schedule.queue], 'admin');
+    s        jq.schedules;
+BEGIN
+    PERFORM jq._check_schedule_name(schedule.name);
+    IF schedule.cron IS NULL OR schedule.timezone IS NULL OR schedule.payload IS NULL
+       OR schedule.priority IS NULL OR schedule.misfire IS NULL OR schedule.overlap IS NULL THEN
+        RAISE EXCEPTION 'only kind and max_attempts may be NULL; omit an option to take its default'
+            USING ERRCODE = '22004';
+    END IF;
+    PERFORM jq._check_schedule_options(schedule.cron, schedule.timezone, schedule.payload,
+        schedule.kind, schedule.max_attempts, schedule.misfire, schedule.overlap);
+    PERFORM jq._lock_schedule_queue(schedule.queue);
+    -- The same name on another queue is that queue's admins' schedule.
+    PERFORM jq._check_may(v_caller, ARRAY[t.queue], 'admin')
+    FROM jq.schedules t WHERE t.name = schedule.name AND t.queue <> schedule.queue;
+    -- An existing schedule is updated in place (applications call this on every start): its
+    -- timer and counters are kept unless the expression or the zone changed, and enabled is
+    -- left as it is.
+    INSERT INTO jq.schedules AS t (name, cron, timezone, queue, payload, kind, priority,
+        max_attempts, misfire, overlap, next_run_at, next_run_from, created_at, updated_at,
+        created_by)
+    VALUES (schedule.name, schedule.cron, schedule.timezone, schedule.queue, schedule.payload,
+        schedule.kind, schedule.priority, schedule.max_attempts, schedule.misfire,
+        schedule.overlap, jq.cron_next(schedule.cron, v_now, schedule.timezone), v_now, v_now,
+        v_now, v_caller::regrole)
+    ON CONFLICT ON CONSTRAINT schedules_pkey DO UPDATE SET
+        cron = excluded.cron, timezone = excluded.timezone, queue = excluded.queue,
+        payload = excluded.payload, kind = excluded.kind, priority = excluded.priority,
+        max_attempts = excluded.max_attempts, misfire = excluded.misfire,
+        overlap = excluded.overlap, created_by = excluded.created_by,
+        next_run_at = CASE WHEN t.cron IS DISTINCT FROM excluded.cron
+                             OR t.timezone IS DISTINCT FROM excluded.timezone
+                           THEN excluded.next_run_at ELSE t.next_run_at END,
+        next_run_from = CASE WHEN t.cron IS DISTINCT FROM excluded.cron
+                               OR t.timezone IS DISTINCT FROM excluded.timezone
+                             THEN excluded.next_run_from ELSE t.next_run_from END,
+        updated_at = v_now
+    RETURNING * INTO s;
+    RETURN s;
+END $$;
+
+COMMENT ON FUNCTION jq.schedule(text, text, text, jsonb, text, text, integer, integer, text, text, bigint) IS
+'Creates or updates (by name) a cron schedule and returns its row. Each fire time enqueues one '
+'job into queue with payload, kind (default: the schedule name), priority and max_attempts '
+'(default: the queue''s). cron: 5 fields, or 6 with seconds first, @aliases (docs/cron.md); '
+'timezone: IANA name the expression is read in. misfire (after downtime): fire_once (one job '
+'for the latest missed time), skip (only if at most jq.cron_misfire_grace() late), fire_all (each, '
+'up to jq.cron_max_catchup()). overlap: allow, or skip_if_running (no job while the previous one '
+'is scheduled, ready or running). On an existing name the timer and counters are kept unless '
+'cron or timezone changed (then next_run_at is recomputed from now); enabled is not changed. '
+'Errors: 22004 NULL option, 22023 invalid name, expression, time zone, option, 42704 unknown '
+'queue, 54000 payload too large; 42501 unless the caller may administer the queue (and the queue '
+'of an existing schedule of that name). The caller becomes the schedule''s created_by: each fire '
+'enqueues only while that role may enqueue to the queue.';
+
+CREATE FUNCTION jq.alter_schedule(
+    name         text,
+    cron         text DEFAULT NULL,
+    queue        text DEFAULT NULL,
+    payload      jsonb DEFAULT NULL,
+    kind         text DEFAULT NULL,
+    timezone     text DEFAULT NULL,
+    priority     integer DEFAULT NULL,
+    max_attempts integer DEFAULT NULL,
+    misfire      text DEFAULT NULL,
+    overlap      text DEFAULT NULL,
+    enabled      boolean DEFAULT NULL,
+    caller_ticket bigint DEFAULT jq._ticket()
+) RETURNS jq.schedules
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now    timestamptz := pg_catalog.now();
+    v_caller oid := jq._redeem(alter_schedule.caller_ticket);
+    old      jq.schedules;
+    s        jq.schedules;
+BEGIN
+    PERFORM jq._check_schedule_name(alter_schedule.name);
+    IF alter_schedule.queue IS NOT NULL THEN
+        PERFORM jq._check_may(v_caller, ARRAY[alter_schedule.queue], 'admin');
+    END IF;
+    PERFORM jq._check_schedule_options(alter_schedule.cron, alter_schedule.timezone,
+        alter_schedule.payload, alter_schedule.kind, alter_schedule.max_attempts,
+        alter_schedule.misfire, alter_schedule.overlap);
+    IF alter_schedule.queue IS NOT NULL THEN
+        PERFORM jq._lock_schedule_queue(alter_schedule.queue);
+    END IF;
+    SELECT * INTO old FROM jq.schedules t WHERE t.name = alter_schedule.name FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'schedule "%" does not exist', alter_schedule.name
+            USING ERRCODE = '42704', HINT = 'Create it with jq.schedule(name, cron, queue).';
+    END IF;
+    PERFORM jq._check_may(v_caller, ARRAY[old.queue], 'admin');
+    PERFORM jq._cron_check(coalesce(alter_schedule.cron, old.cron),
+                           coalesce(alter_schedule.timezone, old.timezone));
+    UPDATE jq.schedules t SET
+        cron         = coalesce(alter_schedule.cron, t.cron),
+        timezone     = coalesce(alter_schedule.timezone, t.timezone),
+        queue        = coalesce(alter_schedule.queue, t.queue),
+        payload      = coalesce(alter_schedule.payload, t.payload),
+        kind         = coalesce(alter_schedule.kind, t.kind),
+        priority     = coalesce(alter_schedule.priority, t.priority),
+        max_attempts = coalesce(alter_schedule.max_attempts, t.max_attempts),
+        misfire      = coalesce(alter_schedule.misfire, t.misfire),
+        overlap      = coalesce(alter_schedule.overlap, t.overlap),
+        enabled      = coalesce(alter_schedule.enabled, t.enabled),
+        -- From now when the expression or zone changed, or the schedule is being enabled (a
+        -- disabled schedule does not catch up on what it missed while disabled).
+        next_run_at  = CASE
+            WHEN coalesce(alter_schedule.cron, t.cron) IS DISTINCT FROM t.cron
+              OR coalesce(alter_schedule.timezone, t.timezone) IS DISTINCT FROM t.timezone
+              OR (alter_schedule.enabled AND NOT t.enabled)
+            THEN jq.cron_next(coalesce(alter_schedule.cron, t.cron), v_now,
+                              coalesce(alter_schedule.timezone, t.timezone))
+            ELSE t.next_run_at END,
+        next_run_from = CASE
+            WHEN coalesce(alter_schedule.cron, t.cron) IS DISTINCT FROM t.cron
+              OR coalesce(alter_schedule.timezone, t.timezone) IS DISTINCT FROM t.timezone
+              OR (alter_schedule.enabled AND NOT t.enabled)
+            THEN v_now ELSE t.next_run_from END,
+        updated_at   = v_now
+    WHERE t.name = alter_schedule.name
+    RETURNING * INTO s;
+    RETURN s;
+END $$;
+
+COMMENT ON FUNCTION jq.alter_schedule(text, text, text, jsonb, text, text, integer, integer, text, text, boolean, bigint) IS
+'Changes the given options of a schedule (NULL = unchanged) and returns the new row. enabled => '
+'false pauses it (no fire times are counted while disabled); enabled => true resumes it from now. '
+'A new cron or timezone recomputes next_run_at from now; counters are kept. Errors: 22023 invalid '
+'option, 42704 unknown schedule or queue, 54000 payload too large, 42501 unless the caller may '
+'administer the schedule''s queue (and the new queue). created_by is kept.';
+
+CREATE FUNCTION jq.unschedule(name text, if_exists boolean DEFAULT false,
+                              caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_caller oid := jq._redeem(unschedule.caller_ticket);
+    v_queue  text;
+BEGIN
+    PERFORM jq._check_schedule_name(unschedule.name);
+    SELECT t.queue INTO v_queue FROM jq.schedules t WHERE t.name = unschedule.name FOR UPDATE;
+    IF FOUND THEN
+        PERFORM jq._check_may(v_caller, ARRAY[v_queue], 'admin');
+        DELETE FROM jq.schedules t WHERE t.name = unschedule.name;
+        RETURN true;
+    END IF;
+    IF coalesce(unschedule.if_exists, false) THEN
+        RETURN false;
+    END IF;
+    RAISE EXCEPTION 'schedule "%" does not exist', unschedule.name USING ERRCODE = '42704';
+END $$;
+
+COMMENT ON FUNCTION jq.unschedule(text, boolean, bigint) IS
+'Deletes a schedule; returns true. Jobs it already enqueued are untouched; its fire log stays '
+'until jq.cron_log_retention(), so re-creating it under the same name cannot re-fire a logged '
+'fire time. Unknown name: 42704, or false with if_exists => true. Errors: 22004/22023 bad name, '
+'42501 unless the caller may administer the schedule''s queue.';
+
+-- Changed bodies.
+-- One schedule's pass: the body of jq.cron_tick's subtransaction. Raises on any problem (the
+-- caller records it); writes nothing that outlives a raise.
+CREATE OR REPLACE FUNCTION jq._cron_fire(s jq.schedules, at timestamptz) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_fires    timestamptz[];
+    v_total    bigint;
+    v_skipped  bigint := 0;
+    v_enqueued integer := 0;
+    v_next     timestamptz;
+    v_job      bigint;
+    v_last_job bigint := s.last_job_id;
+    v_last     timestamptz := s.last_fired_at;
+    f          timestamptz;
+BEGIN
+    -- Fires with the rights of the role that defined the schedule (NULL: made before jq 0.2.0).
+    IF s.created_by IS NOT NULL THEN
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = s.created_by) THEN
+            RAISE EXCEPTION 'the role that defined schedule "%" (OID %) no longer exists',
+                s.name, s.created_by::oid
+                USING ERRCODE = '42704',
+                      HINT = 'Define it again with jq.schedule as a role that may enqueue to its queue.';
+        END IF;
+        IF NOT jq._may(s.created_by, s.queue, 'enqueue') THEN
+            RAISE EXCEPTION 'role "%", which defined schedule "%", may no longer enqueue to queue "%"',
+                s.created_by, s.name, s.queue
+                USING ERRCODE = '42501',
+                      HINT = 'Grant it again with jq.grant, or define the schedule again as a role that may.';
+        END IF;
+    END IF;
+    -- The next fire time is computed from the pass instant, never by stepping from the stored
+    -- next_run_at, so a long outage costs one computation, not one per missed time.
+    v_next := jq.cron_next(s.cron, _cron_fire.at, s.timezone);
+    -- Every fire time in [next_run_at, at] is due; at most one of them under normal ticking,
+    -- none when the row is here only because the clock went back (next_run_at > at).
+    v_total := jq._cron_count(s.cron, s.timezone, s.next_run_at, _cron_fire.at, 1000000);
+    v_fires := ARRAY(SELECT jq._cron_latest(s.cron, s.timezone, s.next_run_at, _cron_fire.at,
+                         CASE WHEN s.misfire = 'fire_all' THEN jq.cron_max_catchup() ELSE 1 END));
+    IF s.misfire = 'skip' AND pg_catalog.cardinality(v_fires) = 1
+       AND v_fires[1] < _cron_fire.at - jq.cron_misfire_grace() THEN
+        INSERT INTO jq.cron_runs (schedule, fire_time, outcome, fired_at)
+        VALUES (s.name, v_fires[1], 'skipped_misfire', _cron_fire.at)
+        ON CONFLICT DO NOTHING;
+        v_fires := '{}';
+    END IF;
+    v_skipped := GREATEST(v_total - pg_catalog.cardinality(v_fires), 0);
+    FOREACH f IN ARRAY v_fires LOOP
+        IF s.overlap = 'skip_if_running' AND v_last_job IS NOT NULL AND EXISTS (
+               SELECT 1 FROM jq.jobs j
+               WHERE j.id = v_last_job AND j.state IN ('scheduled', 'blocked', 'ready', 'running')) THEN
+            INSERT INTO jq.cron_runs (schedule, fire_time, outcome, fired_at)
+            VALUES (s.name, f, 'skipped_overlap', _cron_fire.at)
+            ON CONFLICT DO NOTHING;
+            IF FOUND THEN
+                v_skipped := v_skipped + 1;
+            END IF;
+            CONTINUE;
+        END IF;
+        -- The fire log first: a fire time some pass already handled (committed, or in flight:
+        -- the insert waits for it) conflicts here and enqueues nothing.
+        INSERT INTO jq.cron_runs (schedule, fire_time, outcome, fired_at)
+        VALUES (s.name, f, 'enqueued', _cron_fire.at)
+        ON CONFLICT DO NOTHING;
+        CONTINUE WHEN NOT FOUND;
+        v_job := jq.enqueue(s.queue, s.payload, coalesce(s.kind, s.name),
+                            priority => s.priority, max_attempts => s.max_attempts);
+        UPDATE jq.cron_runs r SET job_id = v_job WHERE r.schedule = s.name AND r.fire_time = f;
+        v_last_job := v_job;
+        v_last := f;
+        v_enqueued := v_enqueued + 1;
+    END LOOP;
+    UPDATE jq.schedules t SET
+        next_run_at   = v_next,
+        next_run_from = _cron_fire.at,
+        last_fired_at = v_last,
+        last_job_id   = v_last_job,
+        fired_count   = t.fired_count + v_enqueued,
+        skipped_count = t.skipped_count + v_skipped,
+        last_error    = NULL
+    WHERE t.name = s.name;
+    RETURN v_enqueued;
+END $$;
+
+COMMENT ON FUNCTION jq._cron_fire(jq.schedules, timestamptz) IS
+'Internal: one schedule''s part of jq.cron_tick at instant at (the row must be locked): '
+'enqueues per its misfire and overlap policies, logs each fire time in jq.cron_runs, sets '
+'next_run_at = jq.cron_next(cron, at, timezone), next_run_from = at and the counters; returns jobs '
+'enqueued (0 when nothing in [next_run_at, at] is due). Raises on any problem.';
+
+CREATE OR REPLACE FUNCTION jq._prune(now timestamptz, batch integer DEFAULT 5000) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    q       record;
+    v_total integer := 0;
+    v_count integer;
+BEGIN
+    -- Each queue gets its own budget, so a backlog in one queue never holds up the others.
+    FOR q IN SELECT t.name, t.retention, t.dead_retention, t.history_retention FROM jq.queues t
+    LOOP
+        DELETE FROM jq.jobs j WHERE j.id = ANY (ARRAY(
+            SELECT f.id FROM jq.jobs f
+            WHERE f.queue = q.name AND f.state IN ('completed', 'cancelled')
+              AND f.finished_at < _prune.now - q.retention
+            LIMIT _prune.batch FOR UPDATE SKIP LOCKED));
+        GET DIAGNOSTICS v_count = ROW_COUNT;
+        v_total := v_total + v_count;
+        DELETE FROM jq.jobs j WHERE j.id = ANY (ARRAY(
+            SELECT f.id FROM jq.jobs f
+            WHERE f.queue = q.name AND f.state = 'dead'
+              AND f.finished_at < _prune.now - q.dead_retention
+            LIMIT _prune.batch FOR UPDATE SKIP LOCKED));
+        GET DIAGNOSTICS v_count = ROW_COUNT;
+        v_total := v_total + v_count;
+    END LOOP;
+    -- History in one pass over all queues: the BRIN index narrows the scan to rows older than
+    -- the shortest history_retention, each row is then held to its own queue's retention, and
+    -- rows of queues that no longer exist (written by a late worker after jq.drop_queue) go.
+    -- SKIP LOCKED: a pass left open in another session must not block this one.
+    DELETE FROM jq.executions e WHERE e.ctid = ANY (ARRAY(
+        SELECT h.ctid FROM jq.executions h LEFT JOIN jq.queues o ON o.name = h.queue
+        WHERE h.finished_at < _prune.now - coalesce(
+                  (SELECT min(t.history_retention) FROM jq.queues t), interval '0')
+          AND (o.name IS NULL OR h.finished_at < _prune.now - o.history_retention)
+        LIMIT _prune.batch
+        FOR UPDATE OF h SKIP LOCKED));
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    v_total := v_total + v_count;
+    -- Grants to roles that were dropped (a later role could get the same OID).
+    DELETE FROM jq.queue_grants g
+    WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = g.grantee);
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_total + v_count;
+END $$;
+
+COMMENT ON FUNCTION jq._prune(timestamptz, integer) IS
+'Maintenance: per queue, deletes up to batch completed and cancelled jobs finished more than the '
+'queue''s retention before now and up to batch dead jobs past dead_retention; then up to batch '
+'execution rows past their queue''s history_retention, or of queues that no longer exist '
+'(history outlives its jobs); and jq.queue_grants rows of dropped roles. Returns how many rows it deleted. Safe to run concurrently: it '
+'skips rows another session has locked.';
+
+CREATE OR REPLACE VIEW jq.queue_stats AS
+SELECT t.name AS queue,
+       c.claimable + s.scheduled AS depth,
+       c.claimable,
+       s.scheduled,
+       r.running,
+       f.dead,
+       f.completed,
+       f.cancelled,
+       c.oldest_claimable_age,
+       t.paused,
+       b.blocked,
+       h.completed_5m,
+       h.failed_5m,
+       h.failed_15m,
+       h.lease_expired_15m,
+       w.wait_p95_5m
+FROM jq.queues t
+CROSS JOIN LATERAL (
+    SELECT count(*) AS claimable, pg_catalog.now() - min(j.run_at) AS oldest_claimable_age
+    FROM jq.jobs j WHERE j.queue = t.name AND j.state = 'ready') c
+CROSS JOIN LATERAL (
+    SELECT count(*) AS scheduled FROM jq.jobs j WHERE j.queue = t.name AND j.state = 'scheduled') s
+CROSS JOIN LATERAL (
+    SELECT count(*) AS running FROM jq.jobs j WHERE j.queue = t.name AND j.state = 'running') r
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE j.state = 'dead') AS dead,
+           count(*) FILTER (WHERE j.state = 'completed') AS completed,
+           count(*) FILTER (WHERE j.state = 'cancelled') AS cancelled
+    FROM jq.jobs j WHERE j.queue = t.name AND j.state IN ('completed', 'dead', 'cancelled')) f
+CROSS JOIN LATERAL (
+    SELECT count(*) AS blocked FROM jq.jobs j WHERE j.queue = t.name AND j.state = 'blocked') b
+-- Recent history: the BRIN index on finished_at limits the scan to the last 15 minutes.
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE e.outcome = 'completed'
+                              AND e.finished_at > pg_catalog.now() - interval '5 minutes') AS completed_5m,
+           count(*) FILTER (WHERE e.outcome = 'failed'
+                              AND e.finished_at > pg_catalog.now() - interval '5 minutes') AS failed_5m,
+           count(*) FILTER (WHERE e.outcome = 'failed') AS failed_15m,
+           count(*) FILTER (WHERE e.outcome = 'lease_expired') AS lease_expired_15m
+    FROM jq.executions e
+    WHERE e.finished_at > pg_catalog.now() - interval '15 minutes' AND e.queue = t.name) h
+-- Wait = claim time - due time (started_at - run_at) of the jobs claimed in the last 5 minutes
+-- that are still running or completed since (a failed job's run_at has moved to its retry).
+CROSS JOIN LATERAL (
+    SELECT pg_catalog.percentile_cont(0.95) WITHIN GROUP (ORDER BY x.wait) AS wait_p95_5m
+    FROM (SELECT j.started_at - j.run_at AS wait
+          FROM jq.jobs j
+          WHERE j.queue = t.name AND j.state = 'running'
+            AND j.started_at > pg_catalog.now() - interval '5 minutes'
+          UNION ALL
+          SELECT j.started_at - j.run_at
+          FROM jq.executions e JOIN jq.jobs j ON j.id = e.job_id AND j.claims = e.seq
+          WHERE e.queue = t.name AND e.outcome = 'completed'
+            AND e.finished_at > pg_catalog.now() - interval '5 minutes'
+            AND e.started_at > pg_catalog.now() - interval '5 minutes') x) w
+-- Only the queues the reader holds a jq privilege on (docs/security.md).
+WHERE pg_catalog.pg_has_role('jq_admin', 'USAGE')
+   OR EXISTS (SELECT 1 FROM jq.queue_grants g
+              WHERE g.queue IN (t.name, '*') AND pg_catalog.pg_has_role(g.grantee, 'USAGE'));
+
+COMMENT ON VIEW jq.queue_stats IS
+'One row per queue: depth = claimable (ready, due now) + scheduled (waiting for run_at, including '
+'retries in backoff); running; dead, completed and cancelled jobs still within retention; '
+'oldest_claimable_age (interval since the oldest claimable job became due; NULL when none); '
+'paused; blocked: due jobs waiting for a slot of their concurrency_key (not in depth); from the '
+'execution history: completed_5m and failed_5m (executions completed / failed '
+'in the last 5 minutes), failed_15m, lease_expired_15m (expired leases reaped in the last 15 '
+'minutes: crashed or stuck workers); wait_p95_5m: 95th percentile of the wait between a job '
+'becoming due and being claimed (started_at - run_at, interval), over the jobs claimed in the '
+'last 5 minutes that are running or completed (NULL when none). History counts need the '
+'queue''s history_retention to be at least 15 minutes. Shows only the queues the reader may use '
+'(a superuser or member of jq_admin, or a jq.grant on the queue or ''*'').';
+
+-- The privilege policy (sql/security.sql, whole).
+-- Security: who may call what, and on which queue (docs/security.md).
+--
+-- Two layers, as in PostgreSQL itself (schema USAGE, then object privileges):
+--   * EXECUTE on the functions, held by three roles: jq_producer (enqueue), jq_worker (claim and
+--     the calls that end a claim), jq_admin (everything). Nothing is granted to PUBLIC, and jq's
+--     tables are granted to no one but jq_admin (read only): they change only through the
+--     functions, which are SECURITY DEFINER with a pinned search_path.
+--   * Per-queue rights in jq.queue_grants (jq.grant / jq.revoke): enqueue, work, admin. The
+--     functions that name a queue check the calling role against them (jq._authorize), through
+--     a caller ticket (src/security.rs): inside a SECURITY DEFINER function current_user is the
+--     owner, so the caller's role travels in the default of the last parameter, caller_ticket.
+--   Calls that act on a claimed job (complete, fail, heartbeat, release, snooze) are authorised
+--   by its lease token: an unguessable capability that only an authorised claim hands out.
+-- pg_test/tests/security.rs enumerates every function of the schema from the catalog and checks
+-- every role against this file.
+
+-- jq.queue_grants (sql/schema.sql) is dumped by pg_dump with the other configuration tables.
+SELECT pg_catalog.pg_extension_config_dump('jq.queue_grants', '');
+
+CREATE FUNCTION jq._may(caller oid, queue text, privilege text) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT pg_catalog.pg_has_role(caller, 'jq_admin', 'USAGE')
+        OR EXISTS (SELECT 1 FROM jq.queue_grants g
+                   WHERE g.queue IN (_may.queue, '*')
+                     AND (g.privilege = _may.privilege OR g.privilege = 'admin'
+                          OR _may.privilege = 'any')
+                     AND pg_catalog.pg_has_role(caller, g.grantee, 'USAGE'))
+$$;
+
+COMMENT ON FUNCTION jq._may(oid, text, text) IS
+'Internal: whether role caller may exercise privilege (enqueue, work, admin, or any) on queue: '
+'a superuser or member of jq_admin, or a jq.queue_grants row for the queue or ''*'' with that '
+'privilege or admin, granted to caller or a role whose privileges caller has.';
+
+CREATE FUNCTION jq._check_may(caller oid, queues text[], privilege text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_queue text;
+BEGIN
+    IF pg_catalog.pg_has_role(caller, 'jq_admin', 'USAGE') THEN
+        RETURN;
+    END IF;
+    SELECT q INTO v_queue FROM pg_catalog.unnest(queues) AS q
+    WHERE q IS NULL OR NOT jq._may(caller, q, privilege) LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'permission denied: role "%" may not % queue "%"', caller::regrole,
+            CASE privilege WHEN 'enqueue' THEN 'enqueue to' WHEN 'work' THEN 'claim from'
+                           ELSE 'administer' END, v_queue
+            USING ERRCODE = '42501',
+                  HINT = pg_catalog.format('A member of jq_admin can grant it: SELECT jq.grant(%L, %L, %L).',
+                                           v_queue, caller::regrole::text, privilege);
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION jq._check_may(oid, text[], text) IS
+'Internal: raises 42501 unless role caller may exercise privilege (enqueue, work, admin) on every '
+'queue in queues. A NULL or unknown queue counts as not granted, so a role learns nothing of '
+'queues it may not use.';
+
+-- jq._authorize(caller_ticket, queues, privilege) is Rust (src/security.rs): jq._redeem, a
+-- syscache-only pass for superusers and jq_admin members, else jq._check_may.
+COMMENT ON FUNCTION jq._authorize(bigint, text[], text) IS
+'Internal: redeems caller_ticket (42501 if it is not a ticket of this session), then, unless '
+'that role is a superuser or has the privileges of jq_admin, jq._check_may; returns the calling '
+'role. Rust (src/security.rs).';
+
+CREATE FUNCTION jq._authorize_job(caller_ticket bigint, id bigint) RETURNS oid
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_caller oid := jq._redeem(caller_ticket);
+    v_queue  text;
+BEGIN
+    IF NOT pg_catalog.pg_has_role(v_caller, 'jq_admin', 'USAGE') THEN
+        SELECT j.queue INTO v_queue FROM jq.jobs j WHERE j.id = _authorize_job.id;
+        IF FOUND THEN  -- a job's queue never changes
+            PERFORM jq._check_may(v_caller, ARRAY[v_queue], 'admin');
+        END IF;
+    END IF;
+    RETURN v_caller;
+END $$;
+
+COMMENT ON FUNCTION jq._authorize_job(bigint, bigint) IS
+'Internal: redeems caller_ticket and raises 42501 unless that role may administer the queue of '
+'job id (an unknown id passes: the caller then finds nothing to change).';
+
+CREATE FUNCTION jq._queue_admin_functions() RETURNS regprocedure[]
+LANGUAGE sql STABLE AS $$
+    SELECT ARRAY['jq.alter_queue(text, integer, interval, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, interval, interval, integer, integer, boolean, integer, integer, interval, integer, interval, bigint)',
+                 'jq.drop_queue(text, boolean, bigint)',
+                 'jq.pause(text, bigint)',
+                 'jq.resume(text, bigint)',
+                 'jq.cancel(bigint, bigint)',
+                 'jq.retry(bigint, bigint)',
+                 'jq.schedule(text, text, text, jsonb, text, text, integer, integer, text, text, bigint)',
+                 'jq.alter_schedule(text, text, text, jsonb, text, text, integer, integer, text, text, boolean, bigint)',
+                 'jq.unschedule(text, boolean, bigint)']::regprocedure[]
+$$;
+
+COMMENT ON FUNCTION jq._queue_admin_functions() IS
+'Internal: the functions a per-queue admin grant lets a role execute (each checks the queue).';
+
+CREATE FUNCTION jq.grant(queue text, role regrole, privilege text,
+                         caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    -- "grant" is a reserved word, so the parameters cannot be qualified by the function name.
+    g_queue     ALIAS FOR $1;
+    g_role      ALIAS FOR $2;
+    g_privilege ALIAS FOR $3;
+    g_ticket    ALIAS FOR $4;
+    v_role name;
+    f      regprocedure;
+BEGIN
+    IF g_queue IS NULL OR g_role IS NULL OR g_privilege IS NULL THEN
+        RAISE EXCEPTION 'queue, role and privilege must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF g_privilege NOT IN ('enqueue', 'work', 'admin') THEN
+        RAISE EXCEPTION 'unknown privilege "%"', g_privilege
+            USING ERRCODE = '22023', HINT = 'Privileges: enqueue, work, admin.';
+    END IF;
+    IF g_queue <> '*' THEN
+        PERFORM jq._check_queue_name(g_queue);
+        PERFORM 1 FROM jq.queues t WHERE t.name = g_queue FOR KEY SHARE;
+        IF NOT FOUND THEN
+            PERFORM jq._unknown_queue(g_queue);
+        END IF;
+    END IF;
+    SELECT r.rolname INTO v_role FROM pg_catalog.pg_roles r WHERE r.oid = g_role;
+    IF v_role IS NULL THEN
+        RAISE EXCEPTION 'role with OID % does not exist', g_role::oid USING ERRCODE = '42704';
+    END IF;
+    -- The EXECUTE the privilege needs (membership carries no queue rights of its own).
+    IF g_privilege IN ('enqueue', 'admin') AND NOT pg_catalog.pg_has_role(g_role, 'jq_producer', 'MEMBER') THEN
+        EXECUTE pg_catalog.format('GRANT jq_producer TO %I', v_role);
+    END IF;
+    IF g_privilege IN ('work', 'admin') AND NOT pg_catalog.pg_has_role(g_role, 'jq_worker', 'MEMBER') THEN
+        EXECUTE pg_catalog.format('GRANT jq_worker TO %I', v_role);
+    END IF;
+    IF g_privilege = 'admin' THEN
+        FOREACH f IN ARRAY jq._queue_admin_functions() LOOP
+            EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %I', f, v_role);
+        END LOOP;
+    END IF;
+    INSERT INTO jq.queue_grants (queue, grantee, privilege, granted_by, granted_at)
+    VALUES (g_queue, g_role, g_privilege, jq._redeem(g_ticket)::regrole,
+            pg_catalog.now())
+    ON CONFLICT ON CONSTRAINT queue_grants_pkey DO NOTHING;
+    RETURN FOUND;
+END $$;
+
+COMMENT ON FUNCTION jq.grant(text, regrole, text, bigint) IS
+'grant(queue, role, privilege): lets role, and the roles that have its privileges, enqueue to '
+'(enqueue), claim from and so read the payloads of (work), or administer (admin: pause, resume, '
+'alter_queue, drop_queue, cancel, retry, schedule, alter_schedule, unschedule; implies enqueue '
+'and work) queue; queue ''*'' = every queue, present and future. Also gives role the EXECUTE '
+'the privilege needs: membership in jq_producer (enqueue, admin) and jq_worker (work, admin), '
+'and EXECUTE on the per-queue admin functions (admin); jq.revoke leaves those (they grant no '
+'queue). Returns true when the grant is new. Executable by jq_admin. Errors: 22004 NULL '
+'argument, 22023 unknown privilege or invalid queue name, 42704 unknown queue or role.';
+
+CREATE FUNCTION jq.revoke(queue text, role regrole, privilege text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF revoke.queue IS NULL OR revoke.role IS NULL OR revoke.privilege IS NULL THEN
+        RAISE EXCEPTION 'queue, role and privilege must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF revoke.privilege NOT IN ('enqueue', 'work', 'admin') THEN
+        RAISE EXCEPTION 'unknown privilege "%"', revoke.privilege
+            USING ERRCODE = '22023', HINT = 'Privileges: enqueue, work, admin.';
+    END IF;
+    DELETE FROM jq.queue_grants g
+    WHERE g.queue = revoke.queue AND g.grantee = revoke.role AND g.privilege = revoke.privilege;
+    RETURN FOUND;
+END $$;
+
+COMMENT ON FUNCTION jq.revoke(text, regrole, text) IS
+'revoke(queue, role, privilege): removes exactly that jq.grant (queue ''*'' removes the '
+'every-queue grant, not per-queue ones); returns whether it existed. Takes effect for the next '
+'call: a job already claimed can still be completed with its lease token. Role memberships and '
+'EXECUTE given by jq.grant stay. Executable by jq_admin. Errors: 22004 NULL argument, 22023 '
+'unknown privilege.';
+
+-- ---------------------------------------------------------------------------------------------
+-- The privilege policy. Every function that reads or writes jq's tables on a caller's behalf
+-- runs as the owner, with a search_path no caller can shadow (field case Q16).
+DO $$
+DECLARE
+    f regprocedure;
+BEGIN
+    FOREACH f IN ARRAY ARRAY[
+        'jq.enqueue(text, jsonb, text, timestamptz, interval, integer, integer, text, text, bigint)',
+        'jq.enqueue_many(text, jsonb, text, timestamptz, interval, integer, integer, boolean, bigint)',
+        'jq.claim(text, text, integer, interval, interval, bigint)',
+        'jq.claim(text[], text, integer, interval, interval, bigint)',
+        'jq.complete(bigint, uuid, jsonb)',
+        'jq.complete_many(bigint[], uuid[], jsonb[])',
+        'jq.fail(bigint, uuid, text, interval)',
+        'jq.heartbeat(bigint, uuid, interval)',
+        'jq.release(bigint, uuid)',
+        'jq.snooze(bigint, uuid, interval)',
+        'jq.create_queue(text, integer, interval, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, interval, interval, integer, integer, boolean, boolean, integer)',
+        'jq.tick()',
+        'jq.cron_tick(timestamptz)',
+        'jq.status()',
+        'jq.grant(text, regrole, text, bigint)',
+        'jq.revoke(text, regrole, text)']::regprocedure[] || jq._queue_admin_functions()
+    LOOP
+        EXECUTE pg_catalog.format('ALTER FUNCTION %s SECURITY DEFINER SET search_path = pg_catalog, jq, pg_temp', f);
+    END LOOP;
+END $$;
+
+REVOKE ALL ON SCHEMA jq FROM PUBLIC;
+
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA jq FROM PUBLIC;
+
+REVOKE ALL ON ALL TABLES IN SCHEMA jq FROM PUBLIC;
+
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA jq FROM PUBLIC;
+
+GRANT USAGE ON SCHEMA jq TO jq_admin, jq_producer, jq_worker;
+
+-- Everyone with a jq role: the caller ticket, status, pure helpers, queue_stats (rows of the
+-- queues the reader holds a privilege on).
+GRANT EXECUTE ON FUNCTION
+    jq._ticket(), jq.status(), jq.cron_next(text, timestamptz, text),
+    jq.cron_fires(text, timestamptz, timestamptz, text, integer),
+    jq.backoff_seconds(text, double precision, double precision, integer, text, double precision),
+    jq.max_payload_bytes(), jq.max_error_length(), jq.max_claim_batch(),
+    jq.cron_log_retention(), jq.cron_misfire_grace(), jq.cron_max_catchup()
+    TO jq_admin, jq_producer, jq_worker;
+
+GRANT SELECT ON jq.queue_stats TO jq_admin, jq_producer, jq_worker;
+
+GRANT EXECUTE ON FUNCTION
+    jq.enqueue(text, jsonb, text, timestamptz, interval, integer, integer, text, text, bigint),
+    jq.enqueue_many(text, jsonb, text, timestamptz, interval, integer, integer, boolean, bigint)
+    TO jq_producer, jq_admin;
+
+GRANT EXECUTE ON FUNCTION
+    jq.claim(text, text, integer, interval, interval, bigint),
+    jq.claim(text[], text, integer, interval, interval, bigint),
+    jq.complete(bigint, uuid, jsonb), jq.complete_many(bigint[], uuid[], jsonb[]),
+    jq.fail(bigint, uuid, text, interval), jq.heartbeat(bigint, uuid, interval),
+    jq.release(bigint, uuid), jq.snooze(bigint, uuid, interval)
+    TO jq_worker, jq_admin;
+
+DO $$
+DECLARE
+    f regprocedure;
+BEGIN
+    FOREACH f IN ARRAY jq._queue_admin_functions() || ARRAY[
+        'jq.create_queue(text, integer, interval, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, interval, interval, integer, integer, boolean, boolean, integer)',
+        'jq.tick()', 'jq.cron_tick(timestamptz)',
+        'jq.grant(text, regrole, text, bigint)', 'jq.revoke(text, regrole, text)']::regprocedure[]
+    LOOP
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO jq_admin', f);
+    END LOOP;
+END $$;
+
+GRANT SELECT ON ALL TABLES IN SCHEMA jq TO jq_admin;
+
+COMMENT ON FUNCTION jq._ticket() IS
+'Internal: a caller ticket (bigint, 64 random bits) for the current role, kept in this backend '
+'until jq._redeem uses it. The default of every caller_ticket parameter; never pass one '
+'yourself. See src/security.rs and docs/security.md.';
+
+COMMENT ON FUNCTION jq._redeem(bigint) IS
+'Internal: the role (oid) a caller ticket of this session was issued to; uses the ticket up. '
+'Errors: 42501 unknown, reused or NULL ticket.';
+

@@ -185,13 +185,18 @@ BEGIN
         LIMIT _prune.batch
         FOR UPDATE OF h SKIP LOCKED));
     GET DIAGNOSTICS v_count = ROW_COUNT;
+    v_total := v_total + v_count;
+    -- Grants to roles that were dropped (a later role could get the same OID).
+    DELETE FROM jq.queue_grants g
+    WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = g.grantee);
+    GET DIAGNOSTICS v_count = ROW_COUNT;
     RETURN v_total + v_count;
 END $$;
 COMMENT ON FUNCTION jq._prune(timestamptz, integer) IS
 'Maintenance: per queue, deletes up to batch completed and cancelled jobs finished more than the '
 'queue''s retention before now and up to batch dead jobs past dead_retention; then up to batch '
 'execution rows past their queue''s history_retention, or of queues that no longer exist '
-'(history outlives its jobs). Returns how many rows it deleted. Safe to run concurrently: it '
+'(history outlives its jobs); and jq.queue_grants rows of dropped roles. Returns how many rows it deleted. Safe to run concurrently: it '
 'skips rows another session has locked.';
 
 CREATE FUNCTION jq._maintain(duty text, now timestamptz) RETURNS integer
@@ -354,7 +359,11 @@ CROSS JOIN LATERAL (
           FROM jq.executions e JOIN jq.jobs j ON j.id = e.job_id AND j.claims = e.seq
           WHERE e.queue = t.name AND e.outcome = 'completed'
             AND e.finished_at > pg_catalog.now() - interval '5 minutes'
-            AND e.started_at > pg_catalog.now() - interval '5 minutes') x) w;
+            AND e.started_at > pg_catalog.now() - interval '5 minutes') x) w
+-- Only the queues the reader holds a jq privilege on (docs/security.md).
+WHERE pg_catalog.pg_has_role('jq_admin', 'USAGE')
+   OR EXISTS (SELECT 1 FROM jq.queue_grants g
+              WHERE g.queue IN (t.name, '*') AND pg_catalog.pg_has_role(g.grantee, 'USAGE'));
 COMMENT ON VIEW jq.queue_stats IS
 'One row per queue: depth = claimable (ready, due now) + scheduled (waiting for run_at, including '
 'retries in backoff); running; dead, completed and cancelled jobs still within retention; '
@@ -365,7 +374,8 @@ COMMENT ON VIEW jq.queue_stats IS
 'minutes: crashed or stuck workers); wait_p95_5m: 95th percentile of the wait between a job '
 'becoming due and being claimed (started_at - run_at, interval), over the jobs claimed in the '
 'last 5 minutes that are running or completed (NULL when none). History counts need the '
-'queue''s history_retention to be at least 15 minutes.';
+'queue''s history_retention to be at least 15 minutes. Shows only the queues the reader may use '
+'(a superuser or member of jq_admin, or a jq.grant on the queue or ''*'').';
 
 CREATE VIEW jq.table_health AS
 SELECT c.relname::text AS table_name,

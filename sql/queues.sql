@@ -181,12 +181,14 @@ CREATE FUNCTION jq.alter_queue(
     rate_limit         integer DEFAULT NULL,
     rate_period        interval DEFAULT NULL,
     burst              integer DEFAULT NULL,
-    priority_aging     interval DEFAULT NULL
+    priority_aging     interval DEFAULT NULL,
+    caller_ticket bigint DEFAULT jq._ticket()
 ) RETURNS jq.queues
 LANGUAGE plpgsql AS $$
 DECLARE
     q jq.queues;
 BEGIN
+    PERFORM jq._authorize(alter_queue.caller_ticket, ARRAY[alter_queue.name], 'admin');
     PERFORM jq._check_queue_options(alter_queue.max_attempts, alter_queue.lease,
         alter_queue.backoff_base, alter_queue.backoff_max, alter_queue.retention,
         alter_queue.dead_retention, alter_queue.history_retention, alter_queue.max_lease_expiries);
@@ -250,7 +252,7 @@ BEGIN
     END IF;
     RETURN q;
 END $$;
-COMMENT ON FUNCTION jq.alter_queue(text, integer, interval, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, interval, interval, integer, integer, boolean, integer, integer, interval, integer, interval) IS
+COMMENT ON FUNCTION jq.alter_queue(text, integer, interval, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, interval, interval, integer, integer, boolean, integer, integer, interval, integer, interval, bigint) IS
 'Changes the given options of a queue (NULL = leave unchanged; max_concurrency => 0 removes the '
 'cap) and returns the new row. New defaults apply to jobs enqueued afterwards (max_attempts) and '
 'to the next claim, failure or pass (lease, backoff, retention, cap). Flow control '
@@ -285,12 +287,14 @@ COMMENT ON FUNCTION jq._check_flow_options(integer, integer, interval, integer) 
 'Internal: validates key_concurrency (1..1000000), rate_limit (0..1e9), rate_period (> 0, at most '
 '100 years) and burst (1..1e9); NULL means "not given". Raises 22023.';
 
-CREATE FUNCTION jq.drop_queue(name text, force boolean DEFAULT false) RETURNS boolean
+CREATE FUNCTION jq.drop_queue(name text, force boolean DEFAULT false,
+                              caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
     v_jobs  bigint := 0;
     v_count bigint;
 BEGIN
+    PERFORM jq._authorize(drop_queue.caller_ticket, ARRAY[drop_queue.name], 'admin');
     -- Under an older snapshot the refusal check and the deletes could miss jobs committed
     -- after it was taken, and leave them behind in a queue that no longer exists.
     IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
@@ -356,12 +360,13 @@ BEGIN
     GET DIAGNOSTICS v_count = ROW_COUNT; v_jobs := v_jobs + v_count;
     DELETE FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'dead';
     GET DIAGNOSTICS v_count = ROW_COUNT; v_jobs := v_jobs + v_count;
+    DELETE FROM jq.queue_grants g WHERE g.queue = drop_queue.name;
     DELETE FROM jq.queues t WHERE t.name = drop_queue.name;
     RAISE LOG 'jq: dropped queue "%" with % jobs', drop_queue.name, v_jobs;
     RETURN true;
 END $$;
-ALTER FUNCTION jq.drop_queue(text, boolean) SET lock_timeout = '2s';
-COMMENT ON FUNCTION jq.drop_queue(text, boolean) IS
+ALTER FUNCTION jq.drop_queue(text, boolean, bigint) SET lock_timeout = '2s';
+COMMENT ON FUNCTION jq.drop_queue(text, boolean, bigint) IS
 'Deletes a queue with its jobs and execution history. Refuses (55006 object_in_use) while the '
 'queue has ready, blocked, scheduled or running jobs unless force => true; forced, those jobs are '
 'cancelled by deletion and any late jq.complete / jq.fail / jq.heartbeat / jq.release on them is '
@@ -373,9 +378,10 @@ COMMENT ON FUNCTION jq.drop_queue(text, boolean) IS
 'Needs READ COMMITTED. Errors: 22004/22023 bad name, 42704 unknown queue, 55006 jobs or schedules remain, '
 '55P03 busy, 25000 other isolation level.';
 
-CREATE FUNCTION jq.pause(name text) RETURNS boolean
+CREATE FUNCTION jq.pause(name text, caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
+    PERFORM jq._authorize(pause.caller_ticket, ARRAY[pause.name], 'admin');
     -- jq.jobs before the queue row, the order jq.drop_queue takes them in (no deadlock).
     LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;
     UPDATE jq.queues t SET paused = true WHERE t.name = pause.name;
@@ -384,13 +390,14 @@ BEGIN
     END IF;
     RETURN true;
 END $$;
-COMMENT ON FUNCTION jq.pause(text) IS
+COMMENT ON FUNCTION jq.pause(text, bigint) IS
 'Pauses a queue: jq.claim returns no jobs from it until jq.resume. Enqueue, running jobs and '
 'maintenance go on. Errors: 22004/22023 bad name, 42704 unknown queue.';
 
-CREATE FUNCTION jq.resume(name text) RETURNS boolean
+CREATE FUNCTION jq.resume(name text, caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
+    PERFORM jq._authorize(resume.caller_ticket, ARRAY[resume.name], 'admin');
     -- jq.jobs before the queue row, the order jq.drop_queue takes them in (no deadlock).
     LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;
     UPDATE jq.queues t SET paused = false
@@ -400,5 +407,5 @@ BEGIN
     END IF;
     RETURN true;
 END $$;
-COMMENT ON FUNCTION jq.resume(text) IS
+COMMENT ON FUNCTION jq.resume(text, bigint) IS
 'Resumes a paused queue. Errors: 22004/22023 bad name, 42704 unknown queue.';

@@ -230,3 +230,37 @@ SELECT pg_catalog.pg_extension_config_dump('jq.jobs', '');
 SELECT pg_catalog.pg_extension_config_dump('jq.jobs_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('jq.executions', '');
 SELECT pg_catalog.pg_extension_config_dump('jq.key_slots', '');
+
+-- Security (docs/security.md). The three roles are cluster-wide, so they are created only if
+-- missing (another database's jq, or an earlier install, may have made them) and outlive
+-- DROP EXTENSION. They carry EXECUTE on jq's functions (sql/security.sql); queue rights come
+-- from jq.queue_grants, except that members of jq_admin (and superusers) may do everything.
+DO $$
+DECLARE
+    r text;
+BEGIN
+    FOREACH r IN ARRAY ARRAY['jq_admin', 'jq_producer', 'jq_worker'] LOOP
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = r) THEN
+            EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', r);
+        END IF;
+    END LOOP;
+END $$;
+
+-- Per-queue grants: which role may enqueue to, work (claim from) or administer which queue.
+-- Written through jq.grant / jq.revoke.
+CREATE TABLE jq.queue_grants (
+    queue      text NOT NULL
+               CONSTRAINT queue_grants_queue_valid CHECK (queue = '*' OR queue ~ '^[A-Za-z0-9_.:-]{1,128}$'),
+    grantee    regrole NOT NULL,
+    privilege  text NOT NULL CHECK (privilege IN ('enqueue', 'work', 'admin')),
+    granted_by regrole,
+    granted_at timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT queue_grants_pkey PRIMARY KEY (queue, grantee, privilege)
+);
+COMMENT ON TABLE jq.queue_grants IS
+'Per-queue privileges (jq.grant / jq.revoke): grantee (and every role that has its privileges '
+'through membership) may enqueue to, work (claim from, and so read the payloads of) or administer '
+'(pause, resume, alter, drop, cancel, retry, schedule; implies enqueue and work) queue; queue '
+'''*'' means every queue, present and future. Superusers and members of jq_admin need no row. '
+'Rows of a dropped queue are deleted with it; rows of a dropped role are pruned by maintenance.';
+-- Registered for pg_dump in sql/security.sql (last, where 0.1.0's upgrade script registers it too).

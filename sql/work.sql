@@ -39,7 +39,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 1000 $$;
 COMMENT ON FUNCTION jq.max_claim_batch() IS 'Largest n accepted by jq.claim: 1,000 jobs per call.';
 
 CREATE FUNCTION jq.claim(queue text, worker text, n integer DEFAULT 1, lease interval DEFAULT NULL,
-                         wait interval DEFAULT NULL)
+                         wait interval DEFAULT NULL, caller_ticket bigint DEFAULT jq._ticket())
 RETURNS SETOF jq.claimed_job
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -55,6 +55,7 @@ DECLARE
     v_got      integer;
     v_now      timestamptz;
 BEGIN
+    PERFORM jq._authorize(claim.caller_ticket, ARRAY[claim.queue], 'work');
     IF claim.n IS NULL OR claim.n < 1 OR claim.n > jq.max_claim_batch() THEN
         RAISE EXCEPTION 'n must be between 1 and %, got %', jq.max_claim_batch(), coalesce(claim.n::text, 'NULL')
             USING ERRCODE = '22023';
@@ -255,7 +256,7 @@ BEGIN
     v_token_at := NULL;
     END LOOP poll;
 END $$;
-COMMENT ON FUNCTION jq.claim(text, text, integer, interval, interval) IS
+COMMENT ON FUNCTION jq.claim(text, text, integer, interval, interval, bigint) IS
 'Claims up to n (1..jq.max_claim_batch()) ready jobs of one queue for worker (a free-form name '
 'of at most 200 characters, kept for operators; recovery never depends on it), in order '
 'priority DESC, run_at, id, and returns them (jq.claimed_job) with a fresh lease_token each. '
@@ -314,7 +315,7 @@ COMMENT ON FUNCTION jq._claimable(text[]) IS
 'look; the long-poll of jq.claim(text[], ...) takes locks only when this says yes.';
 
 CREATE FUNCTION jq.claim(queues text[], worker text, n integer DEFAULT 1, lease interval DEFAULT NULL,
-                         wait interval DEFAULT NULL)
+                         wait interval DEFAULT NULL, caller_ticket bigint DEFAULT jq._ticket())
 RETURNS SETOF jq.claimed_job
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -328,6 +329,7 @@ BEGIN
     IF claim.queues IS NULL OR pg_catalog.cardinality(claim.queues) = 0 THEN
         RAISE EXCEPTION 'queues must be a non-empty array' USING ERRCODE = '22023';
     END IF;
+    PERFORM jq._authorize(claim.caller_ticket, claim.queues, 'work');
     IF claim.n IS NULL OR claim.n < 1 OR claim.n > jq.max_claim_batch() THEN
         RAISE EXCEPTION 'n must be between 1 and %, got %', jq.max_claim_batch(), coalesce(claim.n::text, 'NULL')
             USING ERRCODE = '22023';
@@ -393,7 +395,7 @@ BEGIN
         PERFORM jq._wait_done();
     END IF;
 END $$;
-COMMENT ON FUNCTION jq.claim(text[], text, integer, interval, interval) IS
+COMMENT ON FUNCTION jq.claim(text[], text, integer, interval, interval, bigint) IS
 'Claims up to n jobs in total from several queues, one queue at a time in the given order (each '
 'with the single-queue claim, so each stays on its index; seed A, ADR-002a): earlier queues take '
 'precedence. Every name is checked first (22004 NULL, 22023 malformed, 42704 unknown). When two '
@@ -603,11 +605,12 @@ COMMENT ON FUNCTION jq.release(bigint, uuid) IS
 'a cancellation was requested. Fenced: false and no change unless the job is running under this '
 'lease_token.';
 
-CREATE FUNCTION jq.cancel(id bigint) RETURNS boolean
+CREATE FUNCTION jq.cancel(id bigint, caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
     v_job record;
 BEGIN
+    PERFORM jq._authorize_job(cancel.caller_ticket, cancel.id);
     -- Two fenced updates; the loop covers a job moving between them (claimed, or reaped back).
     FOR i IN 1..3 LOOP
         SELECT j.state, j.claims, j.queue, j.concurrency_key INTO v_job
@@ -635,19 +638,20 @@ BEGIN
     END LOOP;
     RETURN false;
 END $$;
-COMMENT ON FUNCTION jq.cancel(bigint) IS
+COMMENT ON FUNCTION jq.cancel(bigint, bigint) IS
 'Cancels a job: a scheduled, blocked or ready job becomes cancelled at once (freeing its key''s '
 'slot if it held one); a running job gets '
 'cancel_requested, which its worker sees in the next jq.heartbeat and should answer by stopping '
 '(its jq.fail or jq.release then ends it as cancelled; a jq.complete still completes it, and an '
 'expired lease cancels it). Returns false for finished or unknown jobs.';
 
-CREATE FUNCTION jq.retry(id bigint) RETURNS boolean
+CREATE FUNCTION jq.retry(id bigint, caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
     v_queue text;
     v_key   text;
 BEGIN
+    PERFORM jq._authorize_job(retry.caller_ticket, retry.id);
     -- A job with a concurrency key goes through its key (blocked, then jq._key_fill).
     UPDATE jq.jobs j SET
         state = CASE WHEN j.concurrency_key IS NULL THEN 'ready' ELSE 'blocked' END::jq.job_state,
@@ -667,7 +671,7 @@ EXCEPTION WHEN unique_violation THEN
     RAISE EXCEPTION 'job % cannot be retried: another unfinished job in its queue has the same '
                     'idempotency key', retry.id USING ERRCODE = '23505';
 END $$;
-COMMENT ON FUNCTION jq.retry(bigint) IS
+COMMENT ON FUNCTION jq.retry(bigint, bigint) IS
 'Puts a dead or cancelled job back to ready now, with attempt and lease_expiries reset (its '
 'history and last_error stay). Returns false for other states or unknown ids. Errors: 23505 when '
 'another unfinished job in the queue holds its idempotency key.';

@@ -3,7 +3,7 @@
 //! The public API is hand-written SQL in `sql/` (schema, queue administration, enqueue, the
 //! worker calls, maintenance), included here in dependency order. Rust holds what is better in
 //! Rust: the retry backoff arithmetic ([`backoff`]), cron expressions and time zones ([`cron`]),
-//! the configuration ([`gucs`]), shared memory ([`shmem`]), the wakeups of long-polling claims
+//! the configuration ([`gucs`]), the caller tickets of the privilege checks ([`security`]), shared memory ([`shmem`]), the wakeups of long-polling claims
 //! ([`wakeup`]) and the background workers ([`bgworker`]).
 //!
 //! See `docs/semantics.md` for the job model and `docs/sql-api.md` for the reference.
@@ -15,6 +15,7 @@ pub mod bgworker;
 pub mod cron;
 mod cron_sql;
 pub mod gucs;
+pub mod security;
 pub mod shmem;
 pub mod wakeup;
 
@@ -35,7 +36,7 @@ pub extern "C-unwind" fn _PG_init() {
 }
 
 extension_sql_file!("../sql/schema.sql", name = "schema", bootstrap);
-extension_sql_file!("../sql/queues.sql", name = "queues", requires = ["schema"]);
+extension_sql_file!("../sql/queues.sql", name = "queues", requires = ["schema", security::_ticket, security::_redeem]);
 extension_sql_file!(
     "../sql/enqueue.sql",
     name = "enqueue",
@@ -54,9 +55,9 @@ extension_sql_file!(
 extension_sql_file!(
     "../sql/maintenance.sql",
     name = "maintenance",
-    requires = ["cron", bgworker::_status, bgworker::_preloaded, bgworker::_launcher_wake],
-    finalize
+    requires = ["cron", bgworker::_status, bgworker::_preloaded, bgworker::_launcher_wake]
 );
+extension_sql_file!("../sql/security.sql", name = "security", requires = ["maintenance", security::_authorize], finalize);
 
 #[cfg(any(test, feature = "pg_test"))]
 mod pg_tests;

@@ -65,6 +65,18 @@ echo "== queues: checksum (3 attempts, 1 s fixed backoff), compress, reports"
 "$JQCTL" create-queue compress --lease 30s
 "$JQCTL" create-queue reports --lease 30s --max-attempts 2
 
+# Least privilege (docs/security.md): the workers log in as jq_main_worker, which may claim from
+# the three queues and enqueue to compress (the checksum handler does), and nothing else.
+if [ "$(psql_ -At -c "SELECT count(*) FROM pg_proc WHERE pronamespace = 'jq'::regnamespace AND proname = 'grant'")" != 0 ]; then
+    echo "== least privilege: workers log in as jq_main_worker (work on the three queues, enqueue to compress)"
+    psql_ -c "DROP ROLE IF EXISTS jq_main_worker" -c "CREATE ROLE jq_main_worker LOGIN" \
+          -c "SELECT jq.grant(q, 'jq_main_worker', 'work') FROM unnest(ARRAY['reports', 'compress', 'checksum']) q" \
+          -c "SELECT jq.grant('compress', 'jq_main_worker', 'enqueue')" >/dev/null
+    worker_user=jq_main_worker
+else
+    worker_user=postgres
+fi
+
 if [ "$(psql_ -At -c "SELECT count(*) FROM pg_proc WHERE pronamespace = 'jq'::regnamespace AND proname = 'schedule'")" != 0 ]; then
     echo "== cron: a report of $files every minute"
     "$JQCTL" schedule files-report '* * * * *' reports --payload "{\"dir\":\"$files\"}"
@@ -100,7 +112,7 @@ echo "== running $workers workers: jqctl work --queue reports --queue compress -
 worker_pids=()
 rm -f "$run"/worker-*.log
 for w in $(seq 1 "$workers"); do
-    "$JQCTL" -q work --worker "main-$w" --queue reports --queue compress --queue checksum -c 4 \
+    PGUSER=$worker_user "$JQCTL" -q work --worker "main-$w" --queue reports --queue compress --queue checksum -c 4 \
         -- "$root/worker-client/main-job-task.sh" 2>"$run/worker-$w.log" &
     worker_pids+=($!); pids+=($!)
 done

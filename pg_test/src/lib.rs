@@ -189,7 +189,7 @@ pub fn broken(name: &str) -> bool {
 
 /// Installs a deliberately broken variant of one jq function in this test's own database, for
 /// a negative control: reads the definition of `func` (a regprocedure such as
-/// `jq.claim(text,text,integer,interval,interval)`) with `pg_get_functiondef`, replaces every occurrence
+/// `jq.claim(text,text,integer,interval,interval,bigint)`) with `pg_get_functiondef`, replaces every occurrence
 /// of `from` by `to` and runs the result (`CREATE OR REPLACE FUNCTION`).
 ///
 /// Panics unless `from` occurs exactly `times` times in the definition, so a control cannot

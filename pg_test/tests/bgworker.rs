@@ -153,7 +153,7 @@ fn a_waiting_claim_returns_right_after_the_enqueue_commits_and_not_before() {
     let db = TestDb::new("bgw_longpoll");
     let mut c = db.connect();
     if broken("no_wake") {
-        sabotage(&mut c, "jq.enqueue(text,jsonb,text,timestamptz,interval,integer,integer,text,text)",
+        sabotage(&mut c, "jq.enqueue(text,jsonb,text,timestamptz,interval,integer,integer,text,text,bigint)",
                  "jq._wake(t.name)", "true", 2);
     }
     c.batch_execute("SELECT jq.create_queue('q')").unwrap();
@@ -423,7 +423,7 @@ fn one_job_wakes_one_of_many_waiters() {
     let db = TestDb::new("bgw_herd");
     let mut c = db.connect();
     if broken("wake_all") {
-        sabotage(&mut c, "jq.enqueue(text,jsonb,text,timestamptz,interval,integer,integer,text,text)",
+        sabotage(&mut c, "jq.enqueue(text,jsonb,text,timestamptz,interval,integer,integer,text,text,bigint)",
                  "jq._wake(t.name)", "jq._wake_n(t.name, 1000)", 2);
     }
     c.batch_execute("SELECT jq.create_queue('q')").unwrap();

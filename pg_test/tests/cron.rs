@@ -20,7 +20,7 @@ use std::thread;
 
 const CRON_TICK: &str = "jq.cron_tick(timestamp with time zone)";
 const CRON_FIRE: &str = "jq._cron_fire(jq.schedules,timestamp with time zone)";
-const SCHEDULE: &str = "jq.schedule(text,text,text,jsonb,text,text,integer,integer,text,text)";
+const SCHEDULE: &str = "jq.schedule(text,text,text,jsonb,text,text,integer,integer,text,text,bigint)";
 
 /// The deliberately broken variants, installed only when the run asks for one.
 fn apply_breaks(c: &mut Client) {

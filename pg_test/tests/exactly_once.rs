@@ -22,7 +22,7 @@ use std::time::Duration;
 
 const WORKERS: usize = 10;
 
-const CLAIM: &str = "jq.claim(text,text,integer,interval,interval)";
+const CLAIM: &str = "jq.claim(text,text,integer,interval,interval,bigint)";
 
 /// The broken variants of jq.claim used by the tests below. jq.claim has two copies of its
 /// claiming statement (LIMIT 1 for n = 1, LIMIT v_limit otherwise); a variant about how the

@@ -16,7 +16,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 const KEY_FILL: &str = "jq._key_fill(text,text,integer)";
-const CLAIM: &str = "jq.claim(text,text,integer,interval,interval)";
+const CLAIM: &str = "jq.claim(text,text,integer,interval,interval,bigint)";
 
 fn apply_breaks(c: &mut Client) {
     if broken("key_fill_ignores_limit") {

@@ -13,7 +13,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-const ENQUEUE: &str = "jq.enqueue(text,jsonb,text,timestamptz,interval,integer,integer,text,text)";
+const ENQUEUE: &str = "jq.enqueue(text,jsonb,text,timestamptz,interval,integer,integer,text,text,bigint)";
 const KEYED_LOOP: &str = "    LOOP\n        INSERT INTO jq.jobs";
 
 /// The broken variants of jq.enqueue shared by several tests.
@@ -363,7 +363,7 @@ fn enqueue_many_with_keys_returns_one_id_per_element_and_the_same_id_for_a_repea
     if broken("enqueue_many_drops_keys") {
         sabotage(
             &mut c,
-            "jq.enqueue_many(text,jsonb,text,timestamptz,interval,integer,integer,boolean)",
+            "jq.enqueue_many(text,jsonb,text,timestamptz,interval,integer,integer,boolean,bigint)",
             "r.priority, r.max_attempts, r.idempotency_key);",
             "r.priority, r.max_attempts, NULL);",
             1,

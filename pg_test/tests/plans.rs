@@ -333,7 +333,7 @@ fn norm(sql: &str) -> String {
 
 const CLAIM_PICK: HotPath = HotPath {
     label: "jq.claim: selection of ready jobs",
-    function: "jq.claim(text,text,integer,interval,interval)",
+    function: "jq.claim(text,text,integer,interval,interval,bigint)",
     source: "SELECT p.id FROM jq.jobs p
              WHERE p.queue = claim.queue AND p.state = 'ready'
                AND EXISTS (SELECT FROM jq.queues g WHERE g.name = claim.queue
@@ -350,7 +350,7 @@ const CLAIM_PICK: HotPath = HotPath {
 /// the two copies cannot drift apart.
 const CLAIM_PICK_ONE: HotPath = HotPath {
     label: "jq.claim: selection of one ready job",
-    function: "jq.claim(text,text,integer,interval,interval)",
+    function: "jq.claim(text,text,integer,interval,interval,bigint)",
     source: "SELECT p.id FROM jq.jobs p
              WHERE p.queue = claim.queue AND p.state = 'ready'
                AND EXISTS (SELECT FROM jq.queues g WHERE g.name = claim.queue
@@ -365,7 +365,7 @@ const CLAIM_PICK_ONE: HotPath = HotPath {
 
 const CLAIM_RUNNING_COUNT: HotPath = HotPath {
     label: "jq.claim: running count for max_concurrency",
-    function: "jq.claim(text,text,integer,interval,interval)",
+    function: "jq.claim(text,text,integer,interval,interval,bigint)",
     source: "SELECT count(*) INTO v_running FROM jq.jobs j
              WHERE j.queue = claim.queue AND j.state = 'running'",
     subst: &[("INTO v_running ", ""), ("claim.queue", "$1")],
@@ -421,7 +421,7 @@ const PRUNE_DEAD_PICK: HotPath = HotPath {
 
 const IDEMPOTENCY_LOOKUP: HotPath = HotPath {
     label: "jq.enqueue: lookup of the unfinished job holding an idempotency key",
-    function: "jq.enqueue(text,jsonb,text,timestamptz,interval,integer,integer,text,text)",
+    function: "jq.enqueue(text,jsonb,text,timestamptz,interval,integer,integer,text,text,bigint)",
     source: "SELECT j.id INTO v_id FROM jq.jobs j
              WHERE j.queue = enqueue.queue AND j.idempotency_key = enqueue.idempotency_key
                AND j.state IN ('scheduled', 'blocked', 'ready', 'running')",

@@ -320,7 +320,7 @@ fn retry_puts_a_dead_job_back_to_ready_with_attempt_zero_and_refuses_a_completed
     let db = TestDb::new("retry_dead");
     let mut c = db.connect();
     if broken("retry_any_state") {
-        sabotage(&mut c, "jq.retry(bigint)", "j.state IN ('dead', 'cancelled')", "j.state IN ('dead', 'cancelled', 'completed')", 1);
+        sabotage(&mut c, "jq.retry(bigint,bigint)", "j.state IN ('dead', 'cancelled')", "j.state IN ('dead', 'cancelled', 'completed')", 1);
     }
     c.execute("SELECT jq.create_queue('r')", &[]).unwrap();
     let id = one_i64(&mut c, "SELECT jq.enqueue('r', max_attempts => 1)");

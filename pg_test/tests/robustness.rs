@@ -10,10 +10,10 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-const CLAIM_MANY: &str = "jq.claim(text[],text,integer,interval,interval)";
-const ENQUEUE_MANY: &str = "jq.enqueue_many(text,jsonb,text,timestamptz,interval,integer,integer,boolean)";
+const CLAIM_MANY: &str = "jq.claim(text[],text,integer,interval,interval,bigint)";
+const ENQUEUE_MANY: &str = "jq.enqueue_many(text,jsonb,text,timestamptz,interval,integer,integer,boolean,bigint)";
 const PRUNE: &str = "jq._prune(timestamptz,integer)";
-const ENQUEUE: &str = "jq.enqueue(text,jsonb,text,timestamptz,interval,integer,integer,text,text)";
+const ENQUEUE: &str = "jq.enqueue(text,jsonb,text,timestamptz,interval,integer,integer,text,text,bigint)";
 
 /// A transaction under REPEATABLE READ whose snapshot predates a committed jq.drop_queue must
 /// not enqueue into the dropped queue: 40001, and no job is left behind. A drop from such a
@@ -227,7 +227,7 @@ fn dropping_a_capped_queue_does_not_deadlock_with_a_transaction_claiming_from_it
     if broken("drop_row_lock_first") {
         sabotage(
             &mut c,
-            "jq.drop_queue(text,boolean)",
+            "jq.drop_queue(text,boolean,bigint)",
             "    PERFORM 1 FROM jq.queues t WHERE t.name = drop_queue.name;\n",
             "    PERFORM 1 FROM jq.queues t WHERE t.name = drop_queue.name FOR UPDATE;\n",
             1,
@@ -277,7 +277,7 @@ fn a_forced_drop_does_not_deadlock_with_a_worker_failing_its_job() {
     )
     .unwrap();
     if broken("drop_share_row_exclusive") {
-        sabotage(&mut c, "jq.drop_queue(text,boolean)", "LOCK TABLE jq.jobs IN EXCLUSIVE MODE", "LOCK TABLE jq.jobs IN SHARE ROW EXCLUSIVE MODE", 1);
+        sabotage(&mut c, "jq.drop_queue(text,boolean,bigint)", "LOCK TABLE jq.jobs IN EXCLUSIVE MODE", "LOCK TABLE jq.jobs IN SHARE ROW EXCLUSIVE MODE", 1);
     }
     let row = c.query_one("SELECT id, lease_token FROM jq.claim('qb', 'w')", &[]).unwrap();
     let (id, token): (i64, uuid::Uuid) = (row.get(0), row.get(1));
@@ -312,7 +312,7 @@ fn pausing_then_cancelling_does_not_deadlock_with_a_drop() {
     c.batch_execute("SELECT jq.create_queue('p1')").unwrap();
     let id: i64 = c.query_one("SELECT jq.enqueue('p1')", &[]).unwrap().get(0);
     if broken("pause_row_first") {
-        sabotage(&mut c, "jq.pause(text)", "    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;\n", "", 1);
+        sabotage(&mut c, "jq.pause(text,bigint)", "    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;\n", "", 1);
     }
     let mut admin = db.connect();
     admin.batch_execute("SET deadlock_timeout = '100ms'; BEGIN; SELECT jq.pause('p1');").unwrap();

@@ -209,8 +209,8 @@ pub enum Error {
     /// The database has no `jq` extension.
     #[error("jq is not installed in database \"{0}\" (CREATE EXTENSION jq)")]
     NotInstalled(String),
-    /// A queue to work does not exist.
-    #[error("queue \"{0}\" does not exist (create it with jq.create_queue or jqctl create-queue)")]
+    /// A queue to work does not exist, or the role may not use it (no jq.grant).
+    #[error("queue \"{0}\" does not exist, or this role may not use it (create it with jq.create_queue or jqctl create-queue; grant it with jq.grant)")]
     QueueNotFound(String),
     /// A setting is invalid.
     #[error("{0}")]

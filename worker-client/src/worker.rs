@@ -615,7 +615,8 @@ async fn shutdown_signal() {
     }
 }
 
-/// Connects, checks that jq is installed and the queues exist, and tells whether `jq.claim`
+/// Connects, checks that jq is installed and the queues exist (as this role sees them:
+/// `jq.queue_stats` shows the queues it holds a jq.grant on), and tells whether `jq.claim`
 /// has the long-poll `wait` parameter.
 async fn preflight(conn: &mut Conn, config: &Config, queues: &[String]) -> Result<bool, Error> {
     let dbname = config.get_dbname().unwrap_or("?").to_string();
@@ -630,7 +631,7 @@ async fn preflight(conn: &mut Conn, config: &Config, queues: &[String]) -> Resul
     let missing = client
         .query(
             "SELECT q FROM unnest($1::text[]) WITH ORDINALITY AS u(q, i) \
-             WHERE NOT EXISTS (SELECT 1 FROM jq.queues WHERE name = u.q) ORDER BY i",
+             WHERE NOT EXISTS (SELECT 1 FROM jq.queue_stats s WHERE s.queue = u.q) ORDER BY i",
             &[&queues],
         )
         .await

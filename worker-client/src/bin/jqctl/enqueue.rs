@@ -45,7 +45,7 @@ pub struct EnqueueArgs {
 
 pub async fn run(cli: &Cli, a: &EnqueueArgs) -> CliResult {
     let client = connect(cli).await?;
-    if client.query_opt("SELECT 1 FROM jq.queues WHERE name = $1", &[&a.queue]).await?.is_none() {
+    if client.query_opt("SELECT 1 FROM jq.queue_stats WHERE queue = $1", &[&a.queue]).await?.is_none() {
         return Err(worker_client::Error::QueueNotFound(a.queue.clone()).into());
     }
     match a.payload.as_deref() {

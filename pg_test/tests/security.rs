@@ -1,0 +1,528 @@
+//! Least privilege (docs/security.md, sql/security.sql): the three roles, per-queue grants,
+//! SECURITY DEFINER functions with a pinned search_path, and field case Q16.
+//!
+//! The matrix tests take every function, table, view and sequence of schema jq from the catalog,
+//! not from a list kept here: a new function fails them until it is classified below, and a new
+//! function that takes a `caller_ticket` (names a queue) fails until it has a call in
+//! [`queue_call`] that proves its per-queue check.
+//!
+//! Negative controls (each seen failing; run with `JQ_TEST_BREAK=<name>`):
+//! - `no_queue_check`: jq.pause without its per-queue check; the behaviour matrix fails.
+//! - `invoker_complete`: jq.complete SECURITY INVOKER; the catalog matrix fails.
+//! - `public_execute`: EXECUTE on jq.enqueue granted to PUBLIC; the catalog matrix fails.
+//! - `unpinned_search_path`: jq.enqueue without its search_path; Q16's attack runs as the owner.
+
+use jq_pg_test::{broken, sabotage, Client, TestDb};
+use postgres::error::SqlState;
+
+/// Cluster-wide roles made for one test, dropped after its database.
+struct Roles {
+    names: Vec<String>,
+}
+
+impl Roles {
+    fn new(c: &mut Client, tag: &str, specs: &[(&str, &str)]) -> Roles {
+        let mut names = Vec::new();
+        for (name, options) in specs {
+            let full = format!("jqt_{tag}_{}_{name}", std::process::id());
+            c.batch_execute(&format!("DROP ROLE IF EXISTS {full}")).unwrap();
+            c.batch_execute(&format!("CREATE ROLE {full} {options}")).unwrap();
+            names.push(full);
+        }
+        Roles { names }
+    }
+
+    fn get(&self, short: &str) -> &str {
+        self.names.iter().find(|n| n.ends_with(&format!("_{short}"))).expect("role")
+    }
+}
+
+impl Drop for Roles {
+    fn drop(&mut self) {
+        let mut a = jq_pg_test::admin();
+        for n in &self.names {
+            let _ = a.batch_execute(&format!("DROP ROLE IF EXISTS {n}"));
+        }
+    }
+}
+
+/// The roles a function's EXECUTE is meant for (sql/security.sql), by function name; `None`:
+/// not classified yet.
+fn expected_execute(proname: &str) -> Option<&'static [&'static str]> {
+    const EVERYONE: &[&str] = &["jq_admin", "jq_producer", "jq_worker", "queue_admin"];
+    const PRODUCE: &[&str] = &["jq_admin", "jq_producer", "queue_admin"];
+    const WORK: &[&str] = &["jq_admin", "jq_worker", "queue_admin"];
+    const QUEUE_ADMIN: &[&str] = &["jq_admin", "queue_admin"];
+    const ADMIN: &[&str] = &["jq_admin"];
+    const NOBODY: &[&str] = &[];
+    Some(match proname {
+        "_ticket" | "status" | "cron_next" | "cron_fires" | "backoff_seconds" | "max_payload_bytes"
+        | "max_error_length" | "max_claim_batch" | "cron_log_retention" | "cron_misfire_grace"
+        | "cron_max_catchup" => EVERYONE,
+        "enqueue" | "enqueue_many" => PRODUCE,
+        "claim" | "complete" | "complete_many" | "fail" | "heartbeat" | "release" | "snooze" => WORK,
+        "alter_queue" | "drop_queue" | "pause" | "resume" | "cancel" | "retry" | "schedule"
+        | "alter_schedule" | "unschedule" => QUEUE_ADMIN,
+        "create_queue" | "tick" | "cron_tick" | "grant" | "revoke" => ADMIN,
+        n if n.starts_with('_') => NOBODY,
+        _ => return None,
+    })
+}
+
+/// Functions that run as the owner: everything a role calls that reads or writes jq's tables.
+fn must_be_definer(proname: &str) -> bool {
+    matches!(
+        expected_execute(proname),
+        Some(r) if (!r.is_empty() && r.len() < 4) || proname == "status"
+    )
+}
+
+/// Per-queue roles of the behaviour matrix and what jq.grant gave them.
+const TENANTS: &[(&str, &[(&str, &str)])] = &[
+    ("enq", &[("qa", "enqueue")]),
+    ("work", &[("qa", "work")]),
+    ("qadm", &[("qa", "admin")]),
+    ("star", &[("*", "work")]),
+    ("viagroup", &[]), // member of role "grp", which has enqueue on qa
+    ("nobody", &[]),
+];
+
+fn set_up_tenants(c: &mut Client, tag: &str) -> Roles {
+    let mut a = jq_pg_test::admin();
+    let roles = Roles::new(
+        &mut a,
+        tag,
+        &[
+            ("enq", "LOGIN"),
+            ("work", "LOGIN"),
+            ("qadm", "LOGIN"),
+            ("star", "LOGIN"),
+            ("grp", "NOLOGIN"),
+            ("viagroup", "LOGIN"),
+            ("nobody", "LOGIN"),
+            ("admin", "LOGIN IN ROLE jq_admin"),
+        ],
+    );
+    a.batch_execute(&format!("GRANT {} TO {}", roles.get("grp"), roles.get("viagroup"))).unwrap();
+    c.batch_execute("SELECT jq.create_queue('qa'); SELECT jq.create_queue('qb');").unwrap();
+    for (short, grants) in TENANTS {
+        for (q, p) in *grants {
+            c.execute("SELECT jq.grant($1, $2::text::regrole, $3)", &[q, &roles.get(short), p]).unwrap();
+        }
+    }
+    c.execute("SELECT jq.grant('qa', $1::text::regrole, 'enqueue')", &[&roles.get("grp")]).unwrap();
+    roles
+}
+
+/// Grants of a tenant (or "admin") for `queue`: whether it may exercise `privilege`.
+fn tenant_may(short: &str, queue: &str, privilege: &str) -> bool {
+    match short {
+        "admin" => return true,
+        "viagroup" => return queue == "qa" && privilege == "enqueue",
+        _ => {}
+    }
+    let grants = TENANTS.iter().find(|(s, _)| *s == short).unwrap().1;
+    grants.iter().any(|(q, p)| {
+        (*q == queue || *q == "*") && (*p == privilege || *p == "admin")
+    })
+}
+
+/// One valid call of a function that takes a caller_ticket, on `queue`, and the privilege it
+/// needs ("global": only jq_admin). Jobs and schedules it acts on were made by `prepare`.
+fn queue_call(regprocedure: &str, queue: &str, ids: &Ids) -> Option<(String, &'static str)> {
+    let q = queue;
+    let (ready, dead) = if q == "qa" { (ids.ready_a, ids.dead_a) } else { (ids.ready_b, ids.dead_b) };
+    Some(match regprocedure.split('(').next().unwrap().replace('"', "").as_str() {
+        "jq.enqueue" => (format!("SELECT jq.enqueue('{q}', '{{}}')"), "enqueue"),
+        "jq.enqueue_many" => (format!("SELECT jq.enqueue_many('{q}', '[1, 2]')"), "enqueue"),
+        "jq.claim" if regprocedure.contains("text[]") => {
+            (format!("SELECT * FROM jq.claim(ARRAY['{q}'], 'w')"), "work")
+        }
+        "jq.claim" => (format!("SELECT * FROM jq.claim('{q}', 'w')"), "work"),
+        "jq.alter_queue" => (format!("SELECT jq.alter_queue('{q}', max_attempts => 7)"), "admin"),
+        "jq.drop_queue" => (format!("SELECT jq.drop_queue('{q}', force => true)"), "admin"),
+        "jq.pause" => (format!("SELECT jq.pause('{q}')"), "admin"),
+        "jq.resume" => (format!("SELECT jq.resume('{q}')"), "admin"),
+        "jq.cancel" => (format!("SELECT jq.cancel({ready})"), "admin"),
+        "jq.retry" => (format!("SELECT jq.retry({dead})"), "admin"),
+        "jq.schedule" => (format!("SELECT jq.schedule('new_{q}', '0 * * * *', '{q}')"), "admin"),
+        "jq.alter_schedule" => (format!("SELECT jq.alter_schedule('s_{q}', priority => 3)"), "admin"),
+        "jq.unschedule" => (format!("SELECT jq.unschedule('s_{q}')"), "admin"),
+        "jq.grant" => (format!("SELECT jq.grant('{q}', 'jq_worker', 'work')"), "global"),
+        _ => return None,
+    })
+}
+
+struct Ids {
+    ready_a: i64,
+    ready_b: i64,
+    dead_a: i64,
+    dead_b: i64,
+}
+
+/// A ready and a dead job in each queue and a schedule on each, made through jq's functions.
+fn prepare(c: &mut Client) -> Ids {
+    let mut one = |sql: &str| -> i64 { c.query_one(sql, &[]).unwrap().get(0) };
+    let ready_a = one("SELECT jq.enqueue('qa', '{\"n\":1}')");
+    let ready_b = one("SELECT jq.enqueue('qb', '{\"secret\":\"b\"}')");
+    let mut dead = |q: &str| -> i64 {
+        c.query_one(&format!("SELECT jq.enqueue('{q}', '{{}}', kind => 'd', max_attempts => 1, priority => 100)"), &[])
+            .unwrap();
+        let row = c.query_one(&format!("SELECT id, lease_token FROM jq.claim('{q}', 'prep')"), &[]).unwrap();
+        let (id, token): (i64, uuid::Uuid) = (row.get(0), row.get(1));
+        let s: String = c.query_one("SELECT jq.fail($1, $2, 'x')::text", &[&id, &token]).unwrap().get(0);
+        assert_eq!(s, "dead");
+        id
+    };
+    let dead_a = dead("qa");
+    let dead_b = dead("qb");
+    c.batch_execute("SELECT jq.schedule('s_qa', '0 * * * *', 'qa'); SELECT jq.schedule('s_qb', '0 * * * *', 'qb');")
+        .unwrap();
+    Ids { ready_a, ready_b, dead_a, dead_b }
+}
+
+/// Runs `sql` as `role` in a transaction that is rolled back; Ok or the SQLSTATE.
+fn as_role(c: &mut Client, role: &str, sql: &str) -> Result<(), String> {
+    let mut t = c.transaction().unwrap();
+    t.batch_execute(&format!("SET LOCAL ROLE {role}")).unwrap();
+    let r = t.batch_execute(sql).map_err(|e| {
+        e.code().map(|c| c.code().to_string()).unwrap_or_else(|| e.to_string())
+    });
+    let _ = t.rollback();
+    r
+}
+
+#[test]
+fn every_function_and_relation_grants_exactly_what_sql_security_says() {
+    let db = TestDb::new("sec_catalog");
+    let mut c = db.connect();
+    let mut a = jq_pg_test::admin();
+    let roles = Roles::new(&mut a, "seccat", &[("qadm", "LOGIN"), ("nobody", "LOGIN")]);
+    c.batch_execute("SELECT jq.create_queue('q')").unwrap();
+    c.execute("SELECT jq.grant('q', $1::text::regrole, 'admin')", &[&roles.get("qadm")]).unwrap();
+    if broken("invoker_complete") {
+        c.batch_execute("ALTER FUNCTION jq.complete(bigint, uuid, jsonb) SECURITY INVOKER").unwrap();
+    }
+    if broken("public_execute") {
+        c.batch_execute(
+            "GRANT EXECUTE ON FUNCTION jq.enqueue(text,jsonb,text,timestamptz,interval,integer,integer,text,text,bigint) TO PUBLIC",
+        )
+        .unwrap();
+    }
+    let role_of = |r: &str| -> String {
+        match r {
+            "queue_admin" => roles.get("qadm").to_string(),
+            "nobody" => roles.get("nobody").to_string(),
+            other => other.to_string(),
+        }
+    };
+    let all_roles = ["jq_admin", "jq_producer", "jq_worker", "queue_admin", "nobody"];
+    let mut problems = Vec::new();
+
+    let functions = c
+        .query(
+            "SELECT p.oid::regprocedure::text, p.proname::text, p.prosecdef,
+                    coalesce(array_to_string(p.proconfig, ';'), ''),
+                    aclexplode_public.public_execute
+               FROM pg_proc p
+               CROSS JOIN LATERAL (SELECT EXISTS (SELECT 1 FROM aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) x
+                                                  WHERE x.grantee = 0) AS public_execute) aclexplode_public
+              WHERE p.pronamespace = 'jq'::regnamespace ORDER BY 1",
+            &[],
+        )
+        .unwrap();
+    assert!(functions.len() > 60, "only {} functions found", functions.len());
+    for f in &functions {
+        let (sig, name, secdef, config, public): (String, String, bool, String, bool) =
+            (f.get(0), f.get(1), f.get(2), f.get(3), f.get(4));
+        let Some(expected) = expected_execute(&name) else {
+            problems.push(format!("{sig}: not classified in expected_execute (tests/security.rs)"));
+            continue;
+        };
+        if public {
+            problems.push(format!("{sig}: EXECUTE granted to PUBLIC"));
+        }
+        for r in all_roles {
+            let has: bool = c
+                .query_one("SELECT has_function_privilege($1, $2::text::regprocedure, 'EXECUTE')", &[&role_of(r), &sig])
+                .unwrap()
+                .get(0);
+            if has != expected.contains(&r) {
+                problems.push(format!("{sig}: EXECUTE for {r} is {has}, expected {}", !has));
+            }
+        }
+        let definer = must_be_definer(&name);
+        if secdef != definer {
+            problems.push(format!("{sig}: SECURITY DEFINER is {secdef}, expected {definer}"));
+        }
+        if secdef && !config.contains("search_path=pg_catalog, jq, pg_temp") {
+            problems.push(format!("{sig}: SECURITY DEFINER without the pinned search_path ({config})"));
+        }
+    }
+
+    let relations = c
+        .query(
+            "SELECT c.oid::regclass::text, c.relkind::text FROM pg_class c
+              WHERE c.relnamespace = 'jq'::regnamespace AND c.relkind IN ('r', 'v', 'S') ORDER BY 1",
+            &[],
+        )
+        .unwrap();
+    assert!(relations.len() >= 9, "relations: {}", relations.len());
+    for rel in &relations {
+        let (name, kind): (String, String) = (rel.get(0), rel.get(1));
+        let privileges: &[&str] = if kind == "S" {
+            &["USAGE", "SELECT", "UPDATE"]
+        } else {
+            &["SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER"]
+        };
+        for r in all_roles {
+            for p in privileges {
+                let sql = if kind == "S" {
+                    "SELECT has_sequence_privilege($1, $2, $3)"
+                } else {
+                    "SELECT has_table_privilege($1, $2, $3)"
+                };
+                let has: bool = c.query_one(sql, &[&role_of(r), &name, p]).unwrap().get(0);
+                let expected = *p == "SELECT"
+                    && kind != "S"
+                    && (r == "jq_admin" || (name == "jq.queue_stats" && r != "nobody"));
+                if has != expected {
+                    problems.push(format!("{name}: {p} for {r} is {has}, expected {expected}"));
+                }
+            }
+        }
+    }
+    for r in all_roles {
+        let has: bool =
+            c.query_one("SELECT has_schema_privilege($1, 'jq', 'USAGE')", &[&role_of(r)]).unwrap().get(0);
+        if has != (r != "nobody") {
+            problems.push(format!("schema jq: USAGE for {r} is {has}"));
+        }
+    }
+    assert!(problems.is_empty(), "privilege matrix violations:\n{}", problems.join("\n"));
+    drop(c);
+    drop(db);
+    drop(roles);
+}
+
+#[test]
+fn every_queue_function_checks_the_callers_grant_on_that_queue() {
+    let roles;
+    let db = TestDb::new("sec_matrix");
+    let mut c = db.connect();
+    roles = set_up_tenants(&mut c, "secmx");
+    let ids = prepare(&mut c);
+    if broken("no_queue_check") {
+        sabotage(
+            &mut c,
+            "jq.pause(text,bigint)",
+            "PERFORM jq._authorize(pause.caller_ticket, ARRAY[pause.name], 'admin');",
+            "PERFORM jq._redeem(pause.caller_ticket);",
+            1,
+        );
+    }
+    let functions: Vec<String> = c
+        .query(
+            "SELECT p.oid::regprocedure::text FROM pg_proc p
+              WHERE p.pronamespace = 'jq'::regnamespace AND 'caller_ticket' = ANY (p.proargnames)
+                AND p.proname NOT LIKE '\\_%'  -- internal: executable by no role (the catalog test)
+              ORDER BY 1",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(functions.len() >= 14, "functions with caller_ticket: {functions:?}");
+    let mut problems = Vec::new();
+    let mut checked = 0;
+    let shorts: Vec<&str> = TENANTS.iter().map(|(s, _)| *s).chain(["admin"]).collect();
+    for f in &functions {
+        for queue in ["qa", "qb"] {
+            let Some((sql, privilege)) = queue_call(f, queue, &ids) else {
+                problems.push(format!("{f}: no call in queue_call (tests/security.rs)"));
+                break;
+            };
+            for short in &shorts {
+                let allowed = if privilege == "global" { *short == "admin" } else { tenant_may(short, queue, privilege) };
+                let got = as_role(&mut c, roles.get(short), &sql);
+                checked += 1;
+                match (&got, allowed) {
+                    (Ok(()), true) => {}
+                    (Err(code), false) if code == "42501" => {}
+                    _ => problems.push(format!("{short} on {queue}: {sql} -> {got:?}, allowed: {allowed}")),
+                }
+            }
+        }
+    }
+    assert!(problems.is_empty(), "per-queue check violations ({checked} calls):\n{}", problems.join("\n"));
+    assert!(checked >= 14 * 2 * 7);
+}
+
+#[test]
+fn a_tenant_sees_and_claims_only_its_own_queues_payloads() {
+    let roles;
+    let db = TestDb::new("sec_tenant");
+    let mut c = db.connect();
+    roles = set_up_tenants(&mut c, "secten");
+    prepare(&mut c);
+    let work = roles.get("work");
+    // Its own queue: the claim returns the payload.
+    let mut t = c.transaction().unwrap();
+    t.batch_execute(&format!("SET LOCAL ROLE {work}")).unwrap();
+    let rows = t.query("SELECT payload::text FROM jq.claim('qa', 'w', 10)", &[]).unwrap();
+    assert_eq!(rows.len(), 1);
+    let stats: Vec<String> = t.query("SELECT queue FROM jq.queue_stats", &[]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(stats, vec!["qa"]);
+    t.rollback().unwrap();
+    // Another tenant's: no claim, no table, no stats row, no multi-queue claim smuggling it in.
+    for sql in [
+        "SELECT * FROM jq.claim('qb', 'w', 10)",
+        "SELECT * FROM jq.claim(ARRAY['qa', 'qb'], 'w', 10)",
+        "SELECT payload FROM jq.jobs",
+        "SELECT * FROM jq.executions",
+        "SELECT * FROM jq.queue_grants",
+        "UPDATE jq.jobs SET state = 'ready'",
+        "SELECT jq._may('postgres'::regrole, 'qb', 'work')",
+        "SELECT jq._authorize(jq._ticket(), ARRAY['qb'], 'work')",
+    ] {
+        assert_eq!(as_role(&mut c, work, sql), Err("42501".to_string()), "{sql}");
+    }
+    // A ticket cannot be forged or reused.
+    assert_eq!(as_role(&mut c, work, "SELECT * FROM jq.claim('qa', 'w', caller_ticket => 42)"), Err("42501".into()));
+    // The every-queue grant reaches a queue created later.
+    c.batch_execute("SELECT jq.create_queue('later'); SELECT jq.enqueue('later', '{}');").unwrap();
+    assert_eq!(as_role(&mut c, roles.get("star"), "SELECT * FROM jq.claim('later', 'w')"), Ok(()));
+    // Revoking takes effect at the next call; dropping a queue drops its grants.
+    c.execute("SELECT jq.revoke('qa', $1::text::regrole, 'work')", &[&work]).unwrap();
+    assert_eq!(as_role(&mut c, work, "SELECT * FROM jq.claim('qa', 'w')"), Err("42501".into()));
+    c.batch_execute("SELECT jq.drop_queue('qa', force => true)").unwrap();
+    let left: i64 = c.query_one("SELECT count(*) FROM jq.queue_grants WHERE queue = 'qa'", &[]).unwrap().get(0);
+    assert_eq!(left, 0);
+    let e = c.query_one("SELECT jq.grant('qa', 'jq_worker', 'work')", &[]).unwrap_err();
+    assert_eq!(e.code(), Some(&SqlState::UNDEFINED_OBJECT));
+    let e = c.query_one("SELECT jq.grant('qb', 'jq_worker', 'read')", &[]).unwrap_err();
+    assert_eq!(e.code(), Some(&SqlState::INVALID_PARAMETER_VALUE));
+}
+
+/// Field case Q16 (pgmq on Supabase): a trigger owned by a low-privilege role enqueues, and a
+/// caller's search_path cannot shadow what jq's functions call. The attack: a role that may
+/// create schemas defines `evil.>(timestamptz, timestamptz)`, which jq.enqueue uses, and puts
+/// its schema before pg_catalog; an unpinned SECURITY DEFINER function would run it as the
+/// owner (a superuser). Negative control `unpinned_search_path` shows exactly that.
+#[test]
+fn q16_trigger_enqueue_as_a_low_privilege_role_and_search_path_attack() {
+    let roles;
+    let db = TestDb::new("sec_q16");
+    let mut c = db.connect();
+    let mut a = jq_pg_test::admin();
+    roles = Roles::new(&mut a, "secq16", &[("app", "NOLOGIN"), ("web", "LOGIN")]);
+    let (app, web) = (roles.get("app").to_string(), roles.get("web").to_string());
+    a.batch_execute(&format!("GRANT {app} TO {web}")).unwrap();
+    c.batch_execute(&format!(
+        "SELECT jq.create_queue('q');
+         SELECT jq.grant('q', '{app}', 'enqueue');
+         GRANT CREATE ON DATABASE {db} TO {web};
+         CREATE TABLE public.orders (id int);
+         GRANT INSERT ON public.orders TO {web};
+         CREATE TABLE public.pwned (who text);
+         GRANT INSERT, SELECT ON public.pwned TO PUBLIC;
+         CREATE FUNCTION public.orders_job() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN PERFORM jq.enqueue('q', jsonb_build_object('order', NEW.id)); RETURN NEW; END $$;
+         ALTER FUNCTION public.orders_job() OWNER TO {app};
+         CREATE TRIGGER orders_job AFTER INSERT ON public.orders
+             FOR EACH ROW EXECUTE FUNCTION public.orders_job();",
+        db = db.name
+    ))
+    .unwrap();
+    if broken("unpinned_search_path") {
+        c.batch_execute(
+            "ALTER FUNCTION jq.enqueue(text,jsonb,text,timestamptz,interval,integer,integer,text,text,bigint) RESET search_path",
+        )
+        .unwrap();
+    }
+    let mut t = c.transaction().unwrap();
+    t.batch_execute(&format!("SET LOCAL ROLE {web}")).unwrap();
+    t.batch_execute("INSERT INTO public.orders VALUES (1)").unwrap();
+    t.query_one("SELECT jq.enqueue('q', '{\"direct\": true}')", &[]).unwrap();
+    t.batch_execute(
+        "CREATE SCHEMA evil;
+         CREATE FUNCTION evil.gt(a timestamptz, b timestamptz) RETURNS boolean LANGUAGE sql AS
+             $$ INSERT INTO public.pwned VALUES (current_user) RETURNING a OPERATOR(pg_catalog.>) b $$;
+         CREATE OPERATOR evil.> (LEFTARG = timestamptz, RIGHTARG = timestamptz, FUNCTION = evil.gt);
+         CREATE FUNCTION evil.now() RETURNS timestamptz LANGUAGE sql AS $$ SELECT '2000-01-01'::timestamptz $$;
+         SET LOCAL search_path = evil, pg_catalog, public, pg_temp;",
+    )
+    .unwrap();
+    t.query_one("SELECT jq.enqueue('q', '{\"after_attack\": true}')", &[]).unwrap();
+    for denied in ["SELECT * FROM jq.jobs", "SELECT * FROM jq.claim('q', 'w')", "SELECT jq.pause('q')"] {
+        let e = t.batch_execute(&format!("SAVEPOINT s; {denied}")).unwrap_err();
+        assert_eq!(e.code(), Some(&SqlState::INSUFFICIENT_PRIVILEGE), "{denied}");
+        t.batch_execute("ROLLBACK TO SAVEPOINT s").unwrap();
+    }
+    let pwned: Vec<String> = t.query("SELECT who FROM public.pwned", &[]).unwrap().iter().map(|r| r.get(0)).collect();
+    t.commit().unwrap();
+    assert!(pwned.is_empty(), "the caller's operator ran inside jq.enqueue as {pwned:?}");
+    let jobs: Vec<String> = c
+        .query("SELECT payload::text FROM jq.jobs WHERE queue = 'q' AND created_at > '2001-01-01' ORDER BY id", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(jobs, vec![r#"{"order": 1}"#, r#"{"direct": true}"#, r#"{"after_attack": true}"#]);
+}
+
+/// A schedule fires with the rights of the role that defined it: revoked or dropped, its fires
+/// are logged as failed and skipped, and the other schedules and the pass go on.
+#[test]
+fn a_schedule_fires_only_while_its_creator_may_enqueue() {
+    let roles;
+    let db = TestDb::new("sec_cron");
+    let mut c = db.connect();
+    let mut a = jq_pg_test::admin();
+    roles = Roles::new(&mut a, "seccron", &[("owner", "LOGIN"), ("gone", "LOGIN")]);
+    let (owner, gone) = (roles.get("owner").to_string(), roles.get("gone").to_string());
+    c.batch_execute("SELECT jq.create_queue('q'); SELECT jq.schedule('by_admin', '* * * * *', 'q');").unwrap();
+    for r in [&owner, &gone] {
+        c.execute("SELECT jq.grant('q', $1::text::regrole, 'admin')", &[r]).unwrap();
+        let name = format!("by_{}", if r == &owner { "owner" } else { "gone" });
+        let mut t = c.transaction().unwrap();
+        t.batch_execute(&format!("SET LOCAL ROLE {r}; SELECT jq.schedule('{name}', '* * * * *', 'q')")).unwrap();
+        t.commit().unwrap();
+    }
+    let creator: String =
+        c.query_one("SELECT created_by::text FROM jq.schedules WHERE name = 'by_owner'", &[]).unwrap().get(0);
+    assert_eq!(creator, owner);
+    let fired = |c: &mut Client, at: &str| -> i32 {
+        c.query_one(&format!("SELECT jq.cron_tick(date_trunc('minute', now()) + interval '{at}')"), &[]).unwrap().get(0)
+    };
+    assert_eq!(fired(&mut c, "1 minute"), 3);
+    c.execute("SELECT jq.revoke('q', $1::text::regrole, 'admin')", &[&owner]).unwrap();
+    drop(c);
+    let mut c2 = db.connect();
+    // What jq.grant gave it in this database (EXECUTE on the per-queue admin functions).
+    c2.batch_execute(&format!("DROP OWNED BY {gone}")).unwrap();
+    a.batch_execute(&format!("DROP ROLE {gone}")).unwrap();
+    assert_eq!(fired(&mut c2, "2 minutes"), 1, "only the admin's schedule may fire");
+    let outcomes: Vec<(String, String, Option<String>)> = c2
+        .query(
+            "SELECT s.name, r.outcome, left(s.last_error, 5) FROM jq.schedules s
+               JOIN jq.cron_runs r ON r.schedule = s.name
+              WHERE r.fire_time = date_trunc('minute', now()) + interval '2 minutes' ORDER BY 1",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(
+        outcomes,
+        vec![
+            ("by_admin".into(), "enqueued".into(), None),
+            ("by_gone".into(), "failed".into(), Some("42704".into())),
+            ("by_owner".into(), "failed".into(), Some("42501".into())),
+        ]
+    );
+    drop(c2);
+    drop(db);
+}

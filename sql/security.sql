@@ -1,0 +1,256 @@
+-- Security: who may call what, and on which queue (docs/security.md).
+--
+-- Two layers, as in PostgreSQL itself (schema USAGE, then object privileges):
+--   * EXECUTE on the functions, held by three roles: jq_producer (enqueue), jq_worker (claim and
+--     the calls that end a claim), jq_admin (everything). Nothing is granted to PUBLIC, and jq's
+--     tables are granted to no one but jq_admin (read only): they change only through the
+--     functions, which are SECURITY DEFINER with a pinned search_path.
+--   * Per-queue rights in jq.queue_grants (jq.grant / jq.revoke): enqueue, work, admin. The
+--     functions that name a queue check the calling role against them (jq._authorize), through
+--     a caller ticket (src/security.rs): inside a SECURITY DEFINER function current_user is the
+--     owner, so the caller's role travels in the default of the last parameter, caller_ticket.
+--   Calls that act on a claimed job (complete, fail, heartbeat, release, snooze) are authorised
+--   by its lease token: an unguessable capability that only an authorised claim hands out.
+-- pg_test/tests/security.rs enumerates every function of the schema from the catalog and checks
+-- every role against this file.
+
+-- jq.queue_grants (sql/schema.sql) is dumped by pg_dump with the other configuration tables.
+SELECT pg_catalog.pg_extension_config_dump('jq.queue_grants', '');
+
+CREATE FUNCTION jq._may(caller oid, queue text, privilege text) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT pg_catalog.pg_has_role(caller, 'jq_admin', 'USAGE')
+        OR EXISTS (SELECT 1 FROM jq.queue_grants g
+                   WHERE g.queue IN (_may.queue, '*')
+                     AND (g.privilege = _may.privilege OR g.privilege = 'admin'
+                          OR _may.privilege = 'any')
+                     AND pg_catalog.pg_has_role(caller, g.grantee, 'USAGE'))
+$$;
+COMMENT ON FUNCTION jq._may(oid, text, text) IS
+'Internal: whether role caller may exercise privilege (enqueue, work, admin, or any) on queue: '
+'a superuser or member of jq_admin, or a jq.queue_grants row for the queue or ''*'' with that '
+'privilege or admin, granted to caller or a role whose privileges caller has.';
+
+CREATE FUNCTION jq._check_may(caller oid, queues text[], privilege text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_queue text;
+BEGIN
+    IF pg_catalog.pg_has_role(caller, 'jq_admin', 'USAGE') THEN
+        RETURN;
+    END IF;
+    SELECT q INTO v_queue FROM pg_catalog.unnest(queues) AS q
+    WHERE q IS NULL OR NOT jq._may(caller, q, privilege) LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'permission denied: role "%" may not % queue "%"', caller::regrole,
+            CASE privilege WHEN 'enqueue' THEN 'enqueue to' WHEN 'work' THEN 'claim from'
+                           ELSE 'administer' END, v_queue
+            USING ERRCODE = '42501',
+                  HINT = pg_catalog.format('A member of jq_admin can grant it: SELECT jq.grant(%L, %L, %L).',
+                                           v_queue, caller::regrole::text, privilege);
+    END IF;
+END $$;
+COMMENT ON FUNCTION jq._check_may(oid, text[], text) IS
+'Internal: raises 42501 unless role caller may exercise privilege (enqueue, work, admin) on every '
+'queue in queues. A NULL or unknown queue counts as not granted, so a role learns nothing of '
+'queues it may not use.';
+
+-- jq._authorize(caller_ticket, queues, privilege) is Rust (src/security.rs): jq._redeem, a
+-- syscache-only pass for superusers and jq_admin members, else jq._check_may.
+COMMENT ON FUNCTION jq._authorize(bigint, text[], text) IS
+'Internal: redeems caller_ticket (42501 if it is not a ticket of this session), then, unless '
+'that role is a superuser or has the privileges of jq_admin, jq._check_may; returns the calling '
+'role. Rust (src/security.rs).';
+
+CREATE FUNCTION jq._authorize_job(caller_ticket bigint, id bigint) RETURNS oid
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_caller oid := jq._redeem(caller_ticket);
+    v_queue  text;
+BEGIN
+    IF NOT pg_catalog.pg_has_role(v_caller, 'jq_admin', 'USAGE') THEN
+        SELECT j.queue INTO v_queue FROM jq.jobs j WHERE j.id = _authorize_job.id;
+        IF FOUND THEN  -- a job's queue never changes
+            PERFORM jq._check_may(v_caller, ARRAY[v_queue], 'admin');
+        END IF;
+    END IF;
+    RETURN v_caller;
+END $$;
+COMMENT ON FUNCTION jq._authorize_job(bigint, bigint) IS
+'Internal: redeems caller_ticket and raises 42501 unless that role may administer the queue of '
+'job id (an unknown id passes: the caller then finds nothing to change).';
+
+CREATE FUNCTION jq._queue_admin_functions() RETURNS regprocedure[]
+LANGUAGE sql STABLE AS $$
+    SELECT ARRAY['jq.alter_queue(text, integer, interval, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, interval, interval, integer, integer, boolean, integer, integer, interval, integer, interval, bigint)',
+                 'jq.drop_queue(text, boolean, bigint)',
+                 'jq.pause(text, bigint)',
+                 'jq.resume(text, bigint)',
+                 'jq.cancel(bigint, bigint)',
+                 'jq.retry(bigint, bigint)',
+                 'jq.schedule(text, text, text, jsonb, text, text, integer, integer, text, text, bigint)',
+                 'jq.alter_schedule(text, text, text, jsonb, text, text, integer, integer, text, text, boolean, bigint)',
+                 'jq.unschedule(text, boolean, bigint)']::regprocedure[]
+$$;
+COMMENT ON FUNCTION jq._queue_admin_functions() IS
+'Internal: the functions a per-queue admin grant lets a role execute (each checks the queue).';
+
+CREATE FUNCTION jq.grant(queue text, role regrole, privilege text,
+                         caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    -- "grant" is a reserved word, so the parameters cannot be qualified by the function name.
+    g_queue     ALIAS FOR $1;
+    g_role      ALIAS FOR $2;
+    g_privilege ALIAS FOR $3;
+    g_ticket    ALIAS FOR $4;
+    v_role name;
+    f      regprocedure;
+BEGIN
+    IF g_queue IS NULL OR g_role IS NULL OR g_privilege IS NULL THEN
+        RAISE EXCEPTION 'queue, role and privilege must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF g_privilege NOT IN ('enqueue', 'work', 'admin') THEN
+        RAISE EXCEPTION 'unknown privilege "%"', g_privilege
+            USING ERRCODE = '22023', HINT = 'Privileges: enqueue, work, admin.';
+    END IF;
+    IF g_queue <> '*' THEN
+        PERFORM jq._check_queue_name(g_queue);
+        PERFORM 1 FROM jq.queues t WHERE t.name = g_queue FOR KEY SHARE;
+        IF NOT FOUND THEN
+            PERFORM jq._unknown_queue(g_queue);
+        END IF;
+    END IF;
+    SELECT r.rolname INTO v_role FROM pg_catalog.pg_roles r WHERE r.oid = g_role;
+    IF v_role IS NULL THEN
+        RAISE EXCEPTION 'role with OID % does not exist', g_role::oid USING ERRCODE = '42704';
+    END IF;
+    -- The EXECUTE the privilege needs (membership carries no queue rights of its own).
+    IF g_privilege IN ('enqueue', 'admin') AND NOT pg_catalog.pg_has_role(g_role, 'jq_producer', 'MEMBER') THEN
+        EXECUTE pg_catalog.format('GRANT jq_producer TO %I', v_role);
+    END IF;
+    IF g_privilege IN ('work', 'admin') AND NOT pg_catalog.pg_has_role(g_role, 'jq_worker', 'MEMBER') THEN
+        EXECUTE pg_catalog.format('GRANT jq_worker TO %I', v_role);
+    END IF;
+    IF g_privilege = 'admin' THEN
+        FOREACH f IN ARRAY jq._queue_admin_functions() LOOP
+            EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %I', f, v_role);
+        END LOOP;
+    END IF;
+    INSERT INTO jq.queue_grants (queue, grantee, privilege, granted_by, granted_at)
+    VALUES (g_queue, g_role, g_privilege, jq._redeem(g_ticket)::regrole,
+            pg_catalog.now())
+    ON CONFLICT ON CONSTRAINT queue_grants_pkey DO NOTHING;
+    RETURN FOUND;
+END $$;
+COMMENT ON FUNCTION jq.grant(text, regrole, text, bigint) IS
+'grant(queue, role, privilege): lets role, and the roles that have its privileges, enqueue to '
+'(enqueue), claim from and so read the payloads of (work), or administer (admin: pause, resume, '
+'alter_queue, drop_queue, cancel, retry, schedule, alter_schedule, unschedule; implies enqueue '
+'and work) queue; queue ''*'' = every queue, present and future. Also gives role the EXECUTE '
+'the privilege needs: membership in jq_producer (enqueue, admin) and jq_worker (work, admin), '
+'and EXECUTE on the per-queue admin functions (admin); jq.revoke leaves those (they grant no '
+'queue). Returns true when the grant is new. Executable by jq_admin. Errors: 22004 NULL '
+'argument, 22023 unknown privilege or invalid queue name, 42704 unknown queue or role.';
+
+CREATE FUNCTION jq.revoke(queue text, role regrole, privilege text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF revoke.queue IS NULL OR revoke.role IS NULL OR revoke.privilege IS NULL THEN
+        RAISE EXCEPTION 'queue, role and privilege must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF revoke.privilege NOT IN ('enqueue', 'work', 'admin') THEN
+        RAISE EXCEPTION 'unknown privilege "%"', revoke.privilege
+            USING ERRCODE = '22023', HINT = 'Privileges: enqueue, work, admin.';
+    END IF;
+    DELETE FROM jq.queue_grants g
+    WHERE g.queue = revoke.queue AND g.grantee = revoke.role AND g.privilege = revoke.privilege;
+    RETURN FOUND;
+END $$;
+COMMENT ON FUNCTION jq.revoke(text, regrole, text) IS
+'revoke(queue, role, privilege): removes exactly that jq.grant (queue ''*'' removes the '
+'every-queue grant, not per-queue ones); returns whether it existed. Takes effect for the next '
+'call: a job already claimed can still be completed with its lease token. Role memberships and '
+'EXECUTE given by jq.grant stay. Executable by jq_admin. Errors: 22004 NULL argument, 22023 '
+'unknown privilege.';
+
+-- ---------------------------------------------------------------------------------------------
+-- The privilege policy. Every function that reads or writes jq's tables on a caller's behalf
+-- runs as the owner, with a search_path no caller can shadow (field case Q16).
+DO $$
+DECLARE
+    f regprocedure;
+BEGIN
+    FOREACH f IN ARRAY ARRAY[
+        'jq.enqueue(text, jsonb, text, timestamptz, interval, integer, integer, text, text, bigint)',
+        'jq.enqueue_many(text, jsonb, text, timestamptz, interval, integer, integer, boolean, bigint)',
+        'jq.claim(text, text, integer, interval, interval, bigint)',
+        'jq.claim(text[], text, integer, interval, interval, bigint)',
+        'jq.complete(bigint, uuid, jsonb)',
+        'jq.complete_many(bigint[], uuid[], jsonb[])',
+        'jq.fail(bigint, uuid, text, interval)',
+        'jq.heartbeat(bigint, uuid, interval)',
+        'jq.release(bigint, uuid)',
+        'jq.snooze(bigint, uuid, interval)',
+        'jq.create_queue(text, integer, interval, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, interval, interval, integer, integer, boolean, boolean, integer)',
+        'jq.tick()',
+        'jq.cron_tick(timestamptz)',
+        'jq.status()',
+        'jq.grant(text, regrole, text, bigint)',
+        'jq.revoke(text, regrole, text)']::regprocedure[] || jq._queue_admin_functions()
+    LOOP
+        EXECUTE pg_catalog.format('ALTER FUNCTION %s SECURITY DEFINER SET search_path = pg_catalog, jq, pg_temp', f);
+    END LOOP;
+END $$;
+
+REVOKE ALL ON SCHEMA jq FROM PUBLIC;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA jq FROM PUBLIC;
+REVOKE ALL ON ALL TABLES IN SCHEMA jq FROM PUBLIC;
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA jq FROM PUBLIC;
+GRANT USAGE ON SCHEMA jq TO jq_admin, jq_producer, jq_worker;
+
+-- Everyone with a jq role: the caller ticket, status, pure helpers, queue_stats (rows of the
+-- queues the reader holds a privilege on).
+GRANT EXECUTE ON FUNCTION
+    jq._ticket(), jq.status(), jq.cron_next(text, timestamptz, text),
+    jq.cron_fires(text, timestamptz, timestamptz, text, integer),
+    jq.backoff_seconds(text, double precision, double precision, integer, text, double precision),
+    jq.max_payload_bytes(), jq.max_error_length(), jq.max_claim_batch(),
+    jq.cron_log_retention(), jq.cron_misfire_grace(), jq.cron_max_catchup()
+    TO jq_admin, jq_producer, jq_worker;
+GRANT SELECT ON jq.queue_stats TO jq_admin, jq_producer, jq_worker;
+
+GRANT EXECUTE ON FUNCTION
+    jq.enqueue(text, jsonb, text, timestamptz, interval, integer, integer, text, text, bigint),
+    jq.enqueue_many(text, jsonb, text, timestamptz, interval, integer, integer, boolean, bigint)
+    TO jq_producer, jq_admin;
+
+GRANT EXECUTE ON FUNCTION
+    jq.claim(text, text, integer, interval, interval, bigint),
+    jq.claim(text[], text, integer, interval, interval, bigint),
+    jq.complete(bigint, uuid, jsonb), jq.complete_many(bigint[], uuid[], jsonb[]),
+    jq.fail(bigint, uuid, text, interval), jq.heartbeat(bigint, uuid, interval),
+    jq.release(bigint, uuid), jq.snooze(bigint, uuid, interval)
+    TO jq_worker, jq_admin;
+
+DO $$
+DECLARE
+    f regprocedure;
+BEGIN
+    FOREACH f IN ARRAY jq._queue_admin_functions() || ARRAY[
+        'jq.create_queue(text, integer, interval, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, interval, interval, integer, integer, boolean, boolean, integer)',
+        'jq.tick()', 'jq.cron_tick(timestamptz)',
+        'jq.grant(text, regrole, text, bigint)', 'jq.revoke(text, regrole, text)']::regprocedure[]
+    LOOP
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO jq_admin', f);
+    END LOOP;
+END $$;
+GRANT SELECT ON ALL TABLES IN SCHEMA jq TO jq_admin;
+
+COMMENT ON FUNCTION jq._ticket() IS
+'Internal: a caller ticket (bigint, 64 random bits) for the current role, kept in this backend '
+'until jq._redeem uses it. The default of every caller_ticket parameter; never pass one '
+'yourself. See src/security.rs and docs/security.md.';
+COMMENT ON FUNCTION jq._redeem(bigint) IS
+'Internal: the role (oid) a caller ticket of this session was issued to; uses the ticket up. '
+'Errors: 42501 unknown, reused or NULL ticket.';

@@ -1,0 +1,106 @@
+//! Who is calling: caller tickets.
+//!
+//! jq's API functions are `SECURITY DEFINER` (docs/security.md): they run as the extension's
+//! owner, so jq's tables need no grants and stay unwritable except through them. Inside such a
+//! function `current_user` is the owner, and PostgreSQL keeps no record of the role that called
+//! it. The per-queue checks need that role, so the functions that check a queue take a last
+//! parameter `caller_ticket bigint DEFAULT jq._ticket()`. PostgreSQL evaluates a parameter's
+//! default in the calling query, before the call, where `current_user` is still the caller (the
+//! session's role, or the owner of the caller's own `SECURITY DEFINER` function or view). The
+//! function then redeems the ticket with [`_redeem`] and checks that role's grants.
+//!
+//! A ticket is 64 random bits bound to the role that was current when it was issued, kept in
+//! this backend's memory until it is redeemed (once). A caller can only obtain tickets for
+//! itself, so passing one explicitly gains nothing; a made-up or reused ticket is refused
+//! (42501). At most [`MAX_OUTSTANDING`] unredeemed tickets are kept (the oldest are dropped):
+//! a ticket issued for a call that then failed before redeeming it cannot pile up.
+
+use pgrx::prelude::*;
+use std::cell::RefCell;
+
+/// Unredeemed tickets kept per backend; normally 0 or 1 (a ticket lives from the evaluation of
+/// the call's arguments to the first statement of the function).
+pub const MAX_OUTSTANDING: usize = 64;
+
+thread_local! {
+    static TICKETS: RefCell<Vec<(i64, pg_sys::Oid)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `jq._ticket() RETURNS bigint`: a new caller ticket for the current role (`current_user`).
+/// Only meant as the default of `caller_ticket` parameters; see the module documentation.
+#[pg_extern(volatile, parallel_unsafe)]
+fn _ticket() -> i64 {
+    // SAFETY: reads the backend's current user id; always valid in a transaction.
+    let role = unsafe { pg_sys::GetUserId() };
+    let mut bytes = [0u8; 8];
+    // SAFETY: writes exactly 8 bytes into the buffer.
+    let ok = unsafe { pg_sys::pg_strong_random(bytes.as_mut_ptr().cast(), bytes.len()) };
+    if !ok {
+        ereport!(
+            ERROR,
+            PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+            "jq: could not generate a random caller ticket"
+        );
+    }
+    let ticket = i64::from_ne_bytes(bytes);
+    TICKETS.with_borrow_mut(|t| {
+        if t.len() >= MAX_OUTSTANDING {
+            t.remove(0);
+        }
+        t.push((ticket, role));
+    });
+    ticket
+}
+
+/// `jq._redeem(ticket bigint) RETURNS oid`: the role a ticket was issued to; the ticket is used
+/// up. Errors: 42501 when the ticket was not issued in this session or was already redeemed
+/// (including NULL).
+#[pg_extern(volatile, parallel_unsafe)]
+fn _redeem(ticket: Option<i64>) -> pg_sys::Oid {
+    let found = ticket.and_then(|ticket| {
+        TICKETS.with_borrow_mut(|t| {
+            t.iter().position(|(k, _)| *k == ticket).map(|i| t.swap_remove(i).1)
+        })
+    });
+    match found {
+        Some(role) => role,
+        None => {
+            ereport!(
+                ERROR,
+                PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+                "jq: caller_ticket is not a ticket this session was issued",
+                "Omit the caller_ticket argument: PostgreSQL fills it in with jq._ticket()."
+            );
+        }
+    }
+}
+
+/// Whether `role` may do everything on every queue: a superuser, or a role with the privileges
+/// of `jq_admin`. Syscache lookups only.
+fn is_jq_admin(role: pg_sys::Oid) -> bool {
+    // SAFETY: catalog lookups by OID and name, valid inside a transaction.
+    unsafe {
+        if pg_sys::superuser_arg(role) {
+            return true;
+        }
+        let admin = pg_sys::get_role_oid(c"jq_admin".as_ptr(), true);
+        admin != pg_sys::InvalidOid && pg_sys::has_privs_of_role(role, admin)
+    }
+}
+
+/// `jq._authorize(caller_ticket bigint, queues text[], privilege text) RETURNS oid`: redeems the
+/// ticket ([`_redeem`]) and raises 42501 unless that role may exercise `privilege` (enqueue,
+/// work, admin) on every queue in `queues` (`jq._check_may`, sql/security.sql). Superusers and
+/// members of `jq_admin` pass without a query, so the hot path costs two syscache lookups.
+/// Returns the calling role.
+#[pg_extern(volatile, parallel_unsafe)]
+fn _authorize(caller_ticket: Option<i64>, queues: Option<Vec<Option<String>>>, privilege: Option<&str>) -> pg_sys::Oid {
+    let caller = _redeem(caller_ticket);
+    if is_jq_admin(caller) {
+        return caller;
+    }
+    let queues = queues.unwrap_or_default();
+    Spi::run_with_args("SELECT jq._check_may($1, $2, $3)", &[caller.into(), queues.into(), privilege.into()])
+        .unwrap_or_else(|e| error!("jq._authorize: {e}"));
+    caller
+}
