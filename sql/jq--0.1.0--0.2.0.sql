@@ -1299,7 +1299,9 @@ COMMENT ON FUNCTION jq._prune(timestamptz, integer) IS
 '(history outlives its jobs); and jq.queue_grants rows of dropped roles. Returns how many rows it deleted. Safe to run concurrently: it '
 'skips rows another session has locked.';
 
-CREATE OR REPLACE VIEW jq.queue_stats AS
+-- security_barrier: a reader's own (leaky) function in a WHERE on this view is evaluated only
+-- on the rows the view lets it see (docs/security.md).
+CREATE OR REPLACE VIEW jq.queue_stats WITH (security_barrier) AS
 SELECT t.name AS queue,
        c.claimable + s.scheduled AS depth,
        c.claimable,

@@ -11,6 +11,7 @@
 //! - `invoker_complete`: jq.complete SECURITY INVOKER; the catalog matrix fails.
 //! - `public_execute`: EXECUTE on jq.enqueue granted to PUBLIC; the catalog matrix fails.
 //! - `unpinned_search_path`: jq.enqueue without its search_path; Q16's attack runs as the owner.
+//! - `leaky_view`: jq.queue_stats without security_barrier; a reader's function sees every queue.
 
 use jq_pg_test::{broken, sabotage, Client, TestDb};
 use postgres::error::SqlState;
@@ -388,6 +389,23 @@ fn a_tenant_sees_and_claims_only_its_own_queues_payloads() {
     ] {
         assert_eq!(as_role(&mut c, work, sql), Err("42501".to_string()), "{sql}");
     }
+    // A function of the reader's in a WHERE sees only the rows it may (security_barrier): it
+    // records every queue name it is called with.
+    if broken("leaky_view") {
+        c.batch_execute("ALTER VIEW jq.queue_stats RESET (security_barrier)").unwrap();
+    }
+    let mut t = c.transaction().unwrap();
+    t.batch_execute(&format!(
+        "SET LOCAL ROLE {work};
+         CREATE TEMP TABLE seen (q text);
+         CREATE FUNCTION pg_temp.leak(q text) RETURNS boolean LANGUAGE plpgsql COST 0.0000001 AS
+             $$ BEGIN INSERT INTO seen VALUES (q); RETURN true; END $$;
+         SELECT * FROM jq.queue_stats WHERE pg_temp.leak(queue);"
+    ))
+    .unwrap();
+    let seen: Vec<String> = t.query("SELECT DISTINCT q FROM seen ORDER BY 1", &[]).unwrap().iter().map(|r| r.get(0)).collect();
+    t.rollback().unwrap();
+    assert_eq!(seen, vec!["qa"], "a reader's function saw other tenants' queues");
     // A ticket cannot be forged or reused.
     assert_eq!(as_role(&mut c, work, "SELECT * FROM jq.claim('qa', 'w', caller_ticket => 42)"), Err("42501".into()));
     // The every-queue grant reaches a queue created later.
