@@ -62,9 +62,10 @@ fn expected_execute(proname: &str) -> Option<&'static [&'static str]> {
         | "cron_max_catchup" => EVERYONE,
         "enqueue" | "enqueue_many" => PRODUCE,
         "claim" | "complete" | "complete_many" | "fail" | "heartbeat" | "release" | "snooze" => WORK,
-        "alter_queue" | "drop_queue" | "pause" | "resume" | "cancel" | "retry" | "schedule"
-        | "alter_schedule" | "unschedule" => QUEUE_ADMIN,
-        "create_queue" | "tick" | "cron_tick" | "grant" | "revoke" => ADMIN,
+        "alter_queue" | "pause" | "resume" | "cancel" | "retry" | "schedule" | "alter_schedule"
+        | "unschedule" => QUEUE_ADMIN,
+        // drop_queue locks jq.jobs against writes until its transaction ends: global admins only.
+        "create_queue" | "drop_queue" | "tick" | "cron_tick" | "grant" | "revoke" => ADMIN,
         n if n.starts_with('_') => NOBODY,
         _ => return None,
     })
@@ -141,7 +142,7 @@ fn queue_call(regprocedure: &str, queue: &str, ids: &Ids) -> Option<(String, &'s
         }
         "jq.claim" => (format!("SELECT * FROM jq.claim('{q}', 'w')"), "work"),
         "jq.alter_queue" => (format!("SELECT jq.alter_queue('{q}', max_attempts => 7)"), "admin"),
-        "jq.drop_queue" => (format!("SELECT jq.drop_queue('{q}', force => true)"), "admin"),
+        "jq.drop_queue" => (format!("SELECT jq.drop_queue('{q}', force => true)"), "global"),
         "jq.pause" => (format!("SELECT jq.pause('{q}')"), "admin"),
         "jq.resume" => (format!("SELECT jq.resume('{q}')"), "admin"),
         "jq.cancel" => (format!("SELECT jq.cancel({ready})"), "admin"),
@@ -421,6 +422,10 @@ fn a_tenant_sees_and_claims_only_its_own_queues_payloads() {
     assert_eq!(e.code(), Some(&SqlState::UNDEFINED_OBJECT));
     let e = c.query_one("SELECT jq.grant('qb', 'jq_worker', 'read')", &[]).unwrap_err();
     assert_eq!(e.code(), Some(&SqlState::INVALID_PARAMETER_VALUE));
+    // Granting a queue to one of jq's own roles leaves the roles as the extension made them.
+    c.batch_execute("SELECT jq.grant('qb', 'jq_producer', 'work')").unwrap();
+    let changed: bool = c.query_one("SELECT pg_has_role('jq_producer', 'jq_worker', 'MEMBER')", &[]).unwrap().get(0);
+    assert!(!changed, "jq.grant made jq_producer a member of jq_worker");
 }
 
 /// Field case Q16 (pgmq on Supabase): a trigger owned by a low-privilege role enqueues, and a
@@ -541,6 +546,18 @@ fn a_schedule_fires_only_while_its_creator_may_enqueue() {
             ("by_owner".into(), "failed".into(), Some("42501".into())),
         ]
     );
+    // Maintenance disables and unbinds the dropped creator's schedule; enabling it binds it to
+    // the role that does.
+    c2.batch_execute("SELECT jq.tick()").unwrap();
+    let row = c2
+        .query_one("SELECT enabled, created_by IS NULL, last_error LIKE 'disabled:%' FROM jq.schedules WHERE name = 'by_gone'", &[])
+        .unwrap();
+    assert_eq!((row.get::<_, bool>(0), row.get::<_, bool>(1), row.get::<_, bool>(2)), (false, true, true));
+    let by: String = c2
+        .query_one("SELECT (jq.alter_schedule('by_gone', enabled => true)).created_by::text", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(by, "postgres");
     drop(c2);
     drop(db);
 }
