@@ -216,7 +216,14 @@ BEGIN
                                OR t.timezone IS DISTINCT FROM excluded.timezone
                              THEN excluded.next_run_from ELSE t.next_run_from END,
         updated_at = v_now
+    -- Checked again on the row the upsert found: one committed after the check above (the
+    -- upsert waits for it) must not be taken over either.
+    WHERE t.queue = excluded.queue OR jq._may(v_caller, t.queue, 'admin')
     RETURNING * INTO s;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'schedule "%" targets a queue this role may not administer', schedule.name
+            USING ERRCODE = '42501';
+    END IF;
     RETURN s;
 END $$;
 COMMENT ON FUNCTION jq.schedule(text, text, text, jsonb, text, text, integer, integer, text, text, bigint) IS
@@ -283,6 +290,9 @@ BEGIN
         misfire      = coalesce(alter_schedule.misfire, t.misfire),
         overlap      = coalesce(alter_schedule.overlap, t.overlap),
         enabled      = coalesce(alter_schedule.enabled, t.enabled),
+        -- A schedule disabled because its creator was dropped fires as whoever enables it.
+        created_by   = CASE WHEN alter_schedule.enabled AND t.created_by IS NULL
+                            THEN v_caller::regrole ELSE t.created_by END,
         -- From now when the expression or zone changed, or the schedule is being enabled (a
         -- disabled schedule does not catch up on what it missed while disabled).
         next_run_at  = CASE
@@ -307,7 +317,8 @@ COMMENT ON FUNCTION jq.alter_schedule(text, text, text, jsonb, text, text, integ
 'false pauses it (no fire times are counted while disabled); enabled => true resumes it from now. '
 'A new cron or timezone recomputes next_run_at from now; counters are kept. Errors: 22023 invalid '
 'option, 42704 unknown schedule or queue, 54000 payload too large, 42501 unless the caller may '
-'administer the schedule''s queue (and the new queue). created_by is kept.';
+'administer the schedule''s queue (and the new queue). created_by is kept, except that enabling a '
+'schedule without one (its creator was dropped) makes the caller its created_by.';
 
 CREATE FUNCTION jq.unschedule(name text, if_exists boolean DEFAULT false,
                               caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean

@@ -190,13 +190,24 @@ BEGIN
     DELETE FROM jq.queue_grants g
     WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = g.grantee);
     GET DIAGNOSTICS v_count = ROW_COUNT;
+    v_total := v_total + v_count;
+    -- Schedules whose creator was dropped: disabled and unbound, so that neither a later role with
+    -- the same OID nor a restore into another cluster inherits them; enabling one binds it to the
+    -- role that does (jq.alter_schedule).
+    UPDATE jq.schedules s SET enabled = false, created_by = NULL,
+           last_error = pg_catalog.format('disabled: the role that defined it (OID %s) was dropped', s.created_by::oid),
+           last_error_at = _prune.now
+    WHERE s.created_by IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = s.created_by);
+    GET DIAGNOSTICS v_count = ROW_COUNT;
     RETURN v_total + v_count;
 END $$;
 COMMENT ON FUNCTION jq._prune(timestamptz, integer) IS
 'Maintenance: per queue, deletes up to batch completed and cancelled jobs finished more than the '
 'queue''s retention before now and up to batch dead jobs past dead_retention; then up to batch '
 'execution rows past their queue''s history_retention, or of queues that no longer exist '
-'(history outlives its jobs); and jq.queue_grants rows of dropped roles. Returns how many rows it deleted. Safe to run concurrently: it '
+'(history outlives its jobs); jq.queue_grants rows of dropped roles; and disables (created_by NULL, '
+'last_error set) schedules whose creator was dropped. Returns how many rows it deleted or disabled. Safe to run concurrently: it '
 'skips rows another session has locked.';
 
 CREATE FUNCTION jq._maintain(duty text, now timestamptz) RETURNS integer
@@ -304,7 +315,9 @@ COMMENT ON FUNCTION jq.status() IS
 -- A database that just got jq is served within a second rather than at the next recheck.
 SELECT jq._launcher_wake();
 
-CREATE VIEW jq.queue_stats AS
+-- security_barrier: a reader's own (leaky) function in a WHERE on this view is evaluated only
+-- on the rows the view lets it see (docs/security.md).
+CREATE VIEW jq.queue_stats WITH (security_barrier) AS
 SELECT t.name AS queue,
        c.claimable + s.scheduled AS depth,
        c.claimable,

@@ -294,7 +294,9 @@ DECLARE
     v_jobs  bigint := 0;
     v_count bigint;
 BEGIN
-    PERFORM jq._authorize(drop_queue.caller_ticket, ARRAY[drop_queue.name], 'admin');
+    -- Global admins only: the drop locks jq.jobs against writes (EXCLUSIVE) until its
+    -- transaction ends, which would let one queue's admin stall every queue and maintenance.
+    PERFORM jq._authorize(drop_queue.caller_ticket, ARRAY['*'], 'admin');
     -- Under an older snapshot the refusal check and the deletes could miss jobs committed
     -- after it was taken, and leave them behind in a queue that no longer exists.
     IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN

@@ -31,23 +31,29 @@ COMMENT ON FUNCTION jq._may(oid, text, text) IS
 'a superuser or member of jq_admin, or a jq.queue_grants row for the queue or ''*'' with that '
 'privilege or admin, granted to caller or a role whose privileges caller has.';
 
+CREATE FUNCTION jq._denial(caller oid, queues text[], privilege text) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT pg_catalog.format('permission denied: role "%s" may not %s queue "%s"', caller::regrole,
+               CASE privilege WHEN 'enqueue' THEN 'enqueue to' WHEN 'work' THEN 'claim from'
+                              ELSE 'administer' END, q)
+    FROM pg_catalog.unnest(queues) AS q
+    WHERE NOT pg_catalog.pg_has_role(caller, 'jq_admin', 'USAGE')
+      AND (q IS NULL OR NOT jq._may(caller, q, privilege))
+    LIMIT 1
+$$;
+COMMENT ON FUNCTION jq._denial(oid, text[], text) IS
+'Internal: NULL when role caller may exercise privilege (enqueue, work, admin) on every queue in '
+'queues, else the 42501 message for the first one it may not use (NULL or unknown queues count as '
+'not granted).';
+
 CREATE FUNCTION jq._check_may(caller oid, queues text[], privilege text) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_queue text;
+    v_message text := jq._denial(caller, queues, privilege);
 BEGIN
-    IF pg_catalog.pg_has_role(caller, 'jq_admin', 'USAGE') THEN
-        RETURN;
-    END IF;
-    SELECT q INTO v_queue FROM pg_catalog.unnest(queues) AS q
-    WHERE q IS NULL OR NOT jq._may(caller, q, privilege) LIMIT 1;
-    IF FOUND THEN
-        RAISE EXCEPTION 'permission denied: role "%" may not % queue "%"', caller::regrole,
-            CASE privilege WHEN 'enqueue' THEN 'enqueue to' WHEN 'work' THEN 'claim from'
-                           ELSE 'administer' END, v_queue
-            USING ERRCODE = '42501',
-                  HINT = pg_catalog.format('A member of jq_admin can grant it: SELECT jq.grant(%L, %L, %L).',
-                                           v_queue, caller::regrole::text, privilege);
+    IF v_message IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '42501', MESSAGE = v_message,
+            HINT = 'A member of jq_admin can grant it with jq.grant(queue, role, privilege).';
     END IF;
 END $$;
 COMMENT ON FUNCTION jq._check_may(oid, text[], text) IS
@@ -56,34 +62,36 @@ COMMENT ON FUNCTION jq._check_may(oid, text[], text) IS
 'queues it may not use.';
 
 -- jq._authorize(caller_ticket, queues, privilege) is Rust (src/security.rs): jq._redeem, a
--- syscache-only pass for superusers and jq_admin members, else jq._check_may.
+-- syscache-only pass for superusers and jq_admin members, else jq._denial.
 COMMENT ON FUNCTION jq._authorize(bigint, text[], text) IS
 'Internal: redeems caller_ticket (42501 if it is not a ticket of this session), then, unless '
-'that role is a superuser or has the privileges of jq_admin, jq._check_may; returns the calling '
+'that role is a superuser or has the privileges of jq_admin, raises jq._denial''s message; returns the calling '
 'role. Rust (src/security.rs).';
 
-CREATE FUNCTION jq._authorize_job(caller_ticket bigint, id bigint) RETURNS oid
+CREATE FUNCTION jq._authorize_job(caller_ticket bigint, id bigint) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
     v_caller oid := jq._redeem(caller_ticket);
     v_queue  text;
 BEGIN
-    IF NOT pg_catalog.pg_has_role(v_caller, 'jq_admin', 'USAGE') THEN
-        SELECT j.queue INTO v_queue FROM jq.jobs j WHERE j.id = _authorize_job.id;
-        IF FOUND THEN  -- a job's queue never changes
-            PERFORM jq._check_may(v_caller, ARRAY[v_queue], 'admin');
-        END IF;
+    -- A job's queue never changes and ids are never reused, so the queue read here is the one of
+    -- every later statement's row with this id; a job committed after this read is not acted on
+    -- (the caller returns false), or a check on "no row" would let it through.
+    SELECT j.queue INTO v_queue FROM jq.jobs j WHERE j.id = _authorize_job.id;
+    IF NOT FOUND THEN
+        RETURN false;
     END IF;
-    RETURN v_caller;
+    PERFORM jq._check_may(v_caller, ARRAY[v_queue], 'admin');
+    RETURN true;
 END $$;
 COMMENT ON FUNCTION jq._authorize_job(bigint, bigint) IS
-'Internal: redeems caller_ticket and raises 42501 unless that role may administer the queue of '
-'job id (an unknown id passes: the caller then finds nothing to change).';
+'Internal: redeems caller_ticket; false when job id does not exist now (the caller then changes '
+'nothing, even if such a job commits meanwhile); else raises 42501 unless that role may administer '
+'the job''s queue, and returns true.';
 
 CREATE FUNCTION jq._queue_admin_functions() RETURNS regprocedure[]
 LANGUAGE sql STABLE AS $$
     SELECT ARRAY['jq.alter_queue(text, integer, interval, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, interval, interval, integer, integer, boolean, integer, integer, interval, integer, interval, bigint)',
-                 'jq.drop_queue(text, boolean, bigint)',
                  'jq.pause(text, bigint)',
                  'jq.resume(text, bigint)',
                  'jq.cancel(bigint, bigint)',
@@ -125,14 +133,19 @@ BEGIN
     IF v_role IS NULL THEN
         RAISE EXCEPTION 'role with OID % does not exist', g_role::oid USING ERRCODE = '42704';
     END IF;
-    -- The EXECUTE the privilege needs (membership carries no queue rights of its own).
-    IF g_privilege IN ('enqueue', 'admin') AND NOT pg_catalog.pg_has_role(g_role, 'jq_producer', 'MEMBER') THEN
+    -- The EXECUTE the privilege needs (membership carries no queue rights of its own). jq's
+    -- own roles are left as the extension made them: granting one of them a queue gives the
+    -- queue to its members, who hold its EXECUTE already.
+    IF v_role IN ('jq_admin', 'jq_producer', 'jq_worker') THEN
+        NULL;
+    ELSIF g_privilege IN ('enqueue', 'admin') AND NOT pg_catalog.pg_has_role(g_role, 'jq_producer', 'MEMBER') THEN
         EXECUTE pg_catalog.format('GRANT jq_producer TO %I', v_role);
     END IF;
-    IF g_privilege IN ('work', 'admin') AND NOT pg_catalog.pg_has_role(g_role, 'jq_worker', 'MEMBER') THEN
+    IF v_role NOT IN ('jq_admin', 'jq_producer', 'jq_worker') AND g_privilege IN ('work', 'admin')
+       AND NOT pg_catalog.pg_has_role(g_role, 'jq_worker', 'MEMBER') THEN
         EXECUTE pg_catalog.format('GRANT jq_worker TO %I', v_role);
     END IF;
-    IF g_privilege = 'admin' THEN
+    IF g_privilege = 'admin' AND v_role NOT IN ('jq_admin', 'jq_producer', 'jq_worker') THEN
         FOREACH f IN ARRAY jq._queue_admin_functions() LOOP
             EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %I', f, v_role);
         END LOOP;
@@ -146,11 +159,11 @@ END $$;
 COMMENT ON FUNCTION jq.grant(text, regrole, text, bigint) IS
 'grant(queue, role, privilege): lets role, and the roles that have its privileges, enqueue to '
 '(enqueue), claim from and so read the payloads of (work), or administer (admin: pause, resume, '
-'alter_queue, drop_queue, cancel, retry, schedule, alter_schedule, unschedule; implies enqueue '
+'alter_queue, cancel, retry, schedule, alter_schedule, unschedule; implies enqueue '
 'and work) queue; queue ''*'' = every queue, present and future. Also gives role the EXECUTE '
 'the privilege needs: membership in jq_producer (enqueue, admin) and jq_worker (work, admin), '
-'and EXECUTE on the per-queue admin functions (admin); jq.revoke leaves those (they grant no '
-'queue). Returns true when the grant is new. Executable by jq_admin. Errors: 22004 NULL '
+'and EXECUTE on the per-queue admin functions (admin), except to jq''s own three roles, which are '
+'left as the extension made them; jq.revoke leaves those (they grant no queue). Returns true when the grant is new. Executable by jq_admin. Errors: 22004 NULL '
 'argument, 22023 unknown privilege or invalid queue name, 42704 unknown queue or role.';
 
 CREATE FUNCTION jq.revoke(queue text, role regrole, privilege text) RETURNS boolean
@@ -193,6 +206,7 @@ BEGIN
         'jq.release(bigint, uuid)',
         'jq.snooze(bigint, uuid, interval)',
         'jq.create_queue(text, integer, interval, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, interval, interval, integer, integer, boolean, boolean, integer)',
+        'jq.drop_queue(text, boolean, bigint)',
         'jq.tick()',
         'jq.cron_tick(timestamptz)',
         'jq.status()',
@@ -239,7 +253,7 @@ DECLARE
 BEGIN
     FOREACH f IN ARRAY jq._queue_admin_functions() || ARRAY[
         'jq.create_queue(text, integer, interval, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, interval, interval, integer, integer, boolean, boolean, integer)',
-        'jq.tick()', 'jq.cron_tick(timestamptz)',
+        'jq.drop_queue(text, boolean, bigint)', 'jq.tick()', 'jq.cron_tick(timestamptz)',
         'jq.grant(text, regrole, text, bigint)', 'jq.revoke(text, regrole, text)']::regprocedure[]
     LOOP
         EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO jq_admin', f);

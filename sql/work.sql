@@ -610,7 +610,9 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_job record;
 BEGIN
-    PERFORM jq._authorize_job(cancel.caller_ticket, cancel.id);
+    IF NOT jq._authorize_job(cancel.caller_ticket, cancel.id) THEN
+        RETURN false;
+    END IF;
     -- Two fenced updates; the loop covers a job moving between them (claimed, or reaped back).
     FOR i IN 1..3 LOOP
         SELECT j.state, j.claims, j.queue, j.concurrency_key INTO v_job
@@ -651,7 +653,9 @@ DECLARE
     v_queue text;
     v_key   text;
 BEGIN
-    PERFORM jq._authorize_job(retry.caller_ticket, retry.id);
+    IF NOT jq._authorize_job(retry.caller_ticket, retry.id) THEN
+        RETURN false;
+    END IF;
     -- A job with a concurrency key goes through its key (blocked, then jq._key_fill).
     UPDATE jq.jobs j SET
         state = CASE WHEN j.concurrency_key IS NULL THEN 'ready' ELSE 'blocked' END::jq.job_state,

@@ -336,7 +336,7 @@ fn extension_ready() -> Result<bool, String> {
 
 fn notify_ready_queues() -> Duty {
     let bits = wakeup::take_ready_bits();
-    if bits.is_empty() {
+    if bits.is_empty() || !gucs::NOTIFY.get() {
         return Duty { done: 0, error: None };
     }
     let r = in_transaction(|| {

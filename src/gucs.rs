@@ -19,6 +19,12 @@ pub static TICK_INTERVAL_MS: GucSetting<i32> = GucSetting::<i32>::new(1000);
 /// when jq is not in `shared_preload_libraries` (no shared-memory wakeups).
 pub static POLL_INTERVAL_MS: GucSetting<i32> = GucSetting::<i32>::new(200);
 
+/// `jq.notify`: whether the maintenance workers send `NOTIFY jq_ready, '<queue>'` for queues that
+/// got claimable jobs. PostgreSQL does not check privileges on LISTEN, so any role that can
+/// connect sees the queue names: turn it off in databases shared by tenants who must not learn
+/// each other's queue names (docs/security.md). jq's own long-poll does not use it.
+pub static NOTIFY: GucSetting<bool> = GucSetting::<bool>::new(true);
+
 /// Registers every GUC. Called once from `_PG_init`.
 pub fn init() {
     GucRegistry::define_string_guc(
@@ -38,6 +44,14 @@ pub fn init() {
         3_600_000,
         GucContext::Sighup,
         GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_bool_guc(
+        c"jq.notify",
+        c"Whether jq's maintenance workers NOTIFY jq_ready with the names of queues that got claimable jobs.",
+        c"LISTEN is not privilege-checked: any role that can connect sees the queue names. Reloaded on SIGHUP.",
+        &NOTIFY,
+        GucContext::Sighup,
+        GucFlags::default(),
     );
     GucRegistry::define_int_guc(
         c"jq.poll_interval",

@@ -90,8 +90,9 @@ fn is_jq_admin(role: pg_sys::Oid) -> bool {
 
 /// `jq._authorize(caller_ticket bigint, queues text[], privilege text) RETURNS oid`: redeems the
 /// ticket ([`_redeem`]) and raises 42501 unless that role may exercise `privilege` (enqueue,
-/// work, admin) on every queue in `queues` (`jq._check_may`, sql/security.sql). Superusers and
-/// members of `jq_admin` pass without a query, so the hot path costs two syscache lookups.
+/// work, admin) on every queue in `queues` (`jq._denial`, sql/security.sql). Superusers and
+/// members of `jq_admin` pass without a query, so the hot path costs two syscache lookups. The
+/// error is raised here, not inside the query, so that it carries no Rust backtrace.
 /// Returns the calling role.
 #[pg_extern(volatile, parallel_unsafe)]
 fn _authorize(caller_ticket: Option<i64>, queues: Option<Vec<Option<String>>>, privilege: Option<&str>) -> pg_sys::Oid {
@@ -100,7 +101,18 @@ fn _authorize(caller_ticket: Option<i64>, queues: Option<Vec<Option<String>>>, p
         return caller;
     }
     let queues = queues.unwrap_or_default();
-    Spi::run_with_args("SELECT jq._check_may($1, $2, $3)", &[caller.into(), queues.into(), privilege.into()])
-        .unwrap_or_else(|e| error!("jq._authorize: {e}"));
+    let denial = Spi::get_one_with_args::<String>(
+        "SELECT jq._denial($1, $2, $3)",
+        &[caller.into(), queues.into(), privilege.into()],
+    )
+    .unwrap_or_else(|e| error!("jq._authorize: {e}"));
+    if let Some(message) = denial {
+        ereport!(
+            ERROR,
+            PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+            message,
+            "A member of jq_admin can grant it with jq.grant(queue, role, privilege)."
+        );
+    }
     caller
 }

@@ -11,6 +11,7 @@
 //! - `invoker_complete`: jq.complete SECURITY INVOKER; the catalog matrix fails.
 //! - `public_execute`: EXECUTE on jq.enqueue granted to PUBLIC; the catalog matrix fails.
 //! - `unpinned_search_path`: jq.enqueue without its search_path; Q16's attack runs as the owner.
+//! - `leaky_view`: jq.queue_stats without security_barrier; a reader's function sees every queue.
 
 use jq_pg_test::{broken, sabotage, Client, TestDb};
 use postgres::error::SqlState;
@@ -61,9 +62,10 @@ fn expected_execute(proname: &str) -> Option<&'static [&'static str]> {
         | "cron_max_catchup" => EVERYONE,
         "enqueue" | "enqueue_many" => PRODUCE,
         "claim" | "complete" | "complete_many" | "fail" | "heartbeat" | "release" | "snooze" => WORK,
-        "alter_queue" | "drop_queue" | "pause" | "resume" | "cancel" | "retry" | "schedule"
-        | "alter_schedule" | "unschedule" => QUEUE_ADMIN,
-        "create_queue" | "tick" | "cron_tick" | "grant" | "revoke" => ADMIN,
+        "alter_queue" | "pause" | "resume" | "cancel" | "retry" | "schedule" | "alter_schedule"
+        | "unschedule" => QUEUE_ADMIN,
+        // drop_queue locks jq.jobs against writes until its transaction ends: global admins only.
+        "create_queue" | "drop_queue" | "tick" | "cron_tick" | "grant" | "revoke" => ADMIN,
         n if n.starts_with('_') => NOBODY,
         _ => return None,
     })
@@ -140,7 +142,7 @@ fn queue_call(regprocedure: &str, queue: &str, ids: &Ids) -> Option<(String, &'s
         }
         "jq.claim" => (format!("SELECT * FROM jq.claim('{q}', 'w')"), "work"),
         "jq.alter_queue" => (format!("SELECT jq.alter_queue('{q}', max_attempts => 7)"), "admin"),
-        "jq.drop_queue" => (format!("SELECT jq.drop_queue('{q}', force => true)"), "admin"),
+        "jq.drop_queue" => (format!("SELECT jq.drop_queue('{q}', force => true)"), "global"),
         "jq.pause" => (format!("SELECT jq.pause('{q}')"), "admin"),
         "jq.resume" => (format!("SELECT jq.resume('{q}')"), "admin"),
         "jq.cancel" => (format!("SELECT jq.cancel({ready})"), "admin"),
@@ -388,6 +390,23 @@ fn a_tenant_sees_and_claims_only_its_own_queues_payloads() {
     ] {
         assert_eq!(as_role(&mut c, work, sql), Err("42501".to_string()), "{sql}");
     }
+    // A function of the reader's in a WHERE sees only the rows it may (security_barrier): it
+    // records every queue name it is called with.
+    if broken("leaky_view") {
+        c.batch_execute("ALTER VIEW jq.queue_stats RESET (security_barrier)").unwrap();
+    }
+    let mut t = c.transaction().unwrap();
+    t.batch_execute(&format!(
+        "SET LOCAL ROLE {work};
+         CREATE TEMP TABLE seen (q text);
+         CREATE FUNCTION pg_temp.leak(q text) RETURNS boolean LANGUAGE plpgsql COST 0.0000001 AS
+             $$ BEGIN INSERT INTO seen VALUES (q); RETURN true; END $$;
+         SELECT * FROM jq.queue_stats WHERE pg_temp.leak(queue);"
+    ))
+    .unwrap();
+    let seen: Vec<String> = t.query("SELECT DISTINCT q FROM seen ORDER BY 1", &[]).unwrap().iter().map(|r| r.get(0)).collect();
+    t.rollback().unwrap();
+    assert_eq!(seen, vec!["qa"], "a reader's function saw other tenants' queues");
     // A ticket cannot be forged or reused.
     assert_eq!(as_role(&mut c, work, "SELECT * FROM jq.claim('qa', 'w', caller_ticket => 42)"), Err("42501".into()));
     // The every-queue grant reaches a queue created later.
@@ -403,6 +422,10 @@ fn a_tenant_sees_and_claims_only_its_own_queues_payloads() {
     assert_eq!(e.code(), Some(&SqlState::UNDEFINED_OBJECT));
     let e = c.query_one("SELECT jq.grant('qb', 'jq_worker', 'read')", &[]).unwrap_err();
     assert_eq!(e.code(), Some(&SqlState::INVALID_PARAMETER_VALUE));
+    // Granting a queue to one of jq's own roles leaves the roles as the extension made them.
+    c.batch_execute("SELECT jq.grant('qb', 'jq_producer', 'work')").unwrap();
+    let changed: bool = c.query_one("SELECT pg_has_role('jq_producer', 'jq_worker', 'MEMBER')", &[]).unwrap().get(0);
+    assert!(!changed, "jq.grant made jq_producer a member of jq_worker");
 }
 
 /// Field case Q16 (pgmq on Supabase): a trigger owned by a low-privilege role enqueues, and a
@@ -523,6 +546,18 @@ fn a_schedule_fires_only_while_its_creator_may_enqueue() {
             ("by_owner".into(), "failed".into(), Some("42501".into())),
         ]
     );
+    // Maintenance disables and unbinds the dropped creator's schedule; enabling it binds it to
+    // the role that does.
+    c2.batch_execute("SELECT jq.tick()").unwrap();
+    let row = c2
+        .query_one("SELECT enabled, created_by IS NULL, last_error LIKE 'disabled:%' FROM jq.schedules WHERE name = 'by_gone'", &[])
+        .unwrap();
+    assert_eq!((row.get::<_, bool>(0), row.get::<_, bool>(1), row.get::<_, bool>(2)), (false, true, true));
+    let by: String = c2
+        .query_one("SELECT (jq.alter_schedule('by_gone', enabled => true)).created_by::text", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(by, "postgres");
     drop(c2);
     drop(db);
 }
