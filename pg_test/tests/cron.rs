@@ -125,7 +125,9 @@ fn two_passes_for_the_same_minute_enqueue_one_job_even_after_a_clock_step() {
     let (db, mut a) = setup("cron_q25");
     let mut b = db.connect();
     a.batch_execute("SELECT jq.schedule('m', '* * * * *', 'cq')").unwrap();
-    let m = hour_ahead(&mut a, 1);
+    // Two hours ahead: at hh:59 the minute after now is the next hour itself, and the clock
+    // step below must land strictly before M.
+    let m = hour_ahead(&mut a, 2);
     assert_eq!(tick(&mut a, m), 1);
     assert_eq!(tick(&mut b, m + 5), 0);
     assert_eq!(runs(&mut a, "m").iter().filter(|r| r.0 == m).count(), 1);
