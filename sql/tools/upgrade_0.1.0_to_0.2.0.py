@@ -1,0 +1,135 @@
+"""Generates sql/jq--0.1.0--0.2.0.sql from the 0.2.0 sources while 0.2.0 is unreleased.
+
+Usage: cargo pgrx schema pg15 -p jq --out /tmp/jq.sql && python3 sql/tools/upgrade_0.1.0_to_0.2.0.py /tmp/jq.sql
+It copies, verbatim, the statements of sql/*.sql that 0.2.0 added or changed (and the Rust
+functions' CREATE statements from the generated install script). Once 0.2.0 is released the
+script is frozen and this tool is obsolete (docs/upgrades.md). pg_test/tests/upgrade.rs checks
+the result against a fresh install."""
+import re, sys
+import os
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..') + '/'
+
+def statements(path):
+    """Top-level statements of a SQL file (dollar quotes and comments respected), with preceding comment lines."""
+    text = open(path).read()
+    out, cur, i, n = [], '', 0, len(text)
+    dollar = None
+    while i < n:
+        if dollar:
+            j = text.find(dollar, i)
+            cur += text[i:j + len(dollar)]
+            i = j + len(dollar); dollar = None; continue
+        c = text[i]
+        if text.startswith('--', i):
+            j = text.find('\n', i); j = n if j < 0 else j + 1
+            cur += text[i:j]; i = j; continue
+        if c == "'":
+            j = i + 1
+            while True:
+                j = text.find("'", j)
+                if text.startswith("''", j): j += 2; continue
+                break
+            cur += text[i:j + 1]; i = j + 1; continue
+        m = re.match(r'\$[A-Za-z_]*\$', text[i:])
+        if m:
+            dollar = m.group(0); cur += dollar; i += len(dollar); continue
+        cur += c; i += 1
+        if c == ';':
+            out.append(cur.strip('\n') + '\n'); cur = ''
+    return out
+
+def body(stmt):
+    # statement without leading comment lines
+    lines = stmt.split('\n')
+    while lines and (lines[0].startswith('--') or not lines[0].strip()):
+        lines.pop(0)
+    return '\n'.join(lines)
+
+files = {f: statements(ROOT + f) for f in ['schema.sql', 'queues.sql', 'enqueue.sql', 'work.sql', 'flow.sql', 'cron.sql', 'maintenance.sql', 'security.sql']}
+
+def find(file, pattern, replace_create=False):
+    hits = [s for s in files[file] if re.search(pattern, body(s).split('\n', 1)[0] if not pattern.startswith('(?s)') else body(s))]
+    assert len(hits) >= 1, (file, pattern)
+    res = []
+    for h in hits:
+        if replace_create:
+            h = h.replace('CREATE FUNCTION', 'CREATE OR REPLACE FUNCTION', 1).replace('CREATE VIEW', 'CREATE OR REPLACE VIEW', 1)
+        res.append(h)
+    return res
+
+changed_sig = {  # name -> (file, old signature)
+    'enqueue': ('enqueue.sql', 'text, jsonb, text, timestamptz, interval, integer, integer, text, text'),
+    'enqueue_many': ('enqueue.sql', 'text, jsonb, text, timestamptz, interval, integer, integer, boolean'),
+    'claim': ('work.sql', None),
+    'cancel': ('work.sql', 'bigint'),
+    'retry': ('work.sql', 'bigint'),
+    'alter_queue': ('queues.sql', 'text, integer, interval, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, interval, interval, integer, integer, boolean, integer, integer, interval, integer, interval'),
+    'drop_queue': ('queues.sql', 'text, boolean'),
+    'pause': ('queues.sql', 'text'),
+    'resume': ('queues.sql', 'text'),
+    'schedule': ('cron.sql', 'text, text, text, jsonb, text, text, integer, integer, text, text'),
+    'alter_schedule': ('cron.sql', 'text, text, text, jsonb, text, text, integer, integer, text, text, boolean'),
+    'unschedule': ('cron.sql', 'text, boolean'),
+}
+out = []
+w = out.append
+w("""-- jq 0.1.0 -> 0.2.0: least privilege (docs/security.md).
+--
+-- Released upgrade script: never edit it once released; later changes go into the next
+-- version's script (docs/upgrades.md). ALTER EXTENSION jq UPDATE runs it in one transaction.
+-- pg_test/tests/upgrade.rs checks that 0.1.0 + this script has exactly the catalog of a fresh
+-- 0.2.0 install, and that a populated database keeps every row and lease.
+--
+-- What changes:
+--   * roles jq_admin, jq_producer, jq_worker; table jq.queue_grants; jq.grant / jq.revoke;
+--   * jq.schedules.created_by, checked by every cron fire;
+--   * the functions that name a queue take a last parameter caller_ticket (so their signatures
+--     change: dropped and created again) and check the caller's grants;
+--   * SECURITY DEFINER with a pinned search_path; nothing granted to PUBLIC.
+-- Jobs, leases and history are untouched: a worker holding a lease completes it after the
+-- upgrade with the same token.
+
+""")
+w('-- Roles and per-queue grants (as in sql/schema.sql).\n')
+sch = files['schema.sql']
+start = next(i for i, s in enumerate(sch) if 'DO $$' in s)
+for s in sch[start:]:
+    w(s + '\n')
+w('-- Schedules remember who defined them (as in sql/cron.sql).\n')
+w('ALTER TABLE jq.schedules ADD COLUMN created_by regrole;\n\n')
+for s in find('cron.sql', r'^COMMENT ON TABLE jq\.schedules'):
+    w(s + '\n')
+gen = open(sys.argv[1]).read()  # cargo pgrx schema pg15 -p jq --out FILE
+w('-- Caller tickets (src/security.rs).\n')
+for fn in ('_ticket', '_redeem', '_authorize'):
+    m = re.search(r'CREATE\s+FUNCTION "' + fn + r'"\(.*?;\n', gen, re.S)
+    assert m, fn
+    w(m.group(0) + '\n')
+w('-- Functions whose signature changes: dropped, then created as in 0.2.0.\n')
+for name, (f, old) in changed_sig.items():
+    if name == 'claim':
+        w('DROP FUNCTION jq.claim(text, text, integer, interval, interval);\n')
+        w('DROP FUNCTION jq.claim(text[], text, integer, interval, interval);\n')
+    else:
+        w(f'DROP FUNCTION jq.{name}({old});\n')
+w('\n')
+for name, (f, old) in changed_sig.items():
+    for s in find(f, r'^CREATE FUNCTION jq\.' + name + r'\('):
+        w(s + '\n')
+    for s in find(f, r'^(ALTER|COMMENT ON) FUNCTION jq\.' + name + r'\('):
+        w(s + '\n')
+w('-- Changed bodies.\n')
+for f, name in (('cron.sql', '_cron_fire'), ('maintenance.sql', '_prune')):
+    for s in find(f, r'^CREATE FUNCTION jq\.' + name + r'\(', True):
+        w(s + '\n')
+    for s in find(f, r'^COMMENT ON FUNCTION jq\.' + name + r'\('):
+        w(s + '\n')
+for s in find('maintenance.sql', r'^CREATE VIEW jq\.queue_stats', True):
+    w(s + '\n')
+for s in find('maintenance.sql', r'^COMMENT ON VIEW jq\.queue_stats'):
+    w(s + '\n')
+w('-- The privilege policy (sql/security.sql, whole).\n')
+for s in files['security.sql']:
+    w(s + '\n')
+open(ROOT + 'jq--0.1.0--0.2.0.sql', 'w').write(''.join(out))
+print('ok', len(''.join(out)))
