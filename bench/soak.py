@@ -6,8 +6,9 @@ Runs the drain PGBENCH_CMD (its -T must cover CLEAN + HELD + AFTER) and counts t
 transaction and takes its snapshot (vacuum can then remove nothing newer), holds it HELD seconds,
 commits, and the drain goes on AFTER seconds. Writes OUTDIR/soak-SYSTEM.csv (second, jobs done
 that second, phase, dead tuples and sizes every 5 s) and OUTDIR/soak-SYSTEM-explain.txt: the
-claim's plan with EXPLAIN (ANALYZE, BUFFERS) shortly before the snapshot and near its end (for jq
-through auto_explain with log_nested_statements, in a transaction rolled back). Prints one JSON
+claim's plan with EXPLAIN (ANALYZE, BUFFERS) shortly before the snapshot, near its end and near
+the end of AFTER (for jq through auto_explain with log_nested_statements, in a transaction rolled
+back), with the vacuums in progress then. Prints one JSON
 line: clean rate (seconds 3..CLEAN), rate during the snapshot, rate in seconds 20-30 after it,
 their ratios, and the first second after the snapshot from which the 3-s mean is >= 0.8x clean.
 """
@@ -73,6 +74,14 @@ with psycopg.connect(url, autocommit=True) as c:
             explain(f"snapshot held for {held - 3} s")
         if sec == clean + held:
             snap.commit()
+        if sec == total - 3:
+            explain(f"{after - 3} s after the snapshot's end")
+            av = c.execute("SELECT coalesce(string_agg(relid::regclass || ' ' || phase || ' ' || heap_blks_scanned || '/' || heap_blks_total, '; '), 'none') "
+                           "FROM pg_stat_progress_vacuum").fetchone()[0]
+            st = c.execute(f"SELECT last_autovacuum, last_autoanalyze, n_dead_tup, n_mod_since_analyze FROM pg_stat_user_tables "
+                           f"WHERE relid = '{table}'::regclass").fetchone()
+            explain_out.append(f"vacuums in progress: {av}\n{table}: last_autovacuum {st[0]}, last_autoanalyze {st[1]}, "
+                               f"n_dead_tup {st[2]}, n_mod_since_analyze {st[3]}\n")
         time.sleep(max(0.0, t0 + sec - time.monotonic()))
         now = done()
         phase = "clean" if sec <= clean else "held" if sec <= clean + held else "after"
