@@ -96,6 +96,11 @@ if dp:
             pts = sorted((int(k[2]), statistics.median(v.values())) for k, v in cell.items() if k[0] == c and k[1] == s and v)
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", linestyle=ls, color=COLORS[s], label=f"{s} {c[6:]}")
+        for c, mk in (("depth-future-p50", "x"), ("depth-future-p99", "+")):
+            pts = [(int(k[2]), statistics.median(v.values())) for k, v in cell.items() if k[0] == c and k[1] == s and v]
+            if pts:
+                ax.scatter([p[0] for p in pts], [p[1] for p in pts], marker=mk, s=80, color=COLORS[s],
+                           label=f"{s} {c[13:]}, + 1M scheduled rows")
     ax.set_xscale("log")
     ax.set_xlabel("claimable jobs in the queue")
     ax.set_ylabel("claim latency, ms (median of repetitions)")
