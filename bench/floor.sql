@@ -13,3 +13,6 @@ CREATE TABLE floor_jobs (
     payload jsonb NOT NULL
 );
 CREATE INDEX floor_claim_idx ON floor_jobs (queue, priority DESC, run_at, id) WHERE state = 'ready';
+-- The completion log of the drain cells: every complete inserts the job's id in the same
+-- statement; a second completion of one job would violate the key and abort that pgbench client.
+CREATE TABLE bench_done (id bigint PRIMARY KEY);

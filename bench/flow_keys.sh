@@ -17,10 +17,10 @@ jq_cluster_start "$data" "$port" shared_buffers=1GB max_wal_size=8GB synchronous
 export PGOPTIONS="-c client_min_messages=warning"
 p() { psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres -d bench "$@"; }
 psql -X -q -h 127.0.0.1 -p "$port" -U postgres -d postgres -c "CREATE DATABASE bench"
-p -c "CREATE EXTENSION jq" -c "SELECT jq.create_queue('q')" >/dev/null
+p -c "CREATE EXTENSION jq" -f bench/done_log.sql -c "SELECT jq.create_queue('q')" >/dev/null
 n=$(( keys * per ))
 cell() {  # keyed: 0 or 1
-    p -c "TRUNCATE jq.jobs; TRUNCATE jq.executions; TRUNCATE jq.key_slots"
+    p -c "TRUNCATE jq.jobs; TRUNCATE jq.executions; TRUNCATE jq.key_slots; TRUNCATE bench_done"
     if [ "$1" = 1 ]; then
         p -c "SELECT count(jq.enqueue('q', '{\"n\":1}', concurrency_key => 'k' || (g % $keys))) FROM generate_series(1, $n) g" >/dev/null
     else

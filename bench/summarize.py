@@ -4,22 +4,26 @@
 Usage: bench/summarize.py RESULTS_DIR   (reads RESULTS_DIR/cells.csv and machine.txt)
 """
 import csv
+import json
 import statistics
 import sys
 from collections import defaultdict
 
 d = sys.argv[1]
 rows = list(csv.DictReader(open(f"{d}/cells.csv")))
-cell = defaultdict(dict)  # (cell, system, batch) -> {round: value}
+cell = defaultdict(dict)  # (cell, system, batch, conns) -> {round: value}
+detail = defaultdict(dict)
 for r in rows:
+    k = (r["cell"], r["system"], r["batch"], r["conns"])
     try:
-        cell[(r["cell"], r["system"], r["batch"])][r["round"]] = float(r["value"])
+        cell[k][r["round"]] = float(r["value"])
     except ValueError:
         pass
+    detail[k][r["round"]] = r["detail"]
 
 
 def fmt(x):
-    return f"{x:,.0f}" if x >= 100 else f"{x:.2f}"
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.2f}" if abs(x) >= 1 else f"{x:.3f}"
 
 
 def stat(vals):
@@ -30,7 +34,7 @@ def stat(vals):
 
 
 def ratio(a, b):
-    """Same-round ratios a/b: (median, min, max, list) or None."""
+    """Same-round ratios a/b: (median, min, max) or None."""
     A, B = cell.get(a, {}), cell.get(b, {})
     rs = [A[k] / B[k] for k in A if k in B and B[k] > 0]
     if not rs:
@@ -42,55 +46,95 @@ def rfmt(x):
     return "—" if x is None else f"{x[0]:.2f} ({x[1]:.2f}–{x[2]:.2f})"
 
 
-out = []
-out.append(f"# Benchmark summary: {d}\n")
-out.append("```")
-out.append(open(f"{d}/machine.txt").read().rstrip())
-out.append("```\n")
-out.append("Values: median over rounds (min–max). Ratios: computed within each round, then median (min–max).\n")
+def keys(c):
+    return [k for k in cell if k[0] == c]
 
-drain_batches = sorted({k[2] for k in cell if k[0] == "drain"}, key=int)
-systems = [s for s in ("floor", "jq", "jq-client", "pgmq", "graphile", "procrastinate") if any(k[0] == "drain" and k[1] == s for k in cell)]
-if drain_batches:
-    out.append("## Drain, jobs/s (pgbench SQL level: floor, jq, pgmq; end to end: jq-client, graphile)\n")
-    out.append("| batch | " + " | ".join(systems) + " |")
-    out.append("|---|" + "---|" * len(systems))
-    for b in drain_batches:
-        out.append(f"| {b} | " + " | ".join(stat(cell.get(("drain", s, b), {}).values()) for s in systems) + " |")
+
+def med(k):
+    v = cell.get(k, {}).values()
+    return statistics.median(v) if v else None
+
+
+out = [f"# Benchmark summary: {d}\n", "```", open(f"{d}/machine.txt").read().rstrip(), "```\n",
+       "Values: median over rounds (min–max). Ratios: computed within each round, then median (min–max).\n"]
+
+ALL = ("floor", "jq", "pgmq", "jq-client", "graphile", "procrastinate", "pgboss", "pgboss-work")
+drain = keys("drain")
+if drain:
+    out.append("## Drain, jobs/s\n")
+    out.append("SQL level (pgbench): floor, jq, pgmq. End to end with a no-op handler: jq-client, graphile "
+               "(graphile-worker 0.17.3), procrastinate (3.10.0), pgboss (pg-boss 10.4.2 fetch/complete loops), "
+               "pgboss-work (pg-boss `work()` in its defaults). Connections = pgbench clients or the peer's concurrency.\n")
+    systems = [s for s in ALL if any(k[1] == s for k in drain)]
+    combos = sorted({(k[2], k[3]) for k in drain}, key=lambda x: (int(x[0]), int(x[1])))
+    out.append("| batch | conns | " + " | ".join(systems) + " |")
+    out.append("|---|---|" + "---|" * len(systems))
+    for b, c in combos:
+        out.append(f"| {b} | {c} | " + " | ".join(stat(cell.get(("drain", s, b, c), {}).values()) for s in systems) + " |")
     out.append("")
-    pairs = [(s, "floor") for s in systems if s != "floor"] + [("jq-client", "jq")] + \
-            [("jq", p) for p in ("pgmq", "graphile", "procrastinate") if p in systems] + [("jq-client", "graphile"), ("jq-client", "procrastinate")]
+    pairs = [("jq", "floor"), ("pgmq", "floor"), ("jq", "pgmq"), ("jq", "graphile"), ("jq", "procrastinate"), ("jq", "pgboss"),
+             ("graphile", "floor"), ("procrastinate", "floor"), ("pgboss", "floor")]
     pairs = [p for p in pairs if p[0] in systems and p[1] in systems]
-    out.append("Same-round ratios, median (min–max):\n")
-    out.append("| batch | " + " | ".join(f"{a} ÷ {b}" for a, b in pairs) + " |")
-    out.append("|---|" + "---|" * len(pairs))
-    for b in drain_batches:
-        out.append(f"| {b} | " + " | ".join(rfmt(ratio(("drain", a, b), ("drain", c, b))) for a, c in pairs) + " |")
+    out.append("Same-round ratios, median (min–max) (jq ÷ a peer compares jq's SQL level with the peer end to end):\n")
+    out.append("| batch | conns | " + " | ".join(f"{a} ÷ {b}" for a, b in pairs) + " |")
+    out.append("|---|---|" + "---|" * len(pairs))
+    for b, c in combos:
+        out.append(f"| {b} | {c} | " + " | ".join(rfmt(ratio(("drain", a, b, c), ("drain", o, b, c))) for a, o in pairs) + " |")
+    out.append("")
+    for cname, title in (("drain-dbcpu", "Database CPU per job, µs"), ("drain-clientcpu", "Client CPU per job, µs"),
+                         ("drain-wal", "WAL bytes per job"), ("drain-commits", "Commits per job")):
+        ks = keys(cname)
+        if not ks:
+            continue
+        syss = [s for s in ALL if any(k[1] == s for k in ks)]
+        cmb = sorted({(k[2], k[3]) for k in ks}, key=lambda x: (int(x[0]), int(x[1])))
+        out.append(f"### {title}\n")
+        extra = [("jq", "floor"), ("jq", "pgmq")] if cname in ("drain-wal", "drain-dbcpu") else []
+        extra = [p for p in extra if p[0] in syss and p[1] in syss]
+        out.append("| batch | conns | " + " | ".join(syss) + "".join(f" | {a} ÷ {b}" for a, b in extra) + " |")
+        out.append("|---|---|" + "---|" * (len(syss) + len(extra)))
+        for b, c in cmb:
+            out.append(f"| {b} | {c} | " + " | ".join(stat(cell.get((cname, s, b, c), {}).values()) for s in syss)
+                       + "".join(f" | {rfmt(ratio((cname, a, b, c), (cname, o, b, c)))}" for a, o in extra) + " |")
+        out.append("")
+    checks = [r for r in rows if r["cell"] == "drain" and "duplicates_lost=" in r["detail"]]
+    dry = [r for r in checks if "remaining=0 " in r["detail"]]
+    bad = [r for r in checks if "duplicates_lost=ok" not in r["detail"]
+           and not (r in dry and "malformed array literal" in r["detail"] and "LOST" not in r["detail"])]
+    out.append(f"Completion log (unique key on the job id, written by the completing statement; prefilled = "
+               f"finished + remaining): {len(checks) - len(bad)} of {len(checks)} SQL drain cells passed"
+               + (": " + "; ".join(f"{r['system']} b{r['batch']} c{r['conns']}: {r['detail']}" for r in bad) if bad else "") + ".")
+    if dry:
+        out.append("Cells that drained their whole prefill (their rate is a lower bound; the empty claim at the end "
+                   "aborts pgbench's script, which is not a duplicate: finished = prefilled): "
+                   + "; ".join(f"round {r['round']} {r['system']} b{r['batch']} c{r['conns']}" for r in dry) + ".")
+    dups = []
+    for r in rows:
+        if r["cell"] == "drain" and "'duplicates'" in r["detail"]:
+            try:
+                o = json.loads(r["detail"].replace("'", '"'))
+                dups.append(o.get("duplicates", 0))
+            except Exception:
+                pass
+    if dups:
+        out.append(f"End-to-end cells: duplicates seen by the handlers, total {sum(dups)} over {len(dups)} cells.")
     out.append("")
 
-ceil = [k for k in cell if k[0] == "ceiling"]
+ceil = keys("ceiling")
 if ceil:
     out.append("## Ceilings (pgbench, tps)\n")
     for k in sorted(ceil):
-        out.append(f"- `{k[1]}`: {stat(cell[k].values())}")
-    r = ratio(("drain", "floor", "1"), ("ceiling", "pgbench-N", "1"))
-    if r:
-        out.append(f"- floor batch-1 jobs/s ÷ pgbench -N tps: {rfmt(r)} (a job is two transactions)")
+        out.append(f"- `{k[1]}` ({k[3]} clients): {stat(cell[k].values())}")
     out.append("")
 
-lat = sorted((k for k in cell if k[0] == "latency"), key=lambda k: int(k[2]))
+lat = sorted(keys("latency"), key=lambda k: int(k[2]))
 if lat:
-    out.append("## Pickup latency (jq long-poll, commit → claim return), p99 ms per round\n")
+    out.append("## Pickup latency (jq long-poll, commit → claim return)\n")
     out.append("| arrival rate (jobs/s) | p99 ms, median (min–max) | rounds' detail |")
     out.append("|---|---|---|")
-    detail = defaultdict(list)
-    for r in rows:
-        if r["cell"] == "latency":
-            detail[r["batch"]].append(r["detail"])
     for k in lat:
-        import json
         ds = []
-        for j in detail[k[2]]:
+        for j in detail[k].values():
             try:
                 o = json.loads(j.replace("'", '"'))
                 ds.append(f"p50 {o['p50_ms']:.1f} / p95 {o['p95_ms']:.1f} / p99 {o['p99_ms']:.1f} (achieved {o['achieved']:.0f}/s, missing {o['missing']})")
@@ -99,20 +143,87 @@ if lat:
         out.append(f"| {k[2]} | {stat(cell[k].values())} | {'; '.join(ds)} |")
     out.append("")
 
-enq = sorted(k for k in cell if k[0].startswith("enqueue"))
+enq = [k for k in cell if k[0].startswith("enqueue")]
 if enq:
     out.append("## Enqueue, one job per transaction, jobs/s\n")
     out.append("| durability | jq.enqueue (wakeup path) | jq.enqueue + NOTIFY | floor INSERT | jq ÷ jq+NOTIFY | jq ÷ floor |")
     out.append("|---|---|---|---|---|---|")
     for c in ("enqueue", "enqueue-durable"):
-        if not any(k[0] == c for k in enq):
+        ks = [k for k in enq if k[0] == c]
+        if not ks:
             continue
-        g = lambda s: stat(cell.get((c, s, "1"), {}).values())
+        p = ks[0][3]
+        g = lambda s: stat(cell.get((c, s, "1", p), {}).values())
         out.append(f"| {'synchronous_commit=on' if c.endswith('durable') else 'synchronous_commit=off'} | {g('jq')} | {g('jq+notify')} | {g('floor')} | "
-                   f"{rfmt(ratio((c, 'jq', '1'), (c, 'jq+notify', '1')))} | {rfmt(ratio((c, 'jq', '1'), (c, 'floor', '1')))} |")
+                   f"{rfmt(ratio((c, 'jq', '1', p), (c, 'jq+notify', '1', p)))} | {rfmt(ratio((c, 'jq', '1', p), (c, 'floor', '1', p)))} |")
     out.append("")
 
-out.append("## Targets\n")
+bulk = keys("bulk")
+if bulk:
+    out.append("## Bulk enqueue, 1,000 jobs per call through each system's batch API, jobs/s\n")
+    out.append("| system | API | jobs/s | ÷ floor (same round) |")
+    out.append("|---|---|---|---|")
+    api = {"jq": "`jq.enqueue_many`", "floor": "`INSERT … SELECT generate_series`", "pgmq": "`pgmq.send_batch`",
+           "graphile": "`graphile_worker.add_jobs` (what `addJobs` calls)", "procrastinate": "`procrastinate_defer_jobs_v1` (what `batch_defer` calls)",
+           "pgboss": "`boss.insert(jobs)` (Node)"}
+    for k in sorted(bulk, key=lambda k: ALL.index(k[1]) if k[1] in ALL else 99):
+        out.append(f"| {k[1]} | {api.get(k[1], '')} | {stat(cell[k].values())} | {rfmt(ratio(k, ('bulk', 'floor', k[2], k[3])))} |")
+    out.append(f"\n({bulk[0][3]} producer connections.)\n")
+
+crash = keys("crash")
+if crash:
+    out.append("## Crash: kill -9 one of 16 workers holding 10 claimed jobs (jq)\n")
+    out.append("| round | lease | lease left at the kill, ms | claimable after the kill, ms | of which after the lease expired (reaper), ms | all re-claimed, ms |")
+    out.append("|---|---|---|---|---|---|")
+    for rd, j in sorted(detail[crash[0]].items()):
+        try:
+            o = json.loads(j.replace("'", '"').replace("None", "null"))
+            out.append(f"| {rd} | {o['lease_s']:.0f} s | {o['lease_left_at_kill_ms']} | {o['claimable_ms']} | {o['claimable_after_expiry_ms']} | {o['reclaimed_ms']} |")
+        except Exception:
+            out.append(f"| {rd} | {j} |")
+    out.append("")
+
+dp = keys("depth-p50")
+if dp:
+    out.append("## Claim cost against depth (one connection, claim of one job timed, then complete + one replacement enqueue)\n")
+    out.append("| claimable | floor p50 ms | floor p99 ms | jq p50 ms | jq p99 ms |")
+    out.append("|---|---|---|---|---|")
+    depths = sorted({k[2] for k in dp}, key=int)
+    for dd in depths:
+        g = lambda c, s: stat(cell.get((c, s, dd, "1"), {}).values())
+        out.append(f"| {int(dd):,} | {g('depth-p50', 'floor')} | {g('depth-p99', 'floor')} | {g('depth-p50', 'jq')} | {g('depth-p99', 'jq')} |")
+    fut = keys("depth-future-p50")
+    for k in fut:
+        pass
+    if fut:
+        dd = fut[0][2]
+        g = lambda c, s: stat(cell.get((c, s, dd, "1"), {}).values())
+        out.append(f"| {int(dd):,} + scheduled rows | {g('depth-future-p50', 'floor')} | {g('depth-future-p99', 'floor')} | "
+                   f"{g('depth-future-p50', 'jq')} | {g('depth-future-p99', 'jq')} |")
+    out.append("")
+    lo, hi = depths[0], depths[-1]
+    for s in ("floor", "jq"):
+        a, b = med(("depth-p50", s, hi, "1")), med(("depth-p50", s, lo, "1"))
+        if a and b:
+            out.append(f"- {s}: p50 at {int(hi):,} ÷ p50 at {int(lo):,} = {a / b:.2f}")
+    out.append("")
+
+soak = keys("soak-held")
+if soak:
+    out.append("## Held REPEATABLE READ snapshot during a drain (batch 10)\n")
+    out.append("| system | clean jobs/s | during | 20–30 s after | during ÷ clean | after ÷ clean | first second after with 3-s mean ≥ 0.8× clean | dead tuples at the end of the snapshot | table+index bytes start → end | autovacuums |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|")
+    for k in soak:
+        for j in detail[k].values():
+            try:
+                o = json.loads(j.replace("'", '"').replace("None", "null").replace("False", "false").replace("True", "true"))
+                out.append(f"| {o['system']} | {o['clean']:,} | {o['held']:,} | {o['after_20_30s']:,} | {o['held_ratio']:.2f} | {o['after_ratio']:.2f} | "
+                           f"{o['back_to_0.8x_after_s']} | {o['dead_tuples_end_of_snapshot']:,} | {o['total_bytes_start']:,} → {o['total_bytes_end']:,} | {o['autovacuums']} |")
+            except Exception as e:
+                out.append(f"| {k[1]} | {j} |")
+    out.append(f"\n(snapshot held {o.get('held_s', '?')} s; per-second series in soak-*.csv; the claim's plans in soak-*-explain.txt)\n")
+
+out.append("## Targets (issue 5)\n")
 
 
 def target(name, r, ok):
@@ -123,21 +234,34 @@ def target(name, r, ok):
 
 
 for b in ("1", "10"):
-    r = ratio(("drain", "jq", b), ("drain", "floor", b))
-    target(f"jq ≥ 0.8× floor at batch {b}", r, r and r[0] >= 0.8)
-r = ratio(("drain", "jq-client", "10"), ("drain", "jq", "10"))
-target("Rust client ≥ 0.6× jq SQL level (batch 10)", r, r and r[0] >= 0.6)
-for b in drain_batches:
-    for p in ("pgmq", "graphile", "procrastinate"):
-        r = ratio(("drain", "jq", b), ("drain", p, b))
+    for c in sorted({k[3] for k in drain if k[2] == b}, key=int):
+        r = ratio(("drain", "jq", b, c), ("drain", "floor", b, c))
         if r:
-            target(f"jq (SQL level) ≥ {p} at batch {b}", r, r[0] >= 1.0)
-for p in ("graphile", "procrastinate"):
-    r = ratio(("drain", "jq-client", "10"), ("drain", p, "1"))
-    if r:
-        target(f"jq-client (claim batch 10) ≥ {p} end to end (its defaults)", r, r[0] >= 1.0)
-v = cell.get(("latency", "jq", "500"), {}).values()
+            target(f"jq ≥ 0.8× floor at batch {b}, {c} connections", r, r[0] >= 0.8)
+for k in keys("drain"):
+    if k[1] == "jq-client":
+        r = ratio(k, ("drain", "jq", k[2], k[3]))
+        target(f"Rust client ≥ 0.6× jq SQL level (batch {k[2]}, {k[3]} connections)", r, r and r[0] >= 0.6)
+for k in sorted(drain, key=lambda k: (int(k[2]), int(k[3]))):
+    if k[1] in ("pgmq", "graphile", "procrastinate", "pgboss"):
+        r = ratio(("drain", "jq", k[2], k[3]), k)
+        if r:
+            target(f"jq (SQL level) ≥ {k[1]} at batch {k[2]}, {k[3]} connections", r, r[0] >= 1.0)
+v = cell.get(("latency", "jq", "500", "8"), {}).values()
 if v:
     m = statistics.median(v)
     target("pickup p99 < 10 ms at 500 jobs/s", f"{m:.1f} ms (median of rounds; max {max(v):.1f})", m < 10)
+if dp:
+    a, b = med(("depth-p50", "jq", depths[-1], "1")), med(("depth-p50", "jq", depths[0], "1"))
+    if a and b:
+        target(f"claim p50 at {int(depths[-1]):,} claimable ≤ 1.5× at {int(depths[0]):,}", f"{a / b:.2f}×", a / b <= 1.5)
+for k in keys("drain-wal"):
+    if k[1] == "jq":
+        r = ratio(k, ("drain-wal", "floor", k[2], k[3]))
+        target(f"WAL per job ≤ 1.5× the floor's (batch {k[2]}, {k[3]} connections)", r, r and r[0] <= 1.5)
+for k in soak:
+    if k[1] == "jq":
+        h, a = med(k), med(("soak-after", "jq", k[2], k[3]))
+        target("held snapshot: drain ≥ 0.3× clean during", f"{h:.2f}×", h >= 0.3)
+        target("held snapshot: ≥ 0.8× clean within 30 s after (seconds 20–30)", f"{a:.2f}×", a >= 0.8)
 print("\n".join(out))
