@@ -293,6 +293,7 @@ BEGIN
         -- A schedule disabled because its creator was dropped fires as whoever enables it.
         created_by   = CASE WHEN alter_schedule.enabled AND t.created_by IS NULL
                             THEN v_caller::regrole ELSE t.created_by END,
+        last_error   = CASE WHEN alter_schedule.enabled AND NOT t.enabled THEN NULL ELSE t.last_error END,
         -- From now when the expression or zone changed, or the schedule is being enabled (a
         -- disabled schedule does not catch up on what it missed while disabled).
         next_run_at  = CASE
@@ -369,7 +370,7 @@ BEGIN
                       HINT = 'Define it again with jq.schedule as a role that may enqueue to its queue.';
         END IF;
         IF NOT jq._may(s.created_by, s.queue, 'enqueue') THEN
-            RAISE EXCEPTION 'role "%", which defined schedule "%", may no longer enqueue to queue "%"',
+            RAISE EXCEPTION 'role "%", which defined schedule "%", may no longer enqueue to queue "%": grant it again with jq.grant, or define the schedule again as a role that may',
                 s.created_by, s.name, s.queue
                 USING ERRCODE = '42501',
                       HINT = 'Grant it again with jq.grant, or define the schedule again as a role that may.';

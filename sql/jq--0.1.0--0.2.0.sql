@@ -864,8 +864,9 @@ CREATE FUNCTION jq.drop_queue(name text, force boolean DEFAULT false,
                               caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_jobs  bigint := 0;
-    v_count bigint;
+    v_jobs   bigint := 0;
+    v_count  bigint;
+    v_admins regrole[];
 BEGIN
     -- Global admins only: the drop locks jq.jobs against writes (EXCLUSIVE) until its
     -- transaction ends, which would let one queue's admin stall every queue and maintenance.
@@ -935,7 +936,13 @@ BEGIN
     GET DIAGNOSTICS v_count = ROW_COUNT; v_jobs := v_jobs + v_count;
     DELETE FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'dead';
     GET DIAGNOSTICS v_count = ROW_COUNT; v_jobs := v_jobs + v_count;
-    DELETE FROM jq.queue_grants g WHERE g.queue = drop_queue.name;
+    -- Its grants go with it; a role whose last admin grant this was loses the EXECUTE that
+    -- jq.grant gave it (so that DROP ROLE works).
+    WITH gone AS (DELETE FROM jq.queue_grants g WHERE g.queue = drop_queue.name
+                  RETURNING g.grantee, g.privilege)
+    SELECT pg_catalog.array_agg(DISTINCT gone.grantee) FILTER (WHERE gone.privilege = 'admin')
+    INTO v_admins FROM gone;
+    PERFORM jq._settle_admin_execute(a) FROM pg_catalog.unnest(v_admins) AS a;
     DELETE FROM jq.queues t WHERE t.name = drop_queue.name;
     RAISE LOG 'jq: dropped queue "%" with % jobs', drop_queue.name, v_jobs;
     RETURN true;
@@ -1120,6 +1127,7 @@ BEGIN
         -- A schedule disabled because its creator was dropped fires as whoever enables it.
         created_by   = CASE WHEN alter_schedule.enabled AND t.created_by IS NULL
                             THEN v_caller::regrole ELSE t.created_by END,
+        last_error   = CASE WHEN alter_schedule.enabled AND NOT t.enabled THEN NULL ELSE t.last_error END,
         -- From now when the expression or zone changed, or the schedule is being enabled (a
         -- disabled schedule does not catch up on what it missed while disabled).
         next_run_at  = CASE
@@ -1199,7 +1207,7 @@ BEGIN
                       HINT = 'Define it again with jq.schedule as a role that may enqueue to its queue.';
         END IF;
         IF NOT jq._may(s.created_by, s.queue, 'enqueue') THEN
-            RAISE EXCEPTION 'role "%", which defined schedule "%", may no longer enqueue to queue "%"',
+            RAISE EXCEPTION 'role "%", which defined schedule "%", may no longer enqueue to queue "%": grant it again with jq.grant, or define the schedule again as a role that may',
                 s.created_by, s.name, s.queue
                 USING ERRCODE = '42501',
                       HINT = 'Grant it again with jq.grant, or define the schedule again as a role that may.';
@@ -1403,6 +1411,26 @@ COMMENT ON VIEW jq.queue_stats IS
 'queue''s history_retention to be at least 15 minutes. Shows only the queues the reader may use '
 '(a superuser or member of jq_admin, or a jq.grant on the queue or ''*'').';
 
+-- 0.1.0 granted nothing and told DBAs to give their roles USAGE on jq and privileges on its
+-- tables. In 0.2.0 the tables change only through the functions and payloads are visible only
+-- per queue: take back every privilege a role other than the owner holds on jq's tables and
+-- sequences (jq_admin's SELECT is granted again below). Give those roles queues with jq.grant
+-- (docs/upgrades.md).
+DO $$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT DISTINCT c.oid::regclass AS rel, c.relkind, a.grantee::regrole AS grantee
+             FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+             WHERE c.relnamespace = 'jq'::regnamespace AND c.relkind IN ('r', 'S')
+               AND a.grantee <> c.relowner AND a.grantee <> 0
+    LOOP
+        RAISE NOTICE 'jq 0.2.0: revoking the privileges of role % on %; give it queues with jq.grant', r.grantee, r.rel;
+        EXECUTE pg_catalog.format('REVOKE ALL ON %s %s FROM %s',
+            CASE r.relkind WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END, r.rel, r.grantee);
+    END LOOP;
+END $$;
+
 -- The privilege policy (sql/security.sql, whole).
 -- Security: who may call what, and on which queue (docs/security.md).
 --
@@ -1490,7 +1518,11 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    PERFORM jq._check_may(v_caller, ARRAY[v_queue], 'admin');
+    IF jq._denial(v_caller, ARRAY[v_queue], 'admin') IS NOT NULL THEN
+        -- Without the queue's name: a role must not learn other tenants' queues by job id.
+        RAISE EXCEPTION 'permission denied: role "%" may not administer the queue of job %',
+            v_caller::regrole, _authorize_job.id USING ERRCODE = '42501';
+    END IF;
     RETURN true;
 END $$;
 
@@ -1513,6 +1545,28 @@ $$;
 
 COMMENT ON FUNCTION jq._queue_admin_functions() IS
 'Internal: the functions a per-queue admin grant lets a role execute (each checks the queue).';
+
+CREATE FUNCTION jq._settle_admin_execute(role regrole) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_role name;
+    f      regprocedure;
+BEGIN
+    SELECT r.rolname INTO v_role FROM pg_catalog.pg_roles r WHERE r.oid = _settle_admin_execute.role;
+    IF v_role IS NULL OR v_role IN ('jq_admin', 'jq_producer', 'jq_worker')
+       OR EXISTS (SELECT 1 FROM jq.queue_grants g
+                  WHERE g.grantee = _settle_admin_execute.role AND g.privilege = 'admin') THEN
+        RETURN;
+    END IF;
+    FOREACH f IN ARRAY jq._queue_admin_functions() LOOP
+        EXECUTE pg_catalog.format('REVOKE EXECUTE ON FUNCTION %s FROM %I', f, v_role);
+    END LOOP;
+END $$;
+
+COMMENT ON FUNCTION jq._settle_admin_execute(regrole) IS
+'Internal: when role holds no admin grant any more (jq.revoke, jq.drop_queue), revokes the EXECUTE '
+'jq.grant gave it on the per-queue admin functions, which would otherwise keep DROP ROLE from '
+'working. jq''s own roles are left alone.';
 
 CREATE FUNCTION jq.grant(queue text, role regrole, privilege text,
                          caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
@@ -1590,14 +1644,21 @@ BEGIN
     END IF;
     DELETE FROM jq.queue_grants g
     WHERE g.queue = revoke.queue AND g.grantee = revoke.role AND g.privilege = revoke.privilege;
-    RETURN FOUND;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF revoke.privilege = 'admin' THEN
+        PERFORM jq._settle_admin_execute(revoke.role);
+    END IF;
+    RETURN true;
 END $$;
 
 COMMENT ON FUNCTION jq.revoke(text, regrole, text) IS
 'revoke(queue, role, privilege): removes exactly that jq.grant (queue ''*'' removes the '
 'every-queue grant, not per-queue ones); returns whether it existed. Takes effect for the next '
-'call: a job already claimed can still be completed with its lease token. Role memberships and '
-'EXECUTE given by jq.grant stay. Executable by jq_admin. Errors: 22004 NULL argument, 22023 '
+'call: a job already claimed can still be completed with its lease token. Revoking a role''s last '
+'admin grant also revokes the EXECUTE jq.grant gave it on the per-queue admin functions (so DROP '
+'ROLE works); memberships in jq_producer / jq_worker stay (they grant no queue). Executable by jq_admin. Errors: 22004 NULL argument, 22023 '
 'unknown privilege.';
 
 -- ---------------------------------------------------------------------------------------------

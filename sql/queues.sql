@@ -291,8 +291,9 @@ CREATE FUNCTION jq.drop_queue(name text, force boolean DEFAULT false,
                               caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_jobs  bigint := 0;
-    v_count bigint;
+    v_jobs   bigint := 0;
+    v_count  bigint;
+    v_admins regrole[];
 BEGIN
     -- Global admins only: the drop locks jq.jobs against writes (EXCLUSIVE) until its
     -- transaction ends, which would let one queue's admin stall every queue and maintenance.
@@ -362,7 +363,13 @@ BEGIN
     GET DIAGNOSTICS v_count = ROW_COUNT; v_jobs := v_jobs + v_count;
     DELETE FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'dead';
     GET DIAGNOSTICS v_count = ROW_COUNT; v_jobs := v_jobs + v_count;
-    DELETE FROM jq.queue_grants g WHERE g.queue = drop_queue.name;
+    -- Its grants go with it; a role whose last admin grant this was loses the EXECUTE that
+    -- jq.grant gave it (so that DROP ROLE works).
+    WITH gone AS (DELETE FROM jq.queue_grants g WHERE g.queue = drop_queue.name
+                  RETURNING g.grantee, g.privilege)
+    SELECT pg_catalog.array_agg(DISTINCT gone.grantee) FILTER (WHERE gone.privilege = 'admin')
+    INTO v_admins FROM gone;
+    PERFORM jq._settle_admin_execute(a) FROM pg_catalog.unnest(v_admins) AS a;
     DELETE FROM jq.queues t WHERE t.name = drop_queue.name;
     RAISE LOG 'jq: dropped queue "%" with % jobs', drop_queue.name, v_jobs;
     RETURN true;

@@ -81,7 +81,11 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    PERFORM jq._check_may(v_caller, ARRAY[v_queue], 'admin');
+    IF jq._denial(v_caller, ARRAY[v_queue], 'admin') IS NOT NULL THEN
+        -- Without the queue's name: a role must not learn other tenants' queues by job id.
+        RAISE EXCEPTION 'permission denied: role "%" may not administer the queue of job %',
+            v_caller::regrole, _authorize_job.id USING ERRCODE = '42501';
+    END IF;
     RETURN true;
 END $$;
 COMMENT ON FUNCTION jq._authorize_job(bigint, bigint) IS
@@ -102,6 +106,27 @@ LANGUAGE sql STABLE AS $$
 $$;
 COMMENT ON FUNCTION jq._queue_admin_functions() IS
 'Internal: the functions a per-queue admin grant lets a role execute (each checks the queue).';
+
+CREATE FUNCTION jq._settle_admin_execute(role regrole) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_role name;
+    f      regprocedure;
+BEGIN
+    SELECT r.rolname INTO v_role FROM pg_catalog.pg_roles r WHERE r.oid = _settle_admin_execute.role;
+    IF v_role IS NULL OR v_role IN ('jq_admin', 'jq_producer', 'jq_worker')
+       OR EXISTS (SELECT 1 FROM jq.queue_grants g
+                  WHERE g.grantee = _settle_admin_execute.role AND g.privilege = 'admin') THEN
+        RETURN;
+    END IF;
+    FOREACH f IN ARRAY jq._queue_admin_functions() LOOP
+        EXECUTE pg_catalog.format('REVOKE EXECUTE ON FUNCTION %s FROM %I', f, v_role);
+    END LOOP;
+END $$;
+COMMENT ON FUNCTION jq._settle_admin_execute(regrole) IS
+'Internal: when role holds no admin grant any more (jq.revoke, jq.drop_queue), revokes the EXECUTE '
+'jq.grant gave it on the per-queue admin functions, which would otherwise keep DROP ROLE from '
+'working. jq''s own roles are left alone.';
 
 CREATE FUNCTION jq.grant(queue text, role regrole, privilege text,
                          caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
@@ -178,13 +203,20 @@ BEGIN
     END IF;
     DELETE FROM jq.queue_grants g
     WHERE g.queue = revoke.queue AND g.grantee = revoke.role AND g.privilege = revoke.privilege;
-    RETURN FOUND;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF revoke.privilege = 'admin' THEN
+        PERFORM jq._settle_admin_execute(revoke.role);
+    END IF;
+    RETURN true;
 END $$;
 COMMENT ON FUNCTION jq.revoke(text, regrole, text) IS
 'revoke(queue, role, privilege): removes exactly that jq.grant (queue ''*'' removes the '
 'every-queue grant, not per-queue ones); returns whether it existed. Takes effect for the next '
-'call: a job already claimed can still be completed with its lease token. Role memberships and '
-'EXECUTE given by jq.grant stay. Executable by jq_admin. Errors: 22004 NULL argument, 22023 '
+'call: a job already claimed can still be completed with its lease token. Revoking a role''s last '
+'admin grant also revokes the EXECUTE jq.grant gave it on the per-queue admin functions (so DROP '
+'ROLE works); memberships in jq_producer / jq_worker stay (they grant no queue). Executable by jq_admin. Errors: 22004 NULL argument, 22023 '
 'unknown privilege.';
 
 -- ---------------------------------------------------------------------------------------------

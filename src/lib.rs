@@ -26,6 +26,14 @@ pub mod wakeup;
 /// use in a session), jq works without background workers and with polling long-polls.
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
+    // pgrx appends std::backtrace::Backtrace::capture() to the DETAIL of an error that crosses a
+    // Rust frame; with RUST_BACKTRACE=1 in the server's environment that is a 30-line trace with
+    // build paths in front of clients. RUST_LIB_BACKTRACE=0 turns off Backtrace::capture only
+    // (panic messages on stderr keep following RUST_BACKTRACE). Set while the postmaster (or the
+    // backend loading jq) is single-threaded, and only when the DBA has not chosen a value.
+    if std::env::var_os("RUST_LIB_BACKTRACE").is_none() {
+        std::env::set_var("RUST_LIB_BACKTRACE", "0");
+    }
     gucs::init();
     // SAFETY: a PostgreSQL global, read in _PG_init.
     if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {

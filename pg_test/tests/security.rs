@@ -415,7 +415,22 @@ fn a_tenant_sees_and_claims_only_its_own_queues_payloads() {
     // Revoking takes effect at the next call; dropping a queue drops its grants.
     c.execute("SELECT jq.revoke('qa', $1::text::regrole, 'work')", &[&work]).unwrap();
     assert_eq!(as_role(&mut c, work, "SELECT * FROM jq.claim('qa', 'w')"), Err("42501".into()));
+    // Revoking a role's last admin grant takes back the EXECUTE jq.grant gave it.
+    let qadm = roles.get("qadm");
+    c.execute("SELECT jq.revoke('qa', $1::text::regrole, 'admin')", &[&qadm]).unwrap();
+    let still: bool = c
+        .query_one("SELECT has_function_privilege($1, 'jq.pause(text,bigint)', 'EXECUTE')", &[&qadm])
+        .unwrap()
+        .get(0);
+    assert!(!still, "the per-queue admin functions stayed executable after the last admin grant was revoked");
+    // ... and so does dropping the queue of its last admin grant.
+    c.execute("SELECT jq.grant('qa', $1::text::regrole, 'admin')", &[&qadm]).unwrap();
     c.batch_execute("SELECT jq.drop_queue('qa', force => true)").unwrap();
+    let still: bool = c
+        .query_one("SELECT has_function_privilege($1, 'jq.pause(text,bigint)', 'EXECUTE')", &[&qadm])
+        .unwrap()
+        .get(0);
+    assert!(!still, "the per-queue admin functions stayed executable after the queue was dropped");
     let left: i64 = c.query_one("SELECT count(*) FROM jq.queue_grants WHERE queue = 'qa'", &[]).unwrap().get(0);
     assert_eq!(left, 0);
     let e = c.query_one("SELECT jq.grant('qa', 'jq_worker', 'work')", &[]).unwrap_err();

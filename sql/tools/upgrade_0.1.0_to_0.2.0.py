@@ -128,6 +128,27 @@ for s in find('maintenance.sql', r'^CREATE VIEW jq\.queue_stats', True):
     w(s + '\n')
 for s in find('maintenance.sql', r'^COMMENT ON VIEW jq\.queue_stats'):
     w(s + '\n')
+w('''-- 0.1.0 granted nothing and told DBAs to give their roles USAGE on jq and privileges on its
+-- tables. In 0.2.0 the tables change only through the functions and payloads are visible only
+-- per queue: take back every privilege a role other than the owner holds on jq's tables and
+-- sequences (jq_admin's SELECT is granted again below). Give those roles queues with jq.grant
+-- (docs/upgrades.md).
+DO $$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT DISTINCT c.oid::regclass AS rel, c.relkind, a.grantee::regrole AS grantee
+             FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+             WHERE c.relnamespace = 'jq'::regnamespace AND c.relkind IN ('r', 'S')
+               AND a.grantee <> c.relowner AND a.grantee <> 0
+    LOOP
+        RAISE NOTICE 'jq 0.2.0: revoking the privileges of role % on %; give it queues with jq.grant', r.grantee, r.rel;
+        EXECUTE pg_catalog.format('REVOKE ALL ON %s %s FROM %s',
+            CASE r.relkind WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END, r.rel, r.grantee);
+    END LOOP;
+END $$;
+
+''')
 w('-- The privilege policy (sql/security.sql, whole).\n')
 for s in files['security.sql']:
     w(s + '\n')

@@ -1,6 +1,7 @@
 //! `jqctl metrics`: jq's per-queue gauges, table health and background-worker status in the
 //! Prometheus text exposition format, served on `--listen ADDR` at `/metrics` (or printed once
-//! with `--once`). Every scrape reads `jq.queue_stats`, `jq.table_health` and `jq.status()`
+//! with `--once`). Every scrape reads `jq.queue_stats`, `jq.table_health` (when the role may:
+//! it is jq_admin's) and `jq.status()`
 //! afresh, so a dropped queue's series disappear. Alert rules: docs/observability.md.
 
 use crate::{connect, Cli, CliError, CliResult};
@@ -94,11 +95,20 @@ async fn scrape(client: &tokio_postgres::Client) -> Result<String, CliError> {
     let xmin_age = family::<DatabaseLabel>(&mut reg, "jq_oldest_xmin_age", "Age in transactions of the oldest xmin holding back vacuum");
     let xact_age = family::<DatabaseLabel>(&mut reg, "jq_oldest_xact_age_seconds", "Seconds the oldest snapshot-holding transaction has been open");
     let db: String = client.query_one("SELECT current_database()::text", &[]).await?.get(0);
+    // jq.table_health is jq_admin's (docs/security.md): a least-privilege monitoring role gets
+    // the queue and worker gauges without the table ones.
+    let health: bool =
+        client.query_one("SELECT has_table_privilege('jq.table_health', 'SELECT')", &[]).await?.get(0);
+    let health_sql = if health {
+        "SELECT table_name, total_bytes::float8, coalesce(dead_tuples, 0)::float8, coalesce(dead_ratio, 0)::float8,
+                coalesce(oldest_xmin_age, 0)::float8, coalesce(extract(epoch FROM oldest_xact_age), 0)::float8
+         FROM jq.table_health"
+    } else {
+        "SELECT ''::text, 0::float8, 0::float8, 0::float8, 0::float8, 0::float8 WHERE false"
+    };
     for (k, r) in client
         .query(
-            "SELECT table_name, total_bytes::float8, coalesce(dead_tuples, 0)::float8, coalesce(dead_ratio, 0)::float8,
-                    coalesce(oldest_xmin_age, 0)::float8, coalesce(extract(epoch FROM oldest_xact_age), 0)::float8
-             FROM jq.table_health",
+            health_sql,
             &[],
         )
         .await?
