@@ -146,15 +146,16 @@ if lat:
 enq = [k for k in cell if k[0].startswith("enqueue")]
 if enq:
     out.append("## Enqueue, one job per transaction, jobs/s\n")
-    out.append("| durability | jq.enqueue (wakeup path) | jq.enqueue + NOTIFY | floor INSERT | jq ÷ jq+NOTIFY | jq ÷ floor |")
-    out.append("|---|---|---|---|---|---|")
+    out.append("| durability | jq.enqueue (wakeup path) | jq.enqueue, `jq.wakeups = off` | jq.enqueue + NOTIFY | floor INSERT | jq ÷ wakeups off | jq ÷ jq+NOTIFY | jq ÷ floor |")
+    out.append("|---|---|---|---|---|---|---|---|")
     for c in ("enqueue", "enqueue-durable"):
         ks = [k for k in enq if k[0] == c]
         if not ks:
             continue
         p = ks[0][3]
         g = lambda s: stat(cell.get((c, s, "1", p), {}).values())
-        out.append(f"| {'synchronous_commit=on' if c.endswith('durable') else 'synchronous_commit=off'} | {g('jq')} | {g('jq+notify')} | {g('floor')} | "
+        out.append(f"| {'synchronous_commit=on' if c.endswith('durable') else 'synchronous_commit=off'} | {g('jq')} | {g('jq-nowake')} | {g('jq+notify')} | {g('floor')} | "
+                   f"{rfmt(ratio((c, 'jq', '1', p), (c, 'jq-nowake', '1', p)))} | "
                    f"{rfmt(ratio((c, 'jq', '1', p), (c, 'jq+notify', '1', p)))} | {rfmt(ratio((c, 'jq', '1', p), (c, 'floor', '1', p)))} |")
     out.append("")
 
@@ -255,6 +256,12 @@ if dp:
     a, b = med(("depth-p50", "jq", depths[-1], "1")), med(("depth-p50", "jq", depths[0], "1"))
     if a and b:
         target(f"claim p50 at {int(depths[-1]):,} claimable ≤ 1.5× at {int(depths[0]):,}", f"{a / b:.2f}×", a / b <= 1.5)
+for c in ("enqueue-durable", "enqueue"):
+    ks = [k for k in cell if k[0] == c and k[1] == "jq"]
+    for k in ks:
+        r = ratio(k, (c, "jq-nowake", k[2], k[3]))
+        if r:
+            target(f"enqueue with wakeups ≥ 0.8× with them off ({k[3]} producers, {'durable' if c.endswith('durable') else 'synchronous_commit=off'})", r, r[0] >= 0.8)
 for k in keys("drain-wal"):
     if k[1] == "jq":
         r = ratio(k, ("drain-wal", "floor", k[2], k[3]))

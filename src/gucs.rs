@@ -25,6 +25,12 @@ pub static POLL_INTERVAL_MS: GucSetting<i32> = GucSetting::<i32>::new(200);
 /// each other's queue names (docs/security.md). jq's own long-poll does not use it.
 pub static NOTIFY: GucSetting<bool> = GucSetting::<bool>::new(true);
 
+/// `jq.wakeups`: whether this session's transactions wake the claims waiting on a queue when they
+/// make its jobs claimable. Off, waiting claims find those jobs at their next look (another
+/// wakeup, or their deadline); nothing is lost. For measuring what the wakeup path costs
+/// (issue 5) and for producers that want no wakeup work at all.
+pub static WAKEUPS: GucSetting<bool> = GucSetting::<bool>::new(true);
+
 /// Registers every GUC. Called once from `_PG_init`.
 pub fn init() {
     GucRegistry::define_string_guc(
@@ -51,6 +57,14 @@ pub fn init() {
         c"LISTEN is not privilege-checked: any role that can connect sees the queue names. Reloaded on SIGHUP.",
         &NOTIFY,
         GucContext::Sighup,
+        GucFlags::default(),
+    );
+    GucRegistry::define_bool_guc(
+        c"jq.wakeups",
+        c"Whether this session's transactions wake claims waiting on the queues they make jobs claimable in.",
+        c"Off: waiting claims find those jobs at their next look (another wakeup or their deadline).",
+        &WAKEUPS,
+        GucContext::Userset,
         GucFlags::default(),
     );
     GucRegistry::define_int_guc(

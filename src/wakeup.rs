@@ -78,6 +78,9 @@ pub fn queue_hash(name: &str) -> u32 {
 }
 
 fn note(queue: &str, what: u8) {
+    if !crate::gucs::WAKEUPS.get() {
+        return;  // jq.wakeups = off in this session
+    }
     let h = queue_hash(queue);
     ensure_callback();
     PENDING.with_borrow_mut(|pending| {
