@@ -26,8 +26,8 @@ pub static POLL_INTERVAL_MS: GucSetting<i32> = GucSetting::<i32>::new(200);
 pub static NOTIFY: GucSetting<bool> = GucSetting::<bool>::new(true);
 
 /// `jq.wakeups`: whether this session's transactions wake the claims waiting on a queue when they
-/// make its jobs claimable. Off, waiting claims find those jobs at their next look (another
-/// wakeup, or their deadline); nothing is lost. For measuring what the wakeup path costs
+/// make its jobs claimable. Off, no waiting claim is woken for those jobs: they are found by the
+/// next look (a wakeup for another job, or the next claim after a wait ends); nothing is lost. For measuring what the wakeup path costs
 /// (issue 5) and for producers that want no wakeup work at all.
 pub static WAKEUPS: GucSetting<bool> = GucSetting::<bool>::new(true);
 
@@ -62,7 +62,7 @@ pub fn init() {
     GucRegistry::define_bool_guc(
         c"jq.wakeups",
         c"Whether this session's transactions wake claims waiting on the queues they make jobs claimable in.",
-        c"Off: waiting claims find those jobs at their next look (another wakeup or their deadline).",
+        c"Off: no waiting claim is woken for those jobs; the next look finds them (nothing is lost).",
         &WAKEUPS,
         GucContext::Userset,
         GucFlags::default(),

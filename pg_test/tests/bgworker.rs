@@ -195,6 +195,34 @@ fn a_rolled_back_enqueue_wakes_nobody_into_a_claim() {
     assert!(took >= Duration::from_millis(1900), "returned after {took:?}");
 }
 
+/// `jq.wakeups = off` in the producer's session: its committed job wakes no waiting claim (the
+/// claim returns empty at its deadline) and is not lost (the next claim gets it). Negative
+/// control `JQ_TEST_BREAK=nowake_ignored` (the producer's SET left out, as if the GUC were
+/// ignored): seen failing with "a job enqueued with jq.wakeups = off woke a waiting claim".
+#[test]
+fn a_session_with_wakeups_off_wakes_nobody_and_loses_nothing() {
+    let db = TestDb::new("bgw_nowake");
+    let mut c = db.connect();
+    c.batch_execute("SELECT jq.create_queue('q')").unwrap();
+    let name = db.name.clone();
+    let waiter = std::thread::spawn(move || {
+        let mut w = Client::connect(&conninfo(&name), NoTls).unwrap();
+        let t = Instant::now();
+        let rows = w.query("SELECT id FROM jq.claim('q', 'w', wait => '2 s')", &[]).unwrap();
+        (t.elapsed(), rows.len())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let mut p = db.connect();
+    if !jq_pg_test::broken("nowake_ignored") {
+        p.batch_execute("SET jq.wakeups = off").unwrap();
+    }
+    p.batch_execute("SELECT jq.enqueue('q', '{}')").unwrap();
+    let (took, n) = waiter.join().unwrap();
+    assert_eq!(n, 0, "a job enqueued with jq.wakeups = off woke a waiting claim");
+    assert!(took >= Duration::from_millis(1900), "returned after {took:?}");
+    assert_eq!(c.query("SELECT id FROM jq.claim('q', 'w')", &[]).unwrap().len(), 1);
+}
+
 #[test]
 fn a_waiting_multi_queue_claim_is_woken_by_any_of_its_queues() {
     let db = TestDb::new("bgw_multi");
