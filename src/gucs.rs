@@ -27,7 +27,8 @@ pub static NOTIFY: GucSetting<bool> = GucSetting::<bool>::new(true);
 
 /// `jq.wakeups`: whether this session's transactions wake the claims waiting on a queue when they
 /// make its jobs claimable. Off, no waiting claim is woken for those jobs: they are found by the
-/// next look (a wakeup for another job, or the next claim after a wait ends); nothing is lost. For measuring what the wakeup path costs
+/// next look (a wakeup for another job, a waiting claim's last look at its deadline, or the next
+/// claim); nothing is lost. For measuring what the wakeup path costs
 /// (issue 5) and for producers that want no wakeup work at all.
 pub static WAKEUPS: GucSetting<bool> = GucSetting::<bool>::new(true);
 
