@@ -192,7 +192,7 @@ BEGIN
         schedule.kind, schedule.max_attempts, schedule.misfire, schedule.overlap);
     PERFORM jq._lock_schedule_queue(schedule.queue);
     -- The same name on another queue is that queue's admins' schedule.
-    PERFORM jq._check_may(v_caller, ARRAY[t.queue], 'admin')
+    PERFORM jq._check_schedule_owner(v_caller, t.name, t.queue)
     FROM jq.schedules t WHERE t.name = schedule.name AND t.queue <> schedule.queue;
     -- An existing schedule is updated in place (applications call this on every start): its
     -- timer and counters are kept unless the expression or the zone changed, and enabled is
@@ -276,7 +276,7 @@ BEGIN
         RAISE EXCEPTION 'schedule "%" does not exist', alter_schedule.name
             USING ERRCODE = '42704', HINT = 'Create it with jq.schedule(name, cron, queue).';
     END IF;
-    PERFORM jq._check_may(v_caller, ARRAY[old.queue], 'admin');
+    PERFORM jq._check_schedule_owner(v_caller, old.name, old.queue);
     PERFORM jq._cron_check(coalesce(alter_schedule.cron, old.cron),
                            coalesce(alter_schedule.timezone, old.timezone));
     UPDATE jq.schedules t SET
@@ -331,7 +331,7 @@ BEGIN
     PERFORM jq._check_schedule_name(unschedule.name);
     SELECT t.queue INTO v_queue FROM jq.schedules t WHERE t.name = unschedule.name FOR UPDATE;
     IF FOUND THEN
-        PERFORM jq._check_may(v_caller, ARRAY[v_queue], 'admin');
+        PERFORM jq._check_schedule_owner(v_caller, unschedule.name, v_queue);
         DELETE FROM jq.schedules t WHERE t.name = unschedule.name;
         RETURN true;
     END IF;

@@ -25,7 +25,11 @@ DECLARE
 BEGIN
     FOREACH r IN ARRAY ARRAY['jq_admin', 'jq_producer', 'jq_worker'] LOOP
         IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = r) THEN
-            EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', r);
+            BEGIN
+                EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', r);
+            EXCEPTION WHEN duplicate_object OR unique_violation THEN
+                NULL;  -- CREATE EXTENSION jq in another database made it meanwhile
+            END;
         END IF;
     END LOOP;
 END $$;
@@ -1025,7 +1029,7 @@ BEGIN
         schedule.kind, schedule.max_attempts, schedule.misfire, schedule.overlap);
     PERFORM jq._lock_schedule_queue(schedule.queue);
     -- The same name on another queue is that queue's admins' schedule.
-    PERFORM jq._check_may(v_caller, ARRAY[t.queue], 'admin')
+    PERFORM jq._check_schedule_owner(v_caller, t.name, t.queue)
     FROM jq.schedules t WHERE t.name = schedule.name AND t.queue <> schedule.queue;
     -- An existing schedule is updated in place (applications call this on every start): its
     -- timer and counters are kept unless the expression or the zone changed, and enabled is
@@ -1110,7 +1114,7 @@ BEGIN
         RAISE EXCEPTION 'schedule "%" does not exist', alter_schedule.name
             USING ERRCODE = '42704', HINT = 'Create it with jq.schedule(name, cron, queue).';
     END IF;
-    PERFORM jq._check_may(v_caller, ARRAY[old.queue], 'admin');
+    PERFORM jq._check_schedule_owner(v_caller, old.name, old.queue);
     PERFORM jq._cron_check(coalesce(alter_schedule.cron, old.cron),
                            coalesce(alter_schedule.timezone, old.timezone));
     UPDATE jq.schedules t SET
@@ -1166,7 +1170,7 @@ BEGIN
     PERFORM jq._check_schedule_name(unschedule.name);
     SELECT t.queue INTO v_queue FROM jq.schedules t WHERE t.name = unschedule.name FOR UPDATE;
     IF FOUND THEN
-        PERFORM jq._check_may(v_caller, ARRAY[v_queue], 'admin');
+        PERFORM jq._check_schedule_owner(v_caller, unschedule.name, v_queue);
         DELETE FROM jq.schedules t WHERE t.name = unschedule.name;
         RETURN true;
     END IF;
@@ -1420,12 +1424,15 @@ DO $$
 DECLARE
     r record;
 BEGIN
-    FOR r IN SELECT DISTINCT c.oid::regclass AS rel, c.relkind, a.grantee::regrole AS grantee
+    FOR r IN SELECT DISTINCT c.oid::regclass AS rel, pg_catalog.format('jq.%I', c.relname) AS label,
+                    c.relkind, a.grantee::regrole AS grantee
              FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
              WHERE c.relnamespace = 'jq'::regnamespace AND c.relkind IN ('r', 'S')
                AND a.grantee <> c.relowner AND a.grantee <> 0
     LOOP
-        RAISE NOTICE 'jq 0.2.0: revoking the privileges of role % on %; give it queues with jq.grant', r.grantee, r.rel;
+        -- WARNING, not NOTICE: PostgreSQL raises client_min_messages to WARNING while it runs
+        -- an extension script, so a NOTICE would never reach the DBA.
+        RAISE WARNING 'jq 0.2.0: revoking the privileges of role % on %; give it queues with jq.grant', r.grantee, r.label;
         EXECUTE pg_catalog.format('REVOKE ALL ON %s %s FROM %s',
             CASE r.relkind WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END, r.rel, r.grantee);
     END LOOP;
@@ -1481,6 +1488,20 @@ COMMENT ON FUNCTION jq._denial(oid, text[], text) IS
 'Internal: NULL when role caller may exercise privilege (enqueue, work, admin) on every queue in '
 'queues, else the 42501 message for the first one it may not use (NULL or unknown queues count as '
 'not granted).';
+
+CREATE FUNCTION jq._check_schedule_owner(caller oid, schedule text, queue text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF jq._denial(caller, ARRAY[queue], 'admin') IS NOT NULL THEN
+        -- Without the queue's name: schedule names are global, queue names are not to be learnt.
+        RAISE EXCEPTION 'permission denied: schedule "%" targets a queue role "%" may not administer',
+            schedule, caller::regrole USING ERRCODE = '42501';
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION jq._check_schedule_owner(oid, text, text) IS
+'Internal: raises 42501, naming the schedule but not its queue, unless role caller may administer '
+'queue (the queue of an existing schedule).';
 
 CREATE FUNCTION jq._check_may(caller oid, queues text[], privilege text) RETURNS void
 LANGUAGE plpgsql AS $$

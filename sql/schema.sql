@@ -241,7 +241,11 @@ DECLARE
 BEGIN
     FOREACH r IN ARRAY ARRAY['jq_admin', 'jq_producer', 'jq_worker'] LOOP
         IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = r) THEN
-            EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', r);
+            BEGIN
+                EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', r);
+            EXCEPTION WHEN duplicate_object OR unique_violation THEN
+                NULL;  -- CREATE EXTENSION jq in another database made it meanwhile
+            END;
         END IF;
     END LOOP;
 END $$;

@@ -46,6 +46,19 @@ COMMENT ON FUNCTION jq._denial(oid, text[], text) IS
 'queues, else the 42501 message for the first one it may not use (NULL or unknown queues count as '
 'not granted).';
 
+CREATE FUNCTION jq._check_schedule_owner(caller oid, schedule text, queue text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF jq._denial(caller, ARRAY[queue], 'admin') IS NOT NULL THEN
+        -- Without the queue's name: schedule names are global, queue names are not to be learnt.
+        RAISE EXCEPTION 'permission denied: schedule "%" targets a queue role "%" may not administer',
+            schedule, caller::regrole USING ERRCODE = '42501';
+    END IF;
+END $$;
+COMMENT ON FUNCTION jq._check_schedule_owner(oid, text, text) IS
+'Internal: raises 42501, naming the schedule but not its queue, unless role caller may administer '
+'queue (the queue of an existing schedule).';
+
 CREATE FUNCTION jq._check_may(caller oid, queues text[], privilege text) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE

@@ -322,3 +322,49 @@ fn upgrade_of_a_populated_database_while_workers_hold_leases() {
         fingerprint::diff("fresh", &fingerprint::catalog(&mut fresh_db.connect()), "upgraded", &fingerprint::catalog(&mut c));
     assert_eq!(counted, 0, "the populated upgraded install differs from a fresh one:\n{text}");
 }
+
+/// 0.1.0 told DBAs to give their roles privileges on jq's tables; the upgrade to 0.2.0 takes them
+/// back (tables change only through the functions, payloads are per queue) and says so with a
+/// WARNING per role and table (a NOTICE would not reach the DBA: PostgreSQL raises
+/// client_min_messages to WARNING while it runs an extension script). Negative control
+/// `JQ_TEST_BREAK=upgrade_keeps_old_grants` (the old_app grant made again after the update, as
+/// if the script had left it): seen failing with "old_app still reads or writes jq.jobs".
+#[test]
+fn the_upgrade_takes_back_table_privileges_that_0_1_0_setups_granted() {
+    let db = TestDb::with_setup("upg_acl", &format!("CREATE EXTENSION jq VERSION '{OLDEST_RELEASE}'"));
+    let role = format!("jqt_upg_acl_{}", std::process::id());
+    let mut a = jq_pg_test::admin();
+    a.batch_execute(&format!("DROP ROLE IF EXISTS {role}; CREATE ROLE {role}")).unwrap();
+    let warnings = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen = warnings.clone();
+    let mut config: postgres::Config = jq_pg_test::conninfo(&db.name).parse().unwrap();
+    config.notice_callback(move |n| seen.lock().unwrap().push(format!("{}: {}", n.severity(), n.message())));
+    let mut c = config.connect(postgres::NoTls).unwrap();
+    c.batch_execute(&format!(
+        "GRANT USAGE ON SCHEMA jq TO {role};
+         GRANT SELECT, INSERT, UPDATE, DELETE ON jq.jobs TO {role};
+         GRANT USAGE ON SEQUENCE jq.jobs_id_seq TO {role};
+         ALTER EXTENSION jq UPDATE;"
+    ))
+    .unwrap();
+    if jq_pg_test::broken("upgrade_keeps_old_grants") {
+        c.batch_execute(&format!("GRANT UPDATE ON jq.jobs TO {role}")).unwrap();
+    }
+    let can: Vec<bool> = c
+        .query_one(
+            "SELECT has_table_privilege($1, 'jq.jobs', 'SELECT'), has_table_privilege($1, 'jq.jobs', 'UPDATE'),
+                    has_sequence_privilege($1, 'jq.jobs_id_seq', 'USAGE')",
+            &[&role],
+        )
+        .map(|r| vec![r.get(0), r.get(1), r.get(2)])
+        .unwrap();
+    assert_eq!(can, vec![false, false, false], "old_app still reads or writes jq.jobs: {can:?}");
+    let said = warnings.lock().unwrap().clone();
+    assert!(
+        said.iter().any(|w| w.starts_with("WARNING") && w.contains(&role) && w.contains("jq.jobs")),
+        "no WARNING named the role: {said:?}"
+    );
+    drop(c);
+    drop(db);
+    let _ = a.batch_execute(&format!("DROP ROLE IF EXISTS {role}"));
+}

@@ -137,12 +137,15 @@ DO $$
 DECLARE
     r record;
 BEGIN
-    FOR r IN SELECT DISTINCT c.oid::regclass AS rel, c.relkind, a.grantee::regrole AS grantee
+    FOR r IN SELECT DISTINCT c.oid::regclass AS rel, pg_catalog.format('jq.%I', c.relname) AS label,
+                    c.relkind, a.grantee::regrole AS grantee
              FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
              WHERE c.relnamespace = 'jq'::regnamespace AND c.relkind IN ('r', 'S')
                AND a.grantee <> c.relowner AND a.grantee <> 0
     LOOP
-        RAISE NOTICE 'jq 0.2.0: revoking the privileges of role % on %; give it queues with jq.grant', r.grantee, r.rel;
+        -- WARNING, not NOTICE: PostgreSQL raises client_min_messages to WARNING while it runs
+        -- an extension script, so a NOTICE would never reach the DBA.
+        RAISE WARNING 'jq 0.2.0: revoking the privileges of role % on %; give it queues with jq.grant', r.grantee, r.label;
         EXECUTE pg_catalog.format('REVOKE ALL ON %s %s FROM %s',
             CASE r.relkind WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END, r.rel, r.grantee);
     END LOOP;
