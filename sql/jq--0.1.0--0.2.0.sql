@@ -1622,19 +1622,18 @@ BEGIN
     -- The EXECUTE the privilege needs (membership carries no queue rights of its own). jq's
     -- own roles are left as the extension made them: granting one of them a queue gives the
     -- queue to its members, who hold its EXECUTE already.
-    IF v_role IN ('jq_admin', 'jq_producer', 'jq_worker') THEN
-        NULL;
-    ELSIF g_privilege IN ('enqueue', 'admin') AND NOT pg_catalog.pg_has_role(g_role, 'jq_producer', 'MEMBER') THEN
-        EXECUTE pg_catalog.format('GRANT jq_producer TO %I', v_role);
-    END IF;
-    IF v_role NOT IN ('jq_admin', 'jq_producer', 'jq_worker') AND g_privilege IN ('work', 'admin')
-       AND NOT pg_catalog.pg_has_role(g_role, 'jq_worker', 'MEMBER') THEN
-        EXECUTE pg_catalog.format('GRANT jq_worker TO %I', v_role);
-    END IF;
-    IF g_privilege = 'admin' AND v_role NOT IN ('jq_admin', 'jq_producer', 'jq_worker') THEN
-        FOREACH f IN ARRAY jq._queue_admin_functions() LOOP
-            EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %I', f, v_role);
-        END LOOP;
+    IF v_role NOT IN ('jq_admin', 'jq_producer', 'jq_worker') THEN
+        IF g_privilege IN ('enqueue', 'admin') AND NOT pg_catalog.pg_has_role(g_role, 'jq_producer', 'MEMBER') THEN
+            EXECUTE pg_catalog.format('GRANT jq_producer TO %I', v_role);
+        END IF;
+        IF g_privilege IN ('work', 'admin') AND NOT pg_catalog.pg_has_role(g_role, 'jq_worker', 'MEMBER') THEN
+            EXECUTE pg_catalog.format('GRANT jq_worker TO %I', v_role);
+        END IF;
+        IF g_privilege = 'admin' THEN
+            FOREACH f IN ARRAY jq._queue_admin_functions() LOOP
+                EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %I', f, v_role);
+            END LOOP;
+        END IF;
     END IF;
     INSERT INTO jq.queue_grants (queue, grantee, privilege, granted_by, granted_at)
     VALUES (g_queue, g_role, g_privilege, jq._redeem(g_ticket)::regrole,
@@ -1650,7 +1649,7 @@ COMMENT ON FUNCTION jq.grant(text, regrole, text, bigint) IS
 'and work) queue; queue ''*'' = every queue, present and future. Also gives role the EXECUTE '
 'the privilege needs: membership in jq_producer (enqueue, admin) and jq_worker (work, admin), '
 'and EXECUTE on the per-queue admin functions (admin), except to jq''s own three roles, which are '
-'left as the extension made them; jq.revoke leaves those (they grant no queue). Returns true when the grant is new. Executable by jq_admin. Errors: 22004 NULL '
+'left as the extension made them; revoking the last admin grant takes that EXECUTE back, memberships stay (they grant no queue). Returns true when the grant is new. Executable by jq_admin. Errors: 22004 NULL '
 'argument, 22023 unknown privilege or invalid queue name, 42704 unknown queue or role.';
 
 CREATE FUNCTION jq.revoke(queue text, role regrole, privilege text) RETURNS boolean

@@ -49,8 +49,9 @@ impl Drop for Roles {
 
 /// The roles a function's EXECUTE is meant for (sql/security.sql), by function name; `None`:
 /// not classified yet.
+const EVERYONE: &[&str] = &["jq_admin", "jq_producer", "jq_worker", "queue_admin"];
+
 fn expected_execute(proname: &str) -> Option<&'static [&'static str]> {
-    const EVERYONE: &[&str] = &["jq_admin", "jq_producer", "jq_worker", "queue_admin"];
     const PRODUCE: &[&str] = &["jq_admin", "jq_producer", "queue_admin"];
     const WORK: &[&str] = &["jq_admin", "jq_worker", "queue_admin"];
     const QUEUE_ADMIN: &[&str] = &["jq_admin", "queue_admin"];
@@ -71,11 +72,13 @@ fn expected_execute(proname: &str) -> Option<&'static [&'static str]> {
     })
 }
 
-/// Functions that run as the owner: everything a role calls that reads or writes jq's tables.
+/// Functions that run as the owner: everything a role calls that reads or writes jq's tables,
+/// i.e. every function granted to some roles but not to all (those are pure helpers and the
+/// caller ticket, which must run as the caller), plus status.
 fn must_be_definer(proname: &str) -> bool {
     matches!(
         expected_execute(proname),
-        Some(r) if (!r.is_empty() && r.len() < 4) || proname == "status"
+        Some(r) if (!r.is_empty() && r != EVERYONE) || proname == "status"
     )
 }
 

@@ -48,7 +48,7 @@ def body(stmt):
 files = {f: statements(ROOT + f) for f in ['schema.sql', 'queues.sql', 'enqueue.sql', 'work.sql', 'flow.sql', 'cron.sql', 'maintenance.sql', 'security.sql']}
 
 def find(file, pattern, replace_create=False):
-    hits = [s for s in files[file] if re.search(pattern, body(s).split('\n', 1)[0] if not pattern.startswith('(?s)') else body(s))]
+    hits = [s for s in files[file] if re.search(pattern, body(s).split('\n', 1)[0])]
     assert len(hits) >= 1, (file, pattern)
     res = []
     for h in hits:
