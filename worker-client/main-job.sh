@@ -125,6 +125,15 @@ while :; do
     "$JQCTL" stats
     [ "$left" = 0 ] && break
 done
+if [ "${worker_user:-}" ] && [ "$(psql_ -At -c "SELECT count(*) FROM jq.schedules")" != 0 ]; then
+    # The drain can end before the first minute boundary: wait for the first cron report (fired
+    # by the background worker, worked by the same workers) so that every run shows one.
+    for _ in $(seq 1 75); do
+        [ "$(psql_ -At -c "SELECT count(*) FROM jq.jobs WHERE queue = 'reports' AND state = 'completed'")" != 0 ] && break
+        sleep 1
+    done
+    echo "-- cron reports completed: $(psql_ -At -c "SELECT count(*) FROM jq.jobs WHERE queue = 'reports' AND state = 'completed'")"
+fi
 
 echo "== stopping the workers (SIGTERM: finish or release running jobs)"
 kill -TERM "${worker_pids[@]}"
