@@ -43,8 +43,11 @@ CREATE FUNCTION jq.claim(queue text, worker text, n integer DEFAULT 1, lease int
 RETURNS SETOF jq.claimed_job
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_limit    integer := claim.n;
-    v_locked   boolean := false;  -- a capped claim holds its queue row lock
+    -- No DECLARE defaults and few plpgsql expressions on the hot path: plpgsql prepares each
+    -- expression again in every transaction, and a worker's claim is usually its transaction's
+    -- only call (measured: docs/BENCHMARKS.md, "Where jq's time goes").
+    v_limit    integer;           -- NULL: claim.n
+    v_locked   boolean;           -- a capped claim holds its queue row lock (NULL: false)
     v_paused   boolean;
     v_cap      integer;
     v_running  integer;
@@ -54,29 +57,34 @@ DECLARE
     v_token_at timestamptz;       -- long-poll: when the next token arrives
     v_got      integer;
     v_now      timestamptz;
+    v_caller   oid;
 BEGIN
-    PERFORM jq._authorize(claim.caller_ticket, ARRAY[claim.queue], 'work');
-    IF claim.n IS NULL OR claim.n < 1 OR claim.n > jq.max_claim_batch() THEN
-        RAISE EXCEPTION 'n must be between 1 and %, got %', jq.max_claim_batch(), coalesce(claim.n::text, 'NULL')
-            USING ERRCODE = '22023';
-    END IF;
-    IF claim.worker IS NULL OR pg_catalog.length(claim.worker) > 200 THEN
-        RAISE EXCEPTION 'worker must be a non-NULL name of at most 200 characters'
-            USING ERRCODE = '22023';
-    END IF;
-    IF claim.lease IS NOT NULL AND (claim.lease <= interval '0' OR claim.lease > interval '100 years'
-                                    OR NOT jq._interval_fields_nonnegative(claim.lease)) THEN
-        RAISE EXCEPTION 'lease must be greater than zero and at most 100 years, got %', claim.lease
-            USING ERRCODE = '22023';
-    END IF;
-    IF claim.wait IS NOT NULL THEN  -- no function call on the hot path without a wait
-        v_deadline := jq._wait_deadline(claim.wait);
-    END IF;
-    IF v_deadline IS NOT NULL THEN
-        -- Registered before the first look, so a commit after that look wakes us.
-        PERFORM jq._wait_register(ARRAY[claim.queue],
-            ARRAY[EXISTS (SELECT FROM jq.queues t WHERE t.name = claim.queue
-                          AND t.max_concurrency IS NOT NULL)]);
+    v_caller := jq._authorize(claim.caller_ticket, ARRAY[claim.queue], 'work');
+    -- One test for the usual arguments; the slow branch tells which one is wrong.
+    IF claim.n IS NULL OR claim.n < 1 OR claim.n > jq.max_claim_batch() OR claim.worker IS NULL
+       OR pg_catalog.length(claim.worker) > 200 OR claim.lease IS NOT NULL OR claim.wait IS NOT NULL THEN
+        IF claim.n IS NULL OR claim.n < 1 OR claim.n > jq.max_claim_batch() THEN
+            RAISE EXCEPTION 'n must be between 1 and %, got %', jq.max_claim_batch(), coalesce(claim.n::text, 'NULL')
+                USING ERRCODE = '22023';
+        END IF;
+        IF claim.worker IS NULL OR pg_catalog.length(claim.worker) > 200 THEN
+            RAISE EXCEPTION 'worker must be a non-NULL name of at most 200 characters'
+                USING ERRCODE = '22023';
+        END IF;
+        IF claim.lease IS NOT NULL AND (claim.lease <= interval '0' OR claim.lease > interval '100 years'
+                                        OR NOT jq._interval_fields_nonnegative(claim.lease)) THEN
+            RAISE EXCEPTION 'lease must be greater than zero and at most 100 years, got %', claim.lease
+                USING ERRCODE = '22023';
+        END IF;
+        IF claim.wait IS NOT NULL THEN
+            v_deadline := jq._wait_deadline(claim.wait);
+        END IF;
+        IF v_deadline IS NOT NULL THEN
+            -- Registered before the first look, so a commit after that look wakes us.
+            PERFORM jq._wait_register(ARRAY[claim.queue],
+                ARRAY[EXISTS (SELECT FROM jq.queues t WHERE t.name = claim.queue
+                              AND t.max_concurrency IS NOT NULL)]);
+        END IF;
     END IF;
 
     <<poll>>
@@ -92,37 +100,32 @@ BEGIN
         -- The two copies differ only in their LIMIT; pg_test/tests/plans.rs checks both. The
         -- lease starts when the row is claimed (clock_timestamp), not when the caller's
         -- transaction or this statement began, so waiting for locks does not shorten it.
-        IF v_limit = 1 THEN
+        IF coalesce(v_limit, claim.n) = 1 THEN
+        -- One job: no ORDER BY, so no CTE and no Sort around the UPDATE (about 15 us a claim).
         RETURN QUERY
-        WITH claimed AS (
-            UPDATE jq.jobs j SET
-                state = 'running',
-                attempt = j.attempt + 1,
-                claims = j.claims + 1,
-                worker = claim.worker,
-                lease_token = pg_catalog.gen_random_uuid(),
-                started_at = pg_catalog.clock_timestamp(),
-                lease = coalesce(claim.lease, q.lease),
-                lease_expires_at = pg_catalog.clock_timestamp() + coalesce(claim.lease, q.lease)
-            FROM jq.queues q
-            WHERE q.name = claim.queue
-              AND j.id = ANY (ARRAY(
-                  SELECT p.id FROM jq.jobs p
-                  WHERE p.queue = claim.queue AND p.state = 'ready'
-                    AND EXISTS (SELECT FROM jq.queues g WHERE g.name = claim.queue
-                                AND NOT g.paused
-                                AND ((g.max_concurrency IS NULL AND g.rate_limit IS NULL) OR v_locked))
-                  ORDER BY p.priority DESC, p.run_at, p.id
-                  LIMIT 1
-                  FOR UPDATE OF p SKIP LOCKED))
-            RETURNING j.id, j.queue, j.kind, j.payload, j.attempt, j.max_attempts, j.lease_token,
-                      j.lease_expires_at, j.priority, j.run_at, j.created_at
-        )
-        SELECT c.id, c.queue, c.kind, c.payload, c.attempt, c.max_attempts, c.lease_token,
-               c.lease_expires_at, c.priority, c.run_at, c.created_at
-        FROM claimed c
-        WHERE jq._wake_on_abort(c.queue)  -- a rolled-back claim hands its jobs back: wake waiters
-        ORDER BY c.priority DESC, c.run_at, c.id;
+        UPDATE jq.jobs j SET
+            state = 'running',
+            attempt = j.attempt + 1,
+            claims = j.claims + 1,
+            worker = claim.worker,
+            lease_token = pg_catalog.gen_random_uuid(),
+            started_at = pg_catalog.clock_timestamp(),
+            lease = coalesce(claim.lease, q.lease),
+            lease_expires_at = pg_catalog.clock_timestamp() + coalesce(claim.lease, q.lease)
+        FROM jq.queues q
+        WHERE q.name = claim.queue
+          AND j.id = ANY (ARRAY(
+              SELECT p.id FROM jq.jobs p
+              WHERE p.queue = claim.queue AND p.state = 'ready'
+                AND EXISTS (SELECT FROM jq.queues g WHERE g.name = claim.queue
+                            AND NOT g.paused
+                            AND ((g.max_concurrency IS NULL AND g.rate_limit IS NULL) OR v_locked IS NOT NULL))
+              ORDER BY p.priority DESC, p.run_at, p.id
+              LIMIT 1
+              FOR UPDATE OF p SKIP LOCKED))
+          AND jq._wake_on_abort(j.queue)  -- a rolled-back claim hands its job back: wake waiters
+        RETURNING j.id, j.queue, j.kind, j.payload, j.attempt, j.max_attempts, j.lease_token,
+                  j.lease_expires_at, j.priority, j.run_at, j.created_at;
         ELSE
         RETURN QUERY
         WITH claimed AS (
@@ -142,9 +145,9 @@ BEGIN
                   WHERE p.queue = claim.queue AND p.state = 'ready'
                     AND EXISTS (SELECT FROM jq.queues g WHERE g.name = claim.queue
                                 AND NOT g.paused
-                                AND ((g.max_concurrency IS NULL AND g.rate_limit IS NULL) OR v_locked))
+                                AND ((g.max_concurrency IS NULL AND g.rate_limit IS NULL) OR v_locked IS NOT NULL))
                   ORDER BY p.priority DESC, p.run_at, p.id
-                  LIMIT v_limit
+                  LIMIT coalesce(v_limit, claim.n)
                   FOR UPDATE OF p SKIP LOCKED))
             RETURNING j.id, j.queue, j.kind, j.payload, j.attempt, j.max_attempts, j.lease_token,
                       j.lease_expires_at, j.priority, j.run_at, j.created_at
@@ -155,13 +158,13 @@ BEGIN
         WHERE jq._wake_on_abort(c.queue)  -- a rolled-back claim hands its jobs back: wake waiters
         ORDER BY c.priority DESC, c.run_at, c.id;
         END IF;
-        IF v_tokens IS NOT NULL THEN
-            -- A rate-limited claim (under the queue row lock): take one token per job claimed.
-            GET DIAGNOSTICS v_got = ROW_COUNT;
-            UPDATE jq.queues t SET rate_tokens = v_tokens - v_got, rate_updated = v_now
-            WHERE t.name = claim.queue;
-        END IF;
-        IF FOUND OR v_locked THEN
+        GET DIAGNOSTICS v_got = ROW_COUNT;
+        IF v_got > 0 OR v_locked IS NOT NULL THEN
+            IF v_tokens IS NOT NULL THEN
+                -- A rate-limited claim (under the queue row lock): take one token per job claimed.
+                UPDATE jq.queues t SET rate_tokens = v_tokens - v_got, rate_updated = v_now
+                WHERE t.name = claim.queue;
+            END IF;
             IF v_deadline IS NOT NULL THEN
                 PERFORM jq._wait_done();
             END IF;

@@ -338,11 +338,11 @@ const CLAIM_PICK: HotPath = HotPath {
              WHERE p.queue = claim.queue AND p.state = 'ready'
                AND EXISTS (SELECT FROM jq.queues g WHERE g.name = claim.queue
                            AND NOT g.paused
-                           AND ((g.max_concurrency IS NULL AND g.rate_limit IS NULL) OR v_locked))
+                           AND ((g.max_concurrency IS NULL AND g.rate_limit IS NULL) OR v_locked IS NOT NULL))
              ORDER BY p.priority DESC, p.run_at, p.id
-             LIMIT v_limit
+             LIMIT coalesce(v_limit, claim.n)
              FOR UPDATE OF p SKIP LOCKED",
-    subst: &[("claim.queue", "$1"), ("v_limit", "$2"), ("v_locked", "false")],
+    subst: &[("claim.queue", "$1"), ("coalesce(v_limit, claim.n)", "$2"), ("v_locked IS NOT NULL", "false")],
     types: "text, integer",
 };
 
@@ -355,7 +355,7 @@ const CLAIM_PICK_ONE: HotPath = HotPath {
              WHERE p.queue = claim.queue AND p.state = 'ready'
                AND EXISTS (SELECT FROM jq.queues g WHERE g.name = claim.queue
                            AND NOT g.paused
-                           AND ((g.max_concurrency IS NULL AND g.rate_limit IS NULL) OR v_locked))
+                           AND ((g.max_concurrency IS NULL AND g.rate_limit IS NULL) OR v_locked IS NOT NULL))
              ORDER BY p.priority DESC, p.run_at, p.id
              LIMIT 1
              FOR UPDATE OF p SKIP LOCKED",
