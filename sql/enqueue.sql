@@ -174,8 +174,9 @@ BEGIN
                v_run_at + t.priority_aging
         FROM jq.queues t WHERE t.name = enqueue.queue
           -- A job that is claimable at once wakes the claims waiting on its queue when this
-          -- transaction commits (jq._wake returns true; it only notes the queue).
-          AND (v_state <> 'ready' OR jq._wake(t.name))
+          -- transaction commits, and moves the queue's claim-start hint back if it sorts before
+          -- it (jq._wake_ready returns true; it only notes the queue and the job's key).
+          AND (v_state <> 'ready' OR jq._wake_ready(t.name, coalesce(enqueue.priority, 0), v_run_at))
         RETURNING id INTO v_id;
         IF v_id IS NULL THEN
             PERFORM jq._unknown_queue(enqueue.queue);
@@ -193,7 +194,7 @@ BEGIN
                    CASE WHEN t.priority_aging IS NOT NULL THEN coalesce(enqueue.priority, 0) END,
                    v_run_at + t.priority_aging
             FROM jq.queues t WHERE t.name = enqueue.queue
-              AND (v_state <> 'ready' OR jq._wake(t.name))
+              AND (v_state <> 'ready' OR jq._wake_ready(t.name, coalesce(enqueue.priority, 0), v_run_at))
             ON CONFLICT (queue, idempotency_key)
                 WHERE idempotency_key IS NOT NULL AND state IN ('scheduled', 'blocked', 'ready', 'running')
                 DO NOTHING
@@ -319,8 +320,8 @@ BEGIN
                  LATERAL (SELECT jq._due_at(s.run_at, s.delay, v_now) AS due) d,
                  jq.queues t
             WHERE t.name = enqueue_many.queue  -- see jq.enqueue: no job for a dropped queue
-              -- one wakeup per job claimable at once (jq._wake only counts it)
-              AND (d.due > v_now OR jq._wake(t.name))
+              -- one wakeup per job claimable at once (jq._wake_ready only counts it)
+              AND (d.due > v_now OR jq._wake_ready(t.name, coalesce(s.priority, 0), d.due))
             ORDER BY s.ord
             RETURNING jq.jobs.id
         )

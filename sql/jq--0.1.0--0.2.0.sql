@@ -68,7 +68,7 @@ COMMENT ON TABLE jq.schedules IS
 'revoked role makes the fires fail, logged; NULL for schedules made before jq 0.2.0: not checked). '
 'See docs/cron.md.';
 
--- Caller tickets (src/security.rs).
+-- Caller tickets (src/security.rs) and claim-start hints (src/claim_hint.rs).
 CREATE  FUNCTION "_ticket"() RETURNS bigint /* i64 */
 STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c /* Rust */
@@ -89,6 +89,99 @@ CREATE  FUNCTION "_authorize"(
 VOLATILE PARALLEL UNSAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_authorize_wrapper';
+
+CREATE  FUNCTION "_wake_ready"(
+	"queue" TEXT, /* & str */
+	"priority" INT, /* i32 */
+	"run_at" timestamp with time zone /* pgrx :: datum :: TimestampWithTimeZone */
+) RETURNS bool /* bool */
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_wake_ready_wrapper';
+
+CREATE  FUNCTION "_claim_hint"(
+	"queue" TEXT /* & str */
+) RETURNS bool /* bool */
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_claim_hint_wrapper';
+
+CREATE  FUNCTION "_hint_priority"() RETURNS INT /* Option < i32 > */
+STRICT STABLE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_hint_priority_wrapper';
+
+CREATE  FUNCTION "_hint_run_at"() RETURNS timestamp with time zone /* Option < TimestampWithTimeZone > */
+STRICT STABLE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_hint_run_at_wrapper';
+
+CREATE  FUNCTION "_hint_id"() RETURNS bigint /* Option < i64 > */
+STRICT STABLE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_hint_id_wrapper';
+
+CREATE  FUNCTION "_hint_advance"(
+	"queue" TEXT, /* & str */
+	"priority" INT, /* i32 */
+	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
+	"id" bigint /* i64 */
+) RETURNS bool /* bool */
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_hint_advance_wrapper';
+
+CREATE  FUNCTION "_hint_clear"(
+	"queue" TEXT /* & str */
+) RETURNS bool /* bool */
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_hint_clear_wrapper';
+
+-- The functions written in Rust (src/wakeup.rs, src/claim_hint.rs, src/bgworker.rs).
+COMMENT ON FUNCTION jq._wake(text) IS
+'Internal: notes that this transaction made one job of queue claimable (call once per job); at '
+'commit, one more claim waiting on it (jq.claim with wait) is woken through shared memory, the '
+'maintenance worker NOTIFYs jq_ready, and the queue''s claim-start hint is cleared (the job may '
+'sort anywhere; src/claim_hint.rs). A rolled-back transaction wakes nobody. Returns true (used '
+'inside WHERE clauses).';
+
+COMMENT ON FUNCTION jq._wake_n(text, integer) IS
+'Internal: as jq._wake for n jobs at once: at commit, up to n claims waiting on queue are woken '
+'(a very large n wakes them all) and its claim-start hint is cleared. Returns true.';
+
+COMMENT ON FUNCTION jq._wake_on_abort(text) IS
+'Internal: if this transaction rolls back, wake claims waiting on queue and clear its claim-start '
+'hint (a rolled-back claim hands its jobs back). Returns true.';
+
+COMMENT ON FUNCTION jq._wake_ready(text, integer, timestamptz) IS
+'Internal: as jq._wake for a job enqueued claimable at once with this priority and run_at: at '
+'commit the queue''s claim-start hint moves back to that key only if the job sorts before it. '
+'Returns true.';
+
+COMMENT ON FUNCTION jq._claim_hint(text) IS
+'Internal (src/claim_hint.rs): whether claims of queue may start at its claim-start hint now (the '
+'key of its last claimed job, in shared memory); the key is then what jq._hint_priority(), '
+'jq._hint_run_at() and jq._hint_id() return. False when there is none, jq.claim_hints is off, '
+'jq is not preloaded, or it is this claim''s turn to run the full claim (once a second per queue).';
+
+COMMENT ON FUNCTION jq._hint_priority() IS
+'Internal: priority of the claim-start hint read by this backend''s last jq._claim_hint (NULL if none).';
+
+COMMENT ON FUNCTION jq._hint_run_at() IS
+'Internal: run_at of the claim-start hint read by this backend''s last jq._claim_hint (NULL if none).';
+
+COMMENT ON FUNCTION jq._hint_id() IS
+'Internal: job id of the claim-start hint read by this backend''s last jq._claim_hint (NULL if none).';
+
+COMMENT ON FUNCTION jq._hint_advance(text, integer, timestamptz, bigint) IS
+'Internal: called by a claim for each job it claims: moves the queue''s claim-start hint forward to '
+'(priority, run_at, id) unless another transaction moved it back or cleared it since this '
+'backend''s last jq._claim_hint; READ COMMITTED only. Returns true.';
+
+COMMENT ON FUNCTION jq._hint_clear(text) IS
+'Internal: at commit, clears the claim-start hint of queue (a path that changes the claim order '
+'of ready jobs, such as priority aging). Returns true.';
 
 -- Functions whose signature changes: dropped, then created as in 0.2.0.
 DROP FUNCTION jq.enqueue(text, jsonb, text, timestamptz, interval, integer, integer, text, text);
@@ -159,8 +252,9 @@ BEGIN
                v_run_at + t.priority_aging
         FROM jq.queues t WHERE t.name = enqueue.queue
           -- A job that is claimable at once wakes the claims waiting on its queue when this
-          -- transaction commits (jq._wake returns true; it only notes the queue).
-          AND (v_state <> 'ready' OR jq._wake(t.name))
+          -- transaction commits, and moves the queue's claim-start hint back if it sorts before
+          -- it (jq._wake_ready returns true; it only notes the queue and the job's key).
+          AND (v_state <> 'ready' OR jq._wake_ready(t.name, coalesce(enqueue.priority, 0), v_run_at))
         RETURNING id INTO v_id;
         IF v_id IS NULL THEN
             PERFORM jq._unknown_queue(enqueue.queue);
@@ -178,7 +272,7 @@ BEGIN
                    CASE WHEN t.priority_aging IS NOT NULL THEN coalesce(enqueue.priority, 0) END,
                    v_run_at + t.priority_aging
             FROM jq.queues t WHERE t.name = enqueue.queue
-              AND (v_state <> 'ready' OR jq._wake(t.name))
+              AND (v_state <> 'ready' OR jq._wake_ready(t.name, coalesce(enqueue.priority, 0), v_run_at))
             ON CONFLICT (queue, idempotency_key)
                 WHERE idempotency_key IS NOT NULL AND state IN ('scheduled', 'blocked', 'ready', 'running')
                 DO NOTHING
@@ -305,8 +399,8 @@ BEGIN
                  LATERAL (SELECT jq._due_at(s.run_at, s.delay, v_now) AS due) d,
                  jq.queues t
             WHERE t.name = enqueue_many.queue  -- see jq.enqueue: no job for a dropped queue
-              -- one wakeup per job claimable at once (jq._wake only counts it)
-              AND (d.due > v_now OR jq._wake(t.name))
+              -- one wakeup per job claimable at once (jq._wake_ready only counts it)
+              AND (d.due > v_now OR jq._wake_ready(t.name, coalesce(s.priority, 0), d.due))
             ORDER BY s.ord
             RETURNING jq.jobs.id
         )
@@ -369,6 +463,7 @@ DECLARE
     v_got      integer;
     v_now      timestamptz;
     v_caller   oid;
+    v_hinted   integer;           -- jobs claimed past the claim-start hint
 BEGIN
     v_caller := jq._authorize(claim.caller_ticket, ARRAY[claim.queue], 'work');
     -- One test for the usual arguments; the slow branch tells which one is wrong.
@@ -398,6 +493,55 @@ BEGIN
         END IF;
     END IF;
 
+
+    -- Claim-start hint (src/claim_hint.rs): while the queue has one, look first only at the
+    -- jobs of the hint's priority from the hint's key on. That range starts past the dead
+    -- entries earlier claims left at the head of jobs_claim_idx, which nothing can remove while
+    -- an old snapshot is open. Uncapped, unlimited queues only (the gate below); the full claim
+    -- takes the rest.
+    IF jq._claim_hint(claim.queue) THEN
+        RETURN QUERY
+        WITH claimed AS (
+            UPDATE jq.jobs j SET
+                state = 'running',
+                attempt = j.attempt + 1,
+                claims = j.claims + 1,
+                worker = claim.worker,
+                lease_token = pg_catalog.gen_random_uuid(),
+                started_at = pg_catalog.clock_timestamp(),
+                lease = coalesce(claim.lease, q.lease),
+                lease_expires_at = pg_catalog.clock_timestamp() + coalesce(claim.lease, q.lease)
+            FROM jq.queues q
+            WHERE q.name = claim.queue
+              AND j.id = ANY (ARRAY(
+                  SELECT p.id FROM jq.jobs p
+                  WHERE p.queue = claim.queue AND p.state = 'ready'
+                    AND p.priority = jq._hint_priority()
+                    AND (p.run_at, p.id) >= (jq._hint_run_at(), jq._hint_id())
+                    AND EXISTS (SELECT FROM jq.queues g WHERE g.name = claim.queue
+                                AND NOT g.paused AND g.max_concurrency IS NULL AND g.rate_limit IS NULL)
+                  ORDER BY p.run_at, p.id
+                  LIMIT claim.n
+                  FOR UPDATE OF p SKIP LOCKED))
+            RETURNING j.id, j.queue, j.kind, j.payload, j.attempt, j.max_attempts, j.lease_token,
+                      j.lease_expires_at, j.priority, j.run_at, j.created_at
+        )
+        SELECT c.id, c.queue, c.kind, c.payload, c.attempt, c.max_attempts, c.lease_token,
+               c.lease_expires_at, c.priority, c.run_at, c.created_at
+        FROM claimed c
+        WHERE jq._wake_on_abort(c.queue) AND jq._hint_advance(c.queue, c.priority, c.run_at, c.id)
+        ORDER BY c.run_at, c.id;
+        GET DIAGNOSTICS v_hinted = ROW_COUNT;
+        IF v_hinted = claim.n THEN
+            IF v_deadline IS NOT NULL THEN
+                PERFORM jq._wait_done();
+            END IF;
+            RETURN;
+        ELSIF v_hinted > 0 THEN
+            v_limit := claim.n - v_hinted;  -- the full claim takes the rest
+        END IF;
+    END IF;
+
     <<poll>>
     LOOP
     LOOP
@@ -412,31 +556,39 @@ BEGIN
         -- lease starts when the row is claimed (clock_timestamp), not when the caller's
         -- transaction or this statement began, so waiting for locks does not shorten it.
         IF coalesce(v_limit, claim.n) = 1 THEN
-        -- One job: no ORDER BY, so no CTE and no Sort around the UPDATE (about 15 us a claim).
+        -- One job: no ORDER BY, so no Sort.
         RETURN QUERY
-        UPDATE jq.jobs j SET
-            state = 'running',
-            attempt = j.attempt + 1,
-            claims = j.claims + 1,
-            worker = claim.worker,
-            lease_token = pg_catalog.gen_random_uuid(),
-            started_at = pg_catalog.clock_timestamp(),
-            lease = coalesce(claim.lease, q.lease),
-            lease_expires_at = pg_catalog.clock_timestamp() + coalesce(claim.lease, q.lease)
-        FROM jq.queues q
-        WHERE q.name = claim.queue
-          AND j.id = ANY (ARRAY(
-              SELECT p.id FROM jq.jobs p
-              WHERE p.queue = claim.queue AND p.state = 'ready'
-                AND EXISTS (SELECT FROM jq.queues g WHERE g.name = claim.queue
-                            AND NOT g.paused
-                            AND ((g.max_concurrency IS NULL AND g.rate_limit IS NULL) OR v_locked IS NOT NULL))
-              ORDER BY p.priority DESC, p.run_at, p.id
-              LIMIT 1
-              FOR UPDATE OF p SKIP LOCKED))
-          AND jq._wake_on_abort(j.queue)  -- a rolled-back claim hands its job back: wake waiters
-        RETURNING j.id, j.queue, j.kind, j.payload, j.attempt, j.max_attempts, j.lease_token,
-                  j.lease_expires_at, j.priority, j.run_at, j.created_at;
+        WITH claimed AS (
+            UPDATE jq.jobs j SET
+                state = 'running',
+                attempt = j.attempt + 1,
+                claims = j.claims + 1,
+                worker = claim.worker,
+                lease_token = pg_catalog.gen_random_uuid(),
+                started_at = pg_catalog.clock_timestamp(),
+                lease = coalesce(claim.lease, q.lease),
+                lease_expires_at = pg_catalog.clock_timestamp() + coalesce(claim.lease, q.lease)
+            FROM jq.queues q
+            WHERE q.name = claim.queue
+              AND j.id = ANY (ARRAY(
+                  SELECT p.id FROM jq.jobs p
+                  WHERE p.queue = claim.queue AND p.state = 'ready'
+                    AND EXISTS (SELECT FROM jq.queues g WHERE g.name = claim.queue
+                                AND NOT g.paused
+                                AND ((g.max_concurrency IS NULL AND g.rate_limit IS NULL) OR v_locked IS NOT NULL))
+                  ORDER BY p.priority DESC, p.run_at, p.id
+                  LIMIT 1
+                  FOR UPDATE OF p SKIP LOCKED))
+            RETURNING j.id, j.queue, j.kind, j.payload, j.attempt, j.max_attempts, j.lease_token,
+                      j.lease_expires_at, j.priority, j.run_at, j.created_at
+        )
+        SELECT c.id, c.queue, c.kind, c.payload, c.attempt, c.max_attempts, c.lease_token,
+               c.lease_expires_at, c.priority, c.run_at, c.created_at
+        FROM claimed c
+        -- Per claimed row (here, not in the UPDATE's WHERE, where the planner may run them on
+        -- rows it then rejects): a rolled-back claim hands its jobs back, so wake waiters; move
+        -- the claim-start hint forward (src/claim_hint.rs).
+        WHERE jq._wake_on_abort(c.queue) AND jq._hint_advance(c.queue, c.priority, c.run_at, c.id);
         ELSE
         RETURN QUERY
         WITH claimed AS (
@@ -466,11 +618,11 @@ BEGIN
         SELECT c.id, c.queue, c.kind, c.payload, c.attempt, c.max_attempts, c.lease_token,
                c.lease_expires_at, c.priority, c.run_at, c.created_at
         FROM claimed c
-        WHERE jq._wake_on_abort(c.queue)  -- a rolled-back claim hands its jobs back: wake waiters
+        WHERE jq._wake_on_abort(c.queue) AND jq._hint_advance(c.queue, c.priority, c.run_at, c.id)
         ORDER BY c.priority DESC, c.run_at, c.id;
         END IF;
         GET DIAGNOSTICS v_got = ROW_COUNT;
-        IF v_got > 0 OR v_locked IS NOT NULL THEN
+        IF v_got > 0 OR v_locked IS NOT NULL OR v_hinted > 0 THEN
             IF v_tokens IS NOT NULL THEN
                 -- A rate-limited claim (under the queue row lock): take one token per job claimed.
                 UPDATE jq.queues t SET rate_tokens = v_tokens - v_got, rate_updated = v_now
@@ -1341,6 +1493,42 @@ COMMENT ON FUNCTION jq._prune(timestamptz, integer) IS
 '(history outlives its jobs); jq.queue_grants rows of dropped roles; and disables (created_by NULL, '
 'last_error set) schedules whose creator was dropped. Returns how many rows it deleted or disabled. Safe to run concurrently: it '
 'skips rows another session has locked.';
+
+CREATE OR REPLACE FUNCTION jq._age(now timestamptz, batch integer DEFAULT 5000) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_count integer;
+BEGIN
+    -- Effective priority = base_priority + whole priority_aging intervals waited since run_at
+    -- (capped at the integer range); next_age_at = when it next rises. Stored in priority, so
+    -- the claim and its index are the same for every queue. A queue whose aging was turned off
+    -- gets its jobs' base priority back. Bounded batch, picked like promotion.
+    UPDATE jq.jobs j SET
+        priority = CASE WHEN q.priority_aging IS NULL THEN j.base_priority
+                        ELSE LEAST(j.base_priority::bigint
+                                   + jq._age_steps(_age.now, j.run_at, q.priority_aging),
+                                   2147483647)::integer END,
+        next_age_at = CASE WHEN q.priority_aging IS NULL THEN NULL
+                           ELSE j.run_at + (jq._age_steps(_age.now, j.run_at, q.priority_aging) + 1)
+                                           * q.priority_aging END
+    FROM jq.queues q
+    WHERE q.name = j.queue
+      AND j.id = ANY (ARRAY(
+          SELECT x.id FROM jq.jobs x
+          WHERE x.state = 'ready' AND x.next_age_at <= _age.now
+          ORDER BY x.next_age_at
+          LIMIT _age.batch
+          FOR UPDATE SKIP LOCKED)) AND j.state = 'ready' AND j.next_age_at <= _age.now
+      AND jq._hint_clear(j.queue);  -- a raised priority sorts before the claim-start hint
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END $$;
+
+COMMENT ON FUNCTION jq._age(timestamptz, integer) IS
+'Maintenance (priority aging, docs/flow-control.md): for up to batch ready jobs whose next_age_at '
+'<= now (jobs_aging_idx), sets priority = base_priority + floor((now - run_at) / the queue''s '
+'priority_aging) and next_age_at to the next step; returns how many. Run by the promote duty. '
+'Safe to run concurrently (FOR UPDATE SKIP LOCKED).';
 
 -- security_barrier: a reader's own (leaky) function in a WHERE on this view is evaluated only
 -- on the rows the view lets it see (docs/security.md).

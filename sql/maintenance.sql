@@ -75,7 +75,8 @@ BEGIN
           WHERE x.state = 'ready' AND x.next_age_at <= _age.now
           ORDER BY x.next_age_at
           LIMIT _age.batch
-          FOR UPDATE SKIP LOCKED)) AND j.state = 'ready' AND j.next_age_at <= _age.now;
+          FOR UPDATE SKIP LOCKED)) AND j.state = 'ready' AND j.next_age_at <= _age.now
+      AND jq._hint_clear(j.queue);  -- a raised priority sorts before the claim-start hint
     GET DIAGNOSTICS v_count = ROW_COUNT;
     RETURN v_count;
 END $$;
@@ -432,21 +433,44 @@ COMMENT ON VIEW jq.table_health IS
 'the longest-open transaction holding a snapshot. A growing dead_tuples with a large '
 'oldest_xact_age means a long transaction keeps the queue''s dead rows alive.';
 
--- The functions written in Rust (src/wakeup.rs, src/bgworker.rs).
+-- The functions written in Rust (src/wakeup.rs, src/claim_hint.rs, src/bgworker.rs).
 COMMENT ON FUNCTION jq._wake(text) IS
 'Internal: notes that this transaction made one job of queue claimable (call once per job); at '
-'commit, one more claim waiting on it (jq.claim with wait) is woken through shared memory, and '
-'the maintenance worker NOTIFYs jq_ready. A rolled-back transaction wakes nobody. Returns true '
-'(used inside WHERE clauses).';
+'commit, one more claim waiting on it (jq.claim with wait) is woken through shared memory, the '
+'maintenance worker NOTIFYs jq_ready, and the queue''s claim-start hint is cleared (the job may '
+'sort anywhere; src/claim_hint.rs). A rolled-back transaction wakes nobody. Returns true (used '
+'inside WHERE clauses).';
+COMMENT ON FUNCTION jq._wake_ready(text, integer, timestamptz) IS
+'Internal: as jq._wake for a job enqueued claimable at once with this priority and run_at: at '
+'commit the queue''s claim-start hint moves back to that key only if the job sorts before it. '
+'Returns true.';
+COMMENT ON FUNCTION jq._claim_hint(text) IS
+'Internal (src/claim_hint.rs): whether claims of queue may start at its claim-start hint now (the '
+'key of its last claimed job, in shared memory); the key is then what jq._hint_priority(), '
+'jq._hint_run_at() and jq._hint_id() return. False when there is none, jq.claim_hints is off, '
+'jq is not preloaded, or it is this claim''s turn to run the full claim (once a second per queue).';
+COMMENT ON FUNCTION jq._hint_priority() IS
+'Internal: priority of the claim-start hint read by this backend''s last jq._claim_hint (NULL if none).';
+COMMENT ON FUNCTION jq._hint_run_at() IS
+'Internal: run_at of the claim-start hint read by this backend''s last jq._claim_hint (NULL if none).';
+COMMENT ON FUNCTION jq._hint_id() IS
+'Internal: job id of the claim-start hint read by this backend''s last jq._claim_hint (NULL if none).';
+COMMENT ON FUNCTION jq._hint_advance(text, integer, timestamptz, bigint) IS
+'Internal: called by a claim for each job it claims: moves the queue''s claim-start hint forward to '
+'(priority, run_at, id) unless another transaction moved it back or cleared it since this '
+'backend''s last jq._claim_hint; READ COMMITTED only. Returns true.';
+COMMENT ON FUNCTION jq._hint_clear(text) IS
+'Internal: at commit, clears the claim-start hint of queue (a path that changes the claim order '
+'of ready jobs, such as priority aging). Returns true.';
 COMMENT ON FUNCTION jq._wake_n(text, integer) IS
 'Internal: as jq._wake for n jobs at once: at commit, up to n claims waiting on queue are woken '
-'(a very large n wakes them all). Returns true.';
+'(a very large n wakes them all) and its claim-start hint is cleared. Returns true.';
 COMMENT ON FUNCTION jq._wake_slot(text) IS
 'Internal: notes that a running job of queue ended; at commit, claims waiting on it are woken if '
 'they wait on it as a capped queue (a slot is free). Returns true.';
 COMMENT ON FUNCTION jq._wake_on_abort(text) IS
-'Internal: if this transaction rolls back, wake claims waiting on queue (a rolled-back claim '
-'hands its jobs back). Returns true.';
+'Internal: if this transaction rolls back, wake claims waiting on queue and clear its claim-start '
+'hint (a rolled-back claim hands its jobs back). Returns true.';
 COMMENT ON FUNCTION jq._wait_register(text[], boolean[]) IS
 'Internal: registers this backend as waiting for jobs in queues (capped[i]: also for a running '
 'job of queues[i] ending) until jq._wait_done() or the end of the transaction, and resets its '

@@ -58,6 +58,7 @@ DECLARE
     v_got      integer;
     v_now      timestamptz;
     v_caller   oid;
+    v_hinted   integer;           -- jobs claimed past the claim-start hint
 BEGIN
     v_caller := jq._authorize(claim.caller_ticket, ARRAY[claim.queue], 'work');
     -- One test for the usual arguments; the slow branch tells which one is wrong.
@@ -87,6 +88,55 @@ BEGIN
         END IF;
     END IF;
 
+
+    -- Claim-start hint (src/claim_hint.rs): while the queue has one, look first only at the
+    -- jobs of the hint's priority from the hint's key on. That range starts past the dead
+    -- entries earlier claims left at the head of jobs_claim_idx, which nothing can remove while
+    -- an old snapshot is open. Uncapped, unlimited queues only (the gate below); the full claim
+    -- takes the rest.
+    IF jq._claim_hint(claim.queue) THEN
+        RETURN QUERY
+        WITH claimed AS (
+            UPDATE jq.jobs j SET
+                state = 'running',
+                attempt = j.attempt + 1,
+                claims = j.claims + 1,
+                worker = claim.worker,
+                lease_token = pg_catalog.gen_random_uuid(),
+                started_at = pg_catalog.clock_timestamp(),
+                lease = coalesce(claim.lease, q.lease),
+                lease_expires_at = pg_catalog.clock_timestamp() + coalesce(claim.lease, q.lease)
+            FROM jq.queues q
+            WHERE q.name = claim.queue
+              AND j.id = ANY (ARRAY(
+                  SELECT p.id FROM jq.jobs p
+                  WHERE p.queue = claim.queue AND p.state = 'ready'
+                    AND p.priority = jq._hint_priority()
+                    AND (p.run_at, p.id) >= (jq._hint_run_at(), jq._hint_id())
+                    AND EXISTS (SELECT FROM jq.queues g WHERE g.name = claim.queue
+                                AND NOT g.paused AND g.max_concurrency IS NULL AND g.rate_limit IS NULL)
+                  ORDER BY p.run_at, p.id
+                  LIMIT claim.n
+                  FOR UPDATE OF p SKIP LOCKED))
+            RETURNING j.id, j.queue, j.kind, j.payload, j.attempt, j.max_attempts, j.lease_token,
+                      j.lease_expires_at, j.priority, j.run_at, j.created_at
+        )
+        SELECT c.id, c.queue, c.kind, c.payload, c.attempt, c.max_attempts, c.lease_token,
+               c.lease_expires_at, c.priority, c.run_at, c.created_at
+        FROM claimed c
+        WHERE jq._wake_on_abort(c.queue) AND jq._hint_advance(c.queue, c.priority, c.run_at, c.id)
+        ORDER BY c.run_at, c.id;
+        GET DIAGNOSTICS v_hinted = ROW_COUNT;
+        IF v_hinted = claim.n THEN
+            IF v_deadline IS NOT NULL THEN
+                PERFORM jq._wait_done();
+            END IF;
+            RETURN;
+        ELSIF v_hinted > 0 THEN
+            v_limit := claim.n - v_hinted;  -- the full claim takes the rest
+        END IF;
+    END IF;
+
     <<poll>>
     LOOP
     LOOP
@@ -101,31 +151,39 @@ BEGIN
         -- lease starts when the row is claimed (clock_timestamp), not when the caller's
         -- transaction or this statement began, so waiting for locks does not shorten it.
         IF coalesce(v_limit, claim.n) = 1 THEN
-        -- One job: no ORDER BY, so no CTE and no Sort around the UPDATE (about 15 us a claim).
+        -- One job: no ORDER BY, so no Sort.
         RETURN QUERY
-        UPDATE jq.jobs j SET
-            state = 'running',
-            attempt = j.attempt + 1,
-            claims = j.claims + 1,
-            worker = claim.worker,
-            lease_token = pg_catalog.gen_random_uuid(),
-            started_at = pg_catalog.clock_timestamp(),
-            lease = coalesce(claim.lease, q.lease),
-            lease_expires_at = pg_catalog.clock_timestamp() + coalesce(claim.lease, q.lease)
-        FROM jq.queues q
-        WHERE q.name = claim.queue
-          AND j.id = ANY (ARRAY(
-              SELECT p.id FROM jq.jobs p
-              WHERE p.queue = claim.queue AND p.state = 'ready'
-                AND EXISTS (SELECT FROM jq.queues g WHERE g.name = claim.queue
-                            AND NOT g.paused
-                            AND ((g.max_concurrency IS NULL AND g.rate_limit IS NULL) OR v_locked IS NOT NULL))
-              ORDER BY p.priority DESC, p.run_at, p.id
-              LIMIT 1
-              FOR UPDATE OF p SKIP LOCKED))
-          AND jq._wake_on_abort(j.queue)  -- a rolled-back claim hands its job back: wake waiters
-        RETURNING j.id, j.queue, j.kind, j.payload, j.attempt, j.max_attempts, j.lease_token,
-                  j.lease_expires_at, j.priority, j.run_at, j.created_at;
+        WITH claimed AS (
+            UPDATE jq.jobs j SET
+                state = 'running',
+                attempt = j.attempt + 1,
+                claims = j.claims + 1,
+                worker = claim.worker,
+                lease_token = pg_catalog.gen_random_uuid(),
+                started_at = pg_catalog.clock_timestamp(),
+                lease = coalesce(claim.lease, q.lease),
+                lease_expires_at = pg_catalog.clock_timestamp() + coalesce(claim.lease, q.lease)
+            FROM jq.queues q
+            WHERE q.name = claim.queue
+              AND j.id = ANY (ARRAY(
+                  SELECT p.id FROM jq.jobs p
+                  WHERE p.queue = claim.queue AND p.state = 'ready'
+                    AND EXISTS (SELECT FROM jq.queues g WHERE g.name = claim.queue
+                                AND NOT g.paused
+                                AND ((g.max_concurrency IS NULL AND g.rate_limit IS NULL) OR v_locked IS NOT NULL))
+                  ORDER BY p.priority DESC, p.run_at, p.id
+                  LIMIT 1
+                  FOR UPDATE OF p SKIP LOCKED))
+            RETURNING j.id, j.queue, j.kind, j.payload, j.attempt, j.max_attempts, j.lease_token,
+                      j.lease_expires_at, j.priority, j.run_at, j.created_at
+        )
+        SELECT c.id, c.queue, c.kind, c.payload, c.attempt, c.max_attempts, c.lease_token,
+               c.lease_expires_at, c.priority, c.run_at, c.created_at
+        FROM claimed c
+        -- Per claimed row (here, not in the UPDATE's WHERE, where the planner may run them on
+        -- rows it then rejects): a rolled-back claim hands its jobs back, so wake waiters; move
+        -- the claim-start hint forward (src/claim_hint.rs).
+        WHERE jq._wake_on_abort(c.queue) AND jq._hint_advance(c.queue, c.priority, c.run_at, c.id);
         ELSE
         RETURN QUERY
         WITH claimed AS (
@@ -155,11 +213,11 @@ BEGIN
         SELECT c.id, c.queue, c.kind, c.payload, c.attempt, c.max_attempts, c.lease_token,
                c.lease_expires_at, c.priority, c.run_at, c.created_at
         FROM claimed c
-        WHERE jq._wake_on_abort(c.queue)  -- a rolled-back claim hands its jobs back: wake waiters
+        WHERE jq._wake_on_abort(c.queue) AND jq._hint_advance(c.queue, c.priority, c.run_at, c.id)
         ORDER BY c.priority DESC, c.run_at, c.id;
         END IF;
         GET DIAGNOSTICS v_got = ROW_COUNT;
-        IF v_got > 0 OR v_locked IS NOT NULL THEN
+        IF v_got > 0 OR v_locked IS NOT NULL OR v_hinted > 0 THEN
             IF v_tokens IS NOT NULL THEN
                 -- A rate-limited claim (under the queue row lock): take one token per job claimed.
                 UPDATE jq.queues t SET rate_tokens = v_tokens - v_got, rate_updated = v_now

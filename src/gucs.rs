@@ -32,6 +32,10 @@ pub static NOTIFY: GucSetting<bool> = GucSetting::<bool>::new(true);
 /// (issue 5) and for producers that want no wakeup work at all.
 pub static WAKEUPS: GucSetting<bool> = GucSetting::<bool>::new(true);
 
+/// `jq.claim_hints` (user): whether this session's claims may start at their queue's
+/// claim-start hint, past the dead head of the claim index (src/claim_hint.rs). On by default.
+pub static CLAIM_HINTS: GucSetting<bool> = GucSetting::<bool>::new(true);
+
 /// Registers every GUC. Called once from `_PG_init`.
 pub fn init() {
     GucRegistry::define_string_guc(
@@ -65,6 +69,14 @@ pub fn init() {
         c"Whether this session's transactions wake claims waiting on the queues they make jobs claimable in.",
         c"Off: no waiting claim is woken for those jobs; the next look finds them (nothing is lost).",
         &WAKEUPS,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_bool_guc(
+        c"jq.claim_hints",
+        c"Whether this session's claims may start at their queue's claim-start hint, past the dead head of the claim index.",
+        c"Off: every claim walks the claim index from its head (as without shared_preload_libraries).",
+        &CLAIM_HINTS,
         GucContext::Userset,
         GucFlags::default(),
     );

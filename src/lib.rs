@@ -4,7 +4,7 @@
 //! worker calls, maintenance), included here in dependency order. Rust holds what is better in
 //! Rust: the retry backoff arithmetic ([`backoff`]), cron expressions and time zones ([`cron`]),
 //! the configuration ([`gucs`]), the caller tickets of the privilege checks ([`security`]), shared memory ([`shmem`]), the wakeups of long-polling claims
-//! ([`wakeup`]) and the background workers ([`bgworker`]).
+//! ([`wakeup`]), the claim-start hints ([`claim_hint`]) and the background workers ([`bgworker`]).
 //!
 //! See `docs/semantics.md` for the job model and `docs/sql-api.md` for the reference.
 
@@ -12,6 +12,7 @@ use pgrx::prelude::*;
 
 pub mod backoff;
 pub mod bgworker;
+pub mod claim_hint;
 pub mod cron;
 mod cron_sql;
 pub mod gucs;
@@ -50,7 +51,8 @@ extension_sql_file!(
     name = "enqueue",
     requires = ["queues", wakeup::_wake, wakeup::_wake_n, wakeup::_wake_slot, wakeup::_wake_on_abort,
                 wakeup::_wait_register, wakeup::_wait, wakeup::_wait_done, wakeup::_queue_bit,
-                wakeup::_wakeups]
+                wakeup::_wakeups, wakeup::_wake_ready, claim_hint::_claim_hint, claim_hint::_hint_priority,
+                claim_hint::_hint_run_at, claim_hint::_hint_id, claim_hint::_hint_advance, claim_hint::_hint_clear]
 );
 extension_sql_file!("../sql/work.sql", name = "work", requires = ["enqueue", backoff::backoff_seconds]);
 extension_sql_file!("../sql/flow.sql", name = "flow", requires = ["work"]);

@@ -21,6 +21,8 @@ pub const WAITER_QUEUES: usize = 16;
 pub const ALL_QUEUES: u32 = u32::MAX;
 /// Bits of the per-database ready-queue filter (by queue hash).
 pub const READY_BITS: usize = 1024;
+/// Slots of claim-start hints (src/claim_hint.rs), found by a hash of (database, queue).
+pub const HINT_SLOTS: usize = 1024;
 /// Bytes kept of a worker's last error.
 pub const ERROR_BYTES: usize = 480;
 
@@ -97,8 +99,7 @@ impl Default for SlotStatus {
 /// One database's slot.
 #[repr(C)]
 pub struct DbSlot {
-    lock: AtomicBool,
-    status: UnsafeCell<SlotStatus>,
+    status: SpinCell<SlotStatus>,
     /// Queues (by hash bit) that got ready jobs since the worker's last NOTIFY.
     pub ready: [AtomicU64; READY_BITS / 64],
 }
@@ -106,6 +107,20 @@ pub struct DbSlot {
 impl DbSlot {
     /// Runs `f` on the slot's status under its spin lock. `f` must not call into PostgreSQL.
     pub fn with<R>(&self, f: impl FnOnce(&mut SlotStatus) -> R) -> R {
+        self.status.with(f)
+    }
+}
+
+/// A value behind a tiny spin lock, for records of several fields in shared memory.
+#[repr(C)]
+pub struct SpinCell<T> {
+    lock: AtomicBool,
+    value: UnsafeCell<T>,
+}
+
+impl<T> SpinCell<T> {
+    /// Runs `f` on the value under the spin lock. `f` must not call into PostgreSQL.
+    pub fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
         while self
             .lock
             .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
@@ -114,7 +129,7 @@ impl DbSlot {
             std::hint::spin_loop();
         }
         // SAFETY: the spin lock gives exclusive access to the cell.
-        let r = f(unsafe { &mut *self.status.get() });
+        let r = f(unsafe { &mut *self.value.get() });
         self.lock.store(false, Ordering::Release);
         r
     }
@@ -146,6 +161,8 @@ pub struct Shared {
     slots_lock: AtomicBool,
     pub dbs: [DbSlot; MAX_DATABASES],
     pub waiters: [Waiter; MAX_WAITERS],
+    /// Claim-start hints (all-zero bytes: unused slots).
+    pub hints: [SpinCell<crate::claim_hint::Hint>; HINT_SLOTS],
 }
 
 // SAFETY: the struct lives in shared memory and is only accessed through atomics or the
@@ -206,6 +223,11 @@ unsafe extern "C-unwind" fn startup() {
 }
 
 impl Shared {
+    /// The hint slot of a (database, queue) tag.
+    pub fn hint_slot(&self, tag: u64) -> &SpinCell<crate::claim_hint::Hint> {
+        &self.hints[(tag % HINT_SLOTS as u64) as usize]
+    }
+
     /// The slot of database `dboid`, if it has one.
     pub fn slot_of(&self, dboid: u32) -> Option<&DbSlot> {
         self.dbs.iter().find(|s| s.with(|st| st.dboid == dboid && st.state != slot_state::FREE))

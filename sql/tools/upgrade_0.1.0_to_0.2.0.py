@@ -100,11 +100,16 @@ w('ALTER TABLE jq.schedules ADD COLUMN created_by regrole;\n\n')
 for s in find('cron.sql', r'^COMMENT ON TABLE jq\.schedules'):
     w(s + '\n')
 gen = open(sys.argv[1]).read()  # cargo pgrx schema pg15 -p jq --out FILE
-w('-- Caller tickets (src/security.rs).\n')
-for fn in ('_ticket', '_redeem', '_authorize'):
+w('-- Caller tickets (src/security.rs) and claim-start hints (src/claim_hint.rs).\n')
+for fn in ('_ticket', '_redeem', '_authorize', '_wake_ready', '_claim_hint', '_hint_priority',
+           '_hint_run_at', '_hint_id', '_hint_advance', '_hint_clear'):
     m = re.search(r'CREATE\s+FUNCTION "' + fn + r'"\(.*?;\n', gen, re.S)
     assert m, fn
     w(m.group(0) + '\n')
+for fn in ('_wake', '_wake_n', '_wake_on_abort', '_wake_ready', '_claim_hint', '_hint_priority',
+           '_hint_run_at', '_hint_id', '_hint_advance', '_hint_clear'):
+    for s in find('maintenance.sql', r'^COMMENT ON FUNCTION jq\.' + fn + r'\('):
+        w(s + '\n')
 w('-- Functions whose signature changes: dropped, then created as in 0.2.0.\n')
 for name, (f, old) in changed_sig.items():
     if name == 'claim':
@@ -119,7 +124,7 @@ for name, (f, old) in changed_sig.items():
     for s in find(f, r'^(ALTER|COMMENT ON) FUNCTION jq\.' + name + r'\('):
         w(s + '\n')
 w('-- Changed bodies.\n')
-for f, name in (('cron.sql', '_cron_fire'), ('maintenance.sql', '_prune')):
+for f, name in (('cron.sql', '_cron_fire'), ('maintenance.sql', '_prune'), ('maintenance.sql', '_age')):
     for s in find(f, r'^CREATE FUNCTION jq\.' + name + r'\(', True):
         w(s + '\n')
     for s in find(f, r'^COMMENT ON FUNCTION jq\.' + name + r'\('):

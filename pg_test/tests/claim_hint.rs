@@ -1,0 +1,193 @@
+//! Claim-start hints (src/claim_hint.rs): while a snapshot older than the claims is open, a
+//! claim starts past the dead head of `jobs_claim_idx` instead of walking it; and no job that
+//! becomes claimable behind the hint is passed over by the next claim.
+//!
+//! The test cluster preloads jq, so hints are on. Negative controls: `JQ_TEST_BREAK=<name>`
+//! (see `jq_pg_test::sabotage`); the comment at each test records what was broken and how the
+//! test failed.
+
+use jq_pg_test::{broken, claim, complete, sabotage, Client, TestDb};
+
+const CLAIM: &str = "jq.claim(text,text,integer,interval,interval,bigint)";
+const ENQUEUE: &str = "jq.enqueue(text,jsonb,text,timestamptz,interval,integer,integer,text,text,bigint)";
+const RELEASE: &str = "jq.release(bigint,uuid)";
+const PROMOTE: &str = "jq._promote(timestamptz,integer)";
+
+/// Entries of `jobs_claim_idx` one `jq.claim(queue, 'probe')` reads, from this transaction's
+/// statistics; the claimed job is completed in the same transaction.
+fn claim_index_reads(c: &mut Client, queue: &str) -> i64 {
+    let mut t = c.transaction().expect("begin");
+    let reads = "SELECT pg_stat_get_xact_tuples_returned('jq.jobs_claim_idx'::regclass)";
+    let before: i64 = t.query_one(reads, &[]).expect("stats").get(0);
+    let row = t.query_one("SELECT id, lease_token FROM jq.claim($1, 'probe')", &[&queue]).expect("claim");
+    let after: i64 = t.query_one(reads, &[]).expect("stats").get(0);
+    let (id, token): (i64, uuid::Uuid) = (row.get(0), row.get(1));
+    let done: bool = t.query_one("SELECT jq.complete($1, $2)", &[&id, &token]).expect("complete").get(0);
+    assert!(done);
+    t.commit().expect("commit");
+    after - before
+}
+
+/// Held-snapshot field case (issue 5; docs/BENCHMARKS.md): 20,000 jobs are claimed and completed
+/// while another session holds a REPEATABLE READ snapshot, so none of the 20,000 dead entries
+/// at the head of the claim index can be removed. A claim with its hint reads a handful of
+/// entries; the same claim with `jq.claim_hints = off` walks all 20,000 (the control that the
+/// scenario really has a dead head).
+///
+/// Seen failing: `JQ_TEST_BREAK=no_hint` (jq.claim never uses the hint) → "with hints, the
+/// claim read [20001, 20002, 20003] entries of jobs_claim_idx".
+#[test]
+fn a_claim_during_a_held_snapshot_starts_past_the_dead_head() {
+    let db = TestDb::new("hint_snapshot");
+    let mut c = db.connect();
+    if broken("no_hint") {
+        sabotage(&mut c, CLAIM, "IF jq._claim_hint(claim.queue) THEN", "IF false THEN", 1);
+    }
+    c.batch_execute(
+        "SELECT jq.create_queue('hs');
+         SELECT count(*) FROM jq.enqueue_many('hs', (SELECT jsonb_agg(jsonb_build_object('n', g))
+                                                    FROM generate_series(1, 30000) g));",
+    )
+    .expect("setup");
+    let mut holder = db.connect();
+    holder
+        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM jq.jobs;")
+        .expect("hold a snapshot");
+    for _ in 0..20 {
+        let rows = c
+            .query("SELECT id, lease_token FROM jq.claim('hs', 'w', 1000)", &[])
+            .expect("claim");
+        let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+        let tokens: Vec<uuid::Uuid> = rows.iter().map(|r| r.get(1)).collect();
+        let done = c
+            .query("SELECT * FROM jq.complete_many($1, $2)", &[&ids, &tokens])
+            .expect("complete_many")
+            .len();
+        assert_eq!(done, 1000);
+    }
+    // Once a second per queue one claim runs the full claim (the safety net for jobs behind
+    // the hint); on a slow machine one of these may be it, so the best of three is checked.
+    let hinted: Vec<i64> = (0..3).map(|_| claim_index_reads(&mut c, "hs")).collect();
+    c.batch_execute("SET jq.claim_hints = off").expect("hints off");
+    let full: Vec<i64> = (0..3).map(|_| claim_index_reads(&mut c, "hs")).collect();
+    holder.batch_execute("COMMIT").expect("release the snapshot");
+    assert!(
+        full.iter().all(|&n| n >= 20_000),
+        "without hints the claim should walk the 20,000 dead entries, read {full:?}"
+    );
+    assert!(
+        hinted.iter().min().copied().unwrap_or(i64::MAX) <= 50,
+        "with hints, the claim read {hinted:?} entries of jobs_claim_idx"
+    );
+}
+
+/// Sets up queue `q` with six jobs at priority 0 and claims and completes two, so that the
+/// queue has a hint at the second; then runs `make_ready`, which makes a job claimable that sorts
+/// before the hint (jobs after the hint stay ready, so a claim that trusted a stale hint would
+/// take one of them). Returns (that job, the id the next claim got).
+fn next_after(c: &mut Client, q: &str, make_ready: impl FnOnce(&mut Client) -> i64) -> (i64, i64) {
+    c.batch_execute(&format!(
+        "SELECT jq.create_queue('{q}');
+         SELECT count(*) FROM jq.enqueue_many('{q}', (SELECT jsonb_agg(jsonb_build_object('n', g)) FROM generate_series(1, 6) g));"
+    ))
+    .expect("setup");
+    for _ in 0..2 {
+        let j = claim(c, q, "w", 1, None);
+        assert!(complete(c, &j[0]));
+    }
+    let expected = make_ready(c);
+    let got = claim(c, q, "w", 1, None);
+    (expected, got.first().map(|j| j.id).unwrap_or(-1))
+}
+
+/// A job that becomes claimable and sorts before the queue's hint is the next claim's, for each
+/// way a job becomes claimable: an enqueue at a higher priority, an enqueue with a run_at in
+/// the past, a rolled-back claim, a release, a promoted job of a higher priority.
+///
+/// Seen failing: `JQ_TEST_BREAK=no_hint_lower` (jq.enqueue does not move the hint back) →
+/// "enqueue at priority 5: expected job 7, the next claim got 3; enqueue with run_at an hour
+/// ago: expected job 14, the next claim got 10"; `JQ_TEST_BREAK=no_hint_clear` (release,
+/// promotion and a rolled-back claim do not clear it) → "rolled-back claim: expected job 17,
+/// the next claim got 18; release: expected job 23, the next claim got 25; promotion of a
+/// higher-priority job: expected job 33, the next claim got 29".
+#[test]
+fn jobs_that_become_claimable_behind_the_hint_are_claimed_next() {
+    let db = TestDb::new("hint_order");
+    let mut c = db.connect();
+    if broken("no_hint_lower") {
+        sabotage(
+            &mut c,
+            ENQUEUE,
+            "jq._wake_ready(t.name, coalesce(enqueue.priority, 0), v_run_at)",
+            "jq._wake_slot(t.name)",
+            2,
+        );
+    }
+    if broken("no_hint_clear") {
+        // The paths that clear the hint when they make jobs claimable: release, promotion, and
+        // a claim's rollback.
+        sabotage(&mut c, RELEASE, "WHERE jq._wake(b.queue)", "WHERE jq._wake_slot(b.queue)", 1);
+        sabotage(&mut c, PROMOTE, "THEN jq._wake(m.queue)", "THEN jq._wake_slot(m.queue)", 1);
+        sabotage(&mut c, CLAIM, "WHERE jq._wake_on_abort(c.queue) AND", "WHERE", 3);
+    }
+    let cases: Vec<(&str, Box<dyn FnOnce(&mut Client) -> i64>)> = vec![
+        (
+            "enqueue at priority 5",
+            Box::new(|c: &mut Client| {
+                c.query_one("SELECT jq.enqueue('o1', '{}', priority => 5)", &[]).unwrap().get(0)
+            }),
+        ),
+        (
+            "enqueue with run_at an hour ago",
+            Box::new(|c: &mut Client| {
+                c.query_one("SELECT jq.enqueue('o2', '{}', run_at => now() - interval '1 hour')", &[])
+                    .unwrap()
+                    .get(0)
+            }),
+        ),
+        (
+            "rolled-back claim",
+            Box::new(|c: &mut Client| {
+                // Two claims in the transaction move the hint to the second job; both come back.
+                let mut t = c.transaction().unwrap();
+                let id: i64 = t.query_one("SELECT id FROM jq.claim('o3', 'w')", &[]).unwrap().get(0);
+                t.query_one("SELECT id FROM jq.claim('o3', 'w')", &[]).unwrap();
+                t.rollback().unwrap();
+                id
+            }),
+        ),
+        (
+            "release",
+            Box::new(|c: &mut Client| {
+                let j = claim(c, "o4", "w", 1, None);
+                let k = claim(c, "o4", "w", 1, None);
+                assert!(complete(c, &k[0]));
+                let released: bool = c
+                    .query_one("SELECT jq.release($1, $2)", &[&j[0].id, &j[0].token])
+                    .unwrap()
+                    .get(0);
+                assert!(released);
+                j[0].id
+            }),
+        ),
+        (
+            "promotion of a higher-priority job",
+            Box::new(|c: &mut Client| {
+                let id: i64 = c
+                    .query_one("SELECT jq.enqueue('o5', '{}', delay => interval '1 second', priority => 5)", &[])
+                    .unwrap()
+                    .get(0);
+                c.query_one("SELECT jq._promote(now() + interval '2 seconds', 100)", &[]).unwrap();
+                id
+            }),
+        ),
+    ];
+    let mut problems = Vec::new();
+    for (i, (label, make_ready)) in cases.into_iter().enumerate() {
+        let (expected, got) = next_after(&mut c, &format!("o{}", i + 1), make_ready);
+        if expected != got {
+            problems.push(format!("{label}: expected job {expected}, the next claim got {got}"));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("; "));
+}

@@ -1,0 +1,311 @@
+//! Claim-start hints: where a queue's claims may start in `jobs_claim_idx`, past its dead head.
+//!
+//! Every claim turns a `ready` row into a `running` one and leaves a dead entry at the head of
+//! the claim index. Normally the scans that pass such entries mark them dead and later inserts
+//! or vacuum remove them, but while any snapshot older than them is open (a long REPEATABLE
+//! READ report, a stuck transaction, a lagging replica with `hot_standby_feedback`) nothing can
+//! be removed and every claim walks all of them from the head of the index: hundreds of
+//! thousands of entries, 100+ ms per claim (docs/BENCHMARKS.md, "Held REPEATABLE READ snapshot").
+//!
+//! A hint is the key (priority, run_at, id) of the last job claimed from a queue, kept in shared
+//! memory per queue. A claim that finds one (`jq._claim_hint`) first looks only at the jobs of
+//! the hint's priority from that key on (an index range that starts there, so it never reads
+//! the dead head); only if that finds nothing does it run the full claim. Rules that keep the
+//! hint from hiding a job:
+//!
+//! - A claim moves the hint forward to the keys it claims (`jq._hint_advance`), only in READ
+//!   COMMITTED (its snapshot is taken after it read the hint) and only if no other transaction
+//!   moved the hint back since it read it (a generation counter).
+//! - A committed enqueue whose job sorts before the hint moves the hint back to it; every other
+//!   path that makes a job claimable (promotion, retry, release, reaping, unblocking, aging, a
+//!   rolled-back claim, resume) clears the hint when it commits (or rolls back), since its jobs
+//!   may sort anywhere. After visibility, so a claim that reads the hint later also sees them.
+//! - Whatever slips through (a job committed while a claim ran, a row skipped because a
+//!   non-claim transaction had it locked): at most once a second per queue, one claim ignores
+//!   the hint and runs the full claim, which takes jobs in true order and sets the hint anew.
+//!   So a job can be passed over for about a second at most, never lost.
+//!
+//! Hints are an optimisation only: without `shared_preload_libraries = 'jq'` or with
+//! `jq.claim_hints = off` every claim is the full claim. Slots are found by a 64-bit hash of
+//! (database, queue); two queues that share a slot only take it from each other.
+
+use crate::{gucs, shmem};
+use pgrx::datum::TimestampWithTimeZone;
+use pgrx::prelude::*;
+use std::cell::{Cell, RefCell};
+
+/// How long a queue's claims may use its hint before one of them runs the full claim, µs.
+const FULL_CLAIM_EVERY_US: i64 = 1_000_000;
+
+/// A job's position in claim order: priority DESC, run_at, id.
+#[repr(C)]
+#[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
+pub struct Key {
+    pub priority: i32,
+    pub run_at: i64,
+    pub id: i64,
+}
+
+impl Key {
+    /// Whether `self` is claimed before `other`.
+    pub fn before(&self, other: &Key) -> bool {
+        self.priority > other.priority
+            || (self.priority == other.priority && (self.run_at, self.id) < (other.run_at, other.id))
+    }
+}
+
+/// One queue's hint (the contents of a shared slot).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct Hint {
+    /// Hash of (database, queue); 0 = unused.
+    pub tag: u64,
+    /// Bumped whenever the hint is moved back or cleared (or the slot changes hands).
+    pub gen: u64,
+    /// Whether `key` holds.
+    pub valid: bool,
+    pub key: Key,
+    /// When a claim of this queue last ran the full claim (µs since 2000, PostgreSQL's epoch).
+    pub full_at: i64,
+}
+
+/// What the last `jq._claim_hint` of this backend read.
+#[derive(Clone, Copy, Default)]
+struct Seen {
+    tag: u64,
+    slot_tag: u64,
+    gen: u64,
+    valid: bool,
+    key: Key,
+}
+
+/// A change to apply when the transaction ends.
+#[derive(Clone, Copy)]
+enum Change {
+    /// A job sorting at `Key` became claimable: move the hint back to it if it is ahead.
+    Lower(Key),
+    /// Jobs that may sort anywhere became claimable: clear the hint.
+    Clear,
+}
+
+thread_local! {
+    static SEEN: Cell<Seen> = const { Cell::new(Seen { tag: 0, slot_tag: 0, gen: 0, valid: false,
+        key: Key { priority: 0, run_at: 0, id: 0 } }) };
+    /// Changes at commit (`.1 = false`) or at abort (`.1 = true`).
+    static PENDING: RefCell<Vec<(u64, Change, bool)>> = const { RefCell::new(Vec::new()) };
+    static CALLBACK_REGISTERED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// 64-bit FNV-1a of the database oid and the queue name; never 0.
+fn tag_of(queue: &str) -> u64 {
+    // SAFETY: MyDatabaseId is set in every backend connected to a database.
+    let db = unsafe { pg_sys::MyDatabaseId }.to_u32();
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in db.to_le_bytes().iter().chain(queue.as_bytes()) {
+        h ^= *b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h.max(1)
+}
+
+fn now_us() -> i64 {
+    // SAFETY: reads the clock.
+    unsafe { pg_sys::GetCurrentTimestamp() }
+}
+
+fn enabled() -> bool {
+    gucs::CLAIM_HINTS.get() && shmem::get().is_some()
+}
+
+/// `jq._claim_hint(queue text) RETURNS boolean`: whether claims of `queue` may start at its
+/// hint now; the hint's key is then what [`_hint_priority`], [`_hint_run_at`] and [`_hint_id`]
+/// return until the next call. False (run the full claim) when there is no hint, hints are off,
+/// or it is this claim's turn to run the full claim (once a second per queue).
+#[pg_extern(volatile, parallel_unsafe)]
+fn _claim_hint(queue: &str) -> bool {
+    let Some(sh) = shmem::get().filter(|_| gucs::CLAIM_HINTS.get()) else {
+        SEEN.set(Seen::default());
+        return false;
+    };
+    let tag = tag_of(queue);
+    let now = now_us();
+    let seen = sh.hint_slot(tag).with(|h| {
+        let use_it = h.tag == tag && h.valid && now - h.full_at < FULL_CLAIM_EVERY_US;
+        if !use_it && h.tag == tag {
+            h.full_at = now;  // this claim runs the full claim; the others keep using the hint
+        }
+        Seen { tag, slot_tag: h.tag, gen: h.gen, valid: use_it, key: h.key }
+    });
+    SEEN.set(seen);
+    seen.valid
+}
+
+/// `jq._hint_priority() RETURNS integer`: the priority of the hint read by the last
+/// `jq._claim_hint` (NULL when it returned false).
+#[pg_extern(stable, parallel_unsafe)]
+fn _hint_priority() -> Option<i32> {
+    let s = SEEN.get();
+    s.valid.then_some(s.key.priority)
+}
+
+/// `jq._hint_run_at() RETURNS timestamptz`: as [`_hint_priority`], the run_at.
+#[pg_extern(stable, parallel_unsafe)]
+fn _hint_run_at() -> Option<TimestampWithTimeZone> {
+    let s = SEEN.get();
+    if !s.valid {
+        return None;
+    }
+    TimestampWithTimeZone::try_from(s.key.run_at).ok()
+}
+
+/// `jq._hint_id() RETURNS bigint`: as [`_hint_priority`], the id.
+#[pg_extern(stable, parallel_unsafe)]
+fn _hint_id() -> Option<i64> {
+    let s = SEEN.get();
+    s.valid.then_some(s.key.id)
+}
+
+/// `jq._hint_advance(queue text, priority integer, run_at timestamptz, id bigint) RETURNS
+/// boolean`: called by a claim for each job it claims; moves `queue`'s hint forward to that key
+/// if no transaction moved it back or cleared it since this backend's last `jq._claim_hint`,
+/// and only under READ COMMITTED. Always true.
+#[pg_extern(volatile, parallel_unsafe)]
+fn _hint_advance(queue: &str, priority: i32, run_at: TimestampWithTimeZone, id: i64) -> bool {
+    // SAFETY: a PostgreSQL global of this backend.
+    let read_committed = unsafe { pg_sys::XactIsoLevel } == pg_sys::XACT_READ_COMMITTED as i32;
+    if !read_committed || !enabled() {
+        return true;
+    }
+    let seen = SEEN.get();
+    let tag = tag_of(queue);
+    if seen.tag != tag {
+        return true;  // not read by this claim
+    }
+    let key = Key { priority, run_at: run_at.into_inner(), id };
+    if let Some(sh) = shmem::get() {
+        sh.hint_slot(tag).with(|h| {
+            if h.tag != seen.slot_tag || h.gen != seen.gen {
+                return;  // moved back, cleared or taken since we read it
+            }
+            if h.tag != tag {
+                // Unused or another queue's: ours now.
+                *h = Hint { tag, gen: h.gen + 1, valid: true, key, full_at: now_us() };
+            } else if !h.valid || h.key.before(&key) {
+                h.valid = true;
+                h.key = key;
+            }
+        });
+    }
+    true
+}
+
+fn register_callback() {
+    if !CALLBACK_REGISTERED.get() {
+        // SAFETY: registers this library's callbacks once per backend (never unloaded).
+        unsafe {
+            pg_sys::RegisterXactCallback(Some(xact_callback), std::ptr::null_mut());
+            pg_sys::RegisterSubXactCallback(Some(subxact_callback), std::ptr::null_mut());
+        }
+        CALLBACK_REGISTERED.set(true);
+    }
+}
+
+fn pend(queue: &str, change: Change, at_abort: bool) {
+    if shmem::get().is_none() {
+        return;  // no hints without shared memory (the GUC is not consulted: another session may use hints)
+    }
+    register_callback();
+    let tag = tag_of(queue);
+    PENDING.with_borrow_mut(|p| {
+        // One entry per (queue, when): a clear wins; else the earliest key.
+        match p.iter_mut().find(|(t, _, a)| *t == tag && *a == at_abort) {
+            Some((_, c, _)) => {
+                *c = match (*c, change) {
+                    (Change::Lower(a), Change::Lower(b)) => Change::Lower(if b.before(&a) { b } else { a }),
+                    _ => Change::Clear,
+                }
+            }
+            None => p.push((tag, change, at_abort)),
+        }
+    });
+}
+
+/// Called by enqueue for a job that is claimable at once: at commit, the hint of `queue` moves
+/// back to (priority, run_at) if it is ahead of it.
+pub fn note_ready_key(queue: &str, priority: i32, run_at: i64) {
+    pend(queue, Change::Lower(Key { priority, run_at, id: 0 }), false);
+}
+
+/// Called by every other path that makes jobs of `queue` claimable: at commit, its hint is cleared.
+pub fn note_ready(queue: &str) {
+    pend(queue, Change::Clear, false);
+}
+
+/// Called by a claim: if the transaction rolls back (its jobs are handed back), clear the hint.
+pub fn note_abort(queue: &str) {
+    pend(queue, Change::Clear, true);
+}
+
+/// `jq._hint_clear(queue text) RETURNS boolean`: clears the hint of `queue` when this transaction
+/// commits (for a path that changes the claim order of ready jobs, e.g. priority aging). Always true.
+#[pg_extern(volatile, parallel_unsafe)]
+fn _hint_clear(queue: &str) -> bool {
+    note_ready(queue);
+    true
+}
+
+fn apply(changes: &[(u64, Change, bool)]) {
+    let Some(sh) = shmem::get() else { return };
+    for (tag, change, _) in changes {
+        sh.hint_slot(*tag).with(|h| {
+            match change {
+                Change::Lower(k) if h.tag == *tag && h.valid && !k.before(&h.key) => {}  // behind the hint already
+                Change::Lower(k) if h.tag == *tag && h.valid => {
+                    h.key = *k;
+                    h.gen += 1;
+                }
+                _ => {
+                    if h.tag == *tag {
+                        h.valid = false;
+                    }
+                    h.gen += 1;  // also cancels advances of claims that read the slot before
+                }
+            }
+        });
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
+    use pg_sys::XactEvent::*;
+    let commit = event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT;
+    let abort = event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT;
+    if !commit && !abort && event != XACT_EVENT_PREPARE {
+        return;
+    }
+    let pending = PENDING.take();
+    if event == XACT_EVENT_PREPARE {
+        // A prepared transaction's jobs become claimable at COMMIT PREPARED, in another
+        // session: clear now (conservative; the full claim finds them once committed).
+        let all: Vec<_> = pending.into_iter().map(|(t, _, a)| (t, Change::Clear, a)).collect();
+        apply(&all);
+        return;
+    }
+    let now: Vec<_> = pending.into_iter().filter(|(_, _, at_abort)| *at_abort == abort).collect();
+    apply(&now);
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn subxact_callback(
+    event: pg_sys::SubXactEvent::Type,
+    _my: pg_sys::SubTransactionId,
+    _parent: pg_sys::SubTransactionId,
+    _arg: *mut std::ffi::c_void,
+) {
+    if event != pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB {
+        return;
+    }
+    // A claim rolled back to a savepoint hands its jobs back now.
+    let aborts: Vec<_> = PENDING.with_borrow(|p| p.iter().filter(|(_, _, a)| *a).copied().collect());
+    apply(&aborts);
+}
