@@ -163,7 +163,7 @@ COMMENT ON FUNCTION jq._claim_hint(text) IS
 'Internal (src/claim_hint.rs): whether claims of queue may start at its claim-start hint now (the '
 'key of its last claimed job, in shared memory); the key is then what jq._hint_priority(), '
 'jq._hint_run_at() and jq._hint_id() return. False when there is none, jq.claim_hints is off, '
-'jq is not preloaded, or it is this claim''s turn to run the full claim (once a second per queue).';
+'jq is not preloaded, or it is this claim''s turn to run the full claim (one claim of a queue at a time, at least a second and ten times the previous full claim''s duration apart).';
 
 COMMENT ON FUNCTION jq._hint_priority() IS
 'Internal: priority of the claim-start hint read by this backend''s last jq._claim_hint (NULL if none).';

@@ -21,9 +21,12 @@
 //!   rolled-back claim, resume) clears the hint when it commits (or rolls back), since its jobs
 //!   may sort anywhere. After visibility, so a claim that reads the hint later also sees them.
 //! - Whatever slips through (a job committed while a claim ran, a row skipped because a
-//!   non-claim transaction had it locked): at most once a second per queue, one claim ignores
-//!   the hint and runs the full claim, which takes jobs in true order and sets the hint anew.
-//!   So a job can be passed over for about a second at most, never lost.
+//!   non-claim transaction had it locked): now and then one claim ignores the hint and runs the
+//!   full claim, which takes jobs in true order and sets the hint anew. One claim of a queue at
+//!   a time, at least a second after the previous one and at least ten times that one's
+//!   duration after it (a full claim that walks a long dead head is spaced out, so it never
+//!   takes more than about a tenth of one worker). So a job can be passed over for about a
+//!   second, longer only while an old snapshot is open; it is never lost.
 //!
 //! Hints are an optimisation only: without `shared_preload_libraries = 'jq'` or with
 //! `jq.claim_hints = off` every claim is the full claim. Slots are found by a 64-bit hash of
@@ -34,8 +37,14 @@ use pgrx::datum::TimestampWithTimeZone;
 use pgrx::prelude::*;
 use std::cell::{Cell, RefCell};
 
-/// How long a queue's claims may use its hint before one of them runs the full claim, µs.
+/// Shortest time between two full claims of a queue that has a hint, µs.
 const FULL_CLAIM_EVERY_US: i64 = 1_000_000;
+/// A full claim is due again after this many times its own duration, if that is longer: while
+/// an old snapshot keeps the dead head alive, a full claim walks all of it (seconds, after
+/// minutes of such a snapshot), and one a second would take most of the machine.
+const FULL_CLAIM_SPACING: i64 = 10;
+/// How long one claim holds the turn to run the full claim before another may take it, µs.
+const FULL_CLAIM_TURN_US: i64 = 60_000_000;
 
 /// A job's position in claim order: priority DESC, run_at, id.
 #[repr(C)]
@@ -65,8 +74,8 @@ pub struct Hint {
     /// Whether `key` holds.
     pub valid: bool,
     pub key: Key,
-    /// When a claim of this queue last ran the full claim (µs since 2000, PostgreSQL's epoch).
-    pub full_at: i64,
+    /// When the next full claim of this queue is due (µs since 2000, PostgreSQL's epoch).
+    pub full_due: i64,
 }
 
 /// What the last `jq._claim_hint` of this backend read.
@@ -77,6 +86,8 @@ struct Seen {
     gen: u64,
     valid: bool,
     key: Key,
+    /// When this claim took the turn to run the full claim (0: it did not).
+    turn_at: i64,
 }
 
 /// A change to apply when the transaction ends.
@@ -90,7 +101,7 @@ enum Change {
 
 thread_local! {
     static SEEN: Cell<Seen> = const { Cell::new(Seen { tag: 0, slot_tag: 0, gen: 0, valid: false,
-        key: Key { priority: 0, run_at: 0, id: 0 } }) };
+        key: Key { priority: 0, run_at: 0, id: 0 }, turn_at: 0 }) };
     /// Changes at commit (`.1 = false`) or at abort (`.1 = true`).
     static PENDING: RefCell<Vec<(u64, Change, bool)>> = const { RefCell::new(Vec::new()) };
     static CALLBACK_REGISTERED: Cell<bool> = const { Cell::new(false) };
@@ -120,7 +131,8 @@ fn enabled() -> bool {
 /// `jq._claim_hint(queue text) RETURNS boolean`: whether claims of `queue` may start at its
 /// hint now; the hint's key is then what [`_hint_priority`], [`_hint_run_at`] and [`_hint_id`]
 /// return until the next call. False (run the full claim) when there is no hint, hints are off,
-/// or it is this claim's turn to run the full claim (once a second per queue).
+/// or it is this claim's turn to run the full claim: at most one claim of a queue at a time, at
+/// least a second and at least ten times the previous full claim's duration after it.
 #[pg_extern(volatile, parallel_unsafe)]
 fn _claim_hint(queue: &str) -> bool {
     let Some(sh) = shmem::get().filter(|_| gucs::CLAIM_HINTS.get()) else {
@@ -130,11 +142,13 @@ fn _claim_hint(queue: &str) -> bool {
     let tag = tag_of(queue);
     let now = now_us();
     let seen = sh.hint_slot(tag).with(|h| {
-        let use_it = h.tag == tag && h.valid && now - h.full_at < FULL_CLAIM_EVERY_US;
-        if !use_it && h.tag == tag {
-            h.full_at = now;  // this claim runs the full claim; the others keep using the hint
+        let mine = h.tag == tag && h.valid;
+        let turn = mine && now >= h.full_due;
+        if turn {
+            // This claim runs the full claim; the others keep using the hint meanwhile.
+            h.full_due = now + FULL_CLAIM_TURN_US;
         }
-        Seen { tag, slot_tag: h.tag, gen: h.gen, valid: use_it, key: h.key }
+        Seen { tag, slot_tag: h.tag, gen: h.gen, valid: mine && !turn, key: h.key, turn_at: if turn { now } else { 0 } }
     });
     SEEN.set(seen);
     seen.valid
@@ -182,14 +196,22 @@ fn _hint_advance(queue: &str, priority: i32, run_at: TimestampWithTimeZone, id: 
         return true;  // not read by this claim
     }
     let key = Key { priority, run_at: run_at.into_inner(), id };
+    if seen.turn_at > 0 {
+        SEEN.set(Seen { turn_at: 0, ..seen });  // the first claimed row ends the turn
+    }
     if let Some(sh) = shmem::get() {
+        let now = now_us();
         sh.hint_slot(tag).with(|h| {
+            if seen.turn_at > 0 && h.tag == tag {
+                // The full claim this backend ran is done: space the next one by its duration.
+                h.full_due = now + FULL_CLAIM_EVERY_US.max(FULL_CLAIM_SPACING * (now - seen.turn_at));
+            }
             if h.tag != seen.slot_tag || h.gen != seen.gen {
                 return;  // moved back, cleared or taken since we read it
             }
             if h.tag != tag {
                 // Unused or another queue's: ours now.
-                *h = Hint { tag, gen: h.gen + 1, valid: true, key, full_at: now_us() };
+                *h = Hint { tag, gen: h.gen + 1, valid: true, key, full_due: now + FULL_CLAIM_EVERY_US };
             } else if !h.valid || h.key.before(&key) {
                 h.valid = true;
                 h.key = key;
