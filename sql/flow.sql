@@ -52,9 +52,9 @@ BEGIN
                 LIMIT v_k - v_used
                 FOR UPDATE))
               AND j.state = 'blocked'
-            RETURNING j.queue
+            RETURNING j.queue, j.priority, j.run_at
         )
-        SELECT count(*) INTO v_moved FROM moved m WHERE jq._wake(m.queue);
+        SELECT count(*) INTO v_moved FROM moved m WHERE jq._wake_ready(m.queue, m.priority, m.run_at);
         EXIT WHEN v_moved = 0;
         v_used := v_used + v_moved;
         v_total := v_total + v_moved;
@@ -128,7 +128,7 @@ BEGIN
             finished_at = CASE WHEN j.cancel_requested THEN v_now END
         WHERE j.id = snooze.id AND j.lease_token = snooze.lease_token AND j.state::text = 'running'
         RETURNING j.id, j.claims, j.attempt, j.state, j.started_at, j.lease_expires_at, j.queue,
-                  j.worker, j.concurrency_key
+                  j.worker, j.concurrency_key, j.priority, j.run_at
     ), hist AS (
         INSERT INTO jq.executions (job_id, seq, attempt, outcome, started_at, lease_expires_at,
                                    finished_at, queue, worker)
@@ -136,7 +136,7 @@ BEGIN
                CASE WHEN b.state = 'cancelled' THEN 'cancelled' ELSE 'snoozed' END::jq.execution_outcome,
                b.started_at, b.lease_expires_at, v_now, b.queue, b.worker
         FROM back b
-        WHERE CASE WHEN b.state = 'ready' THEN jq._wake(b.queue) ELSE jq._wake_slot(b.queue) END
+        WHERE CASE WHEN b.state = 'ready' THEN jq._wake_ready(b.queue, b.priority, b.run_at) ELSE jq._wake_slot(b.queue) END
         RETURNING job_id
     )
     SELECT b.state, b.queue, b.concurrency_key INTO v_job FROM back b;

@@ -10,7 +10,9 @@
 --   * jq.schedules.created_by, checked by every cron fire;
 --   * the functions that name a queue take a last parameter caller_ticket (so their signatures
 --     change: dropped and created again) and check the caller's grants;
---   * SECURITY DEFINER with a pinned search_path; nothing granted to PUBLIC.
+--   * SECURITY DEFINER with a pinned search_path; nothing granted to PUBLIC;
+--   * claim-start hints (src/claim_hint.rs): the claim, and the paths that make jobs claimable,
+--     call the new internal functions jq._claim_hint, jq._hint_* and jq._wake_ready.
 -- Jobs, leases and history are untouched: a worker holding a lease completes it after the
 -- upgrade with the same token.
 
@@ -143,21 +145,21 @@ COMMENT ON FUNCTION jq._wake(text) IS
 'Internal: notes that this transaction made one job of queue claimable (call once per job); at '
 'commit, one more claim waiting on it (jq.claim with wait) is woken through shared memory, the '
 'maintenance worker NOTIFYs jq_ready, and the queue''s claim-start hint is cleared (the job may '
-'sort anywhere; src/claim_hint.rs). A rolled-back transaction wakes nobody. Returns true (used '
-'inside WHERE clauses).';
+'sort anywhere; src/claim_hint.rs; jq._wake_ready when its place is known). A rolled-back '
+'transaction wakes nobody. Returns true (used inside WHERE clauses).';
 
 COMMENT ON FUNCTION jq._wake_n(text, integer) IS
 'Internal: as jq._wake for n jobs at once: at commit, up to n claims waiting on queue are woken '
-'(a very large n wakes them all) and its claim-start hint is cleared. Returns true.';
+'(a very large n wakes them all). Returns true.';
 
 COMMENT ON FUNCTION jq._wake_on_abort(text) IS
-'Internal: if this transaction rolls back, wake claims waiting on queue and clear its claim-start '
-'hint (a rolled-back claim hands its jobs back). Returns true.';
+'Internal: if this transaction rolls back, wake claims waiting on queue (a rolled-back claim '
+'hands its jobs back). Returns true.';
 
 COMMENT ON FUNCTION jq._wake_ready(text, integer, timestamptz) IS
-'Internal: as jq._wake for a job enqueued claimable at once with this priority and run_at: at '
-'commit the queue''s claim-start hint moves back to that key only if the job sorts before it. '
-'Returns true.';
+'Internal: as jq._wake for a job made claimable with this priority and run_at (enqueue, promotion, '
+'release, reaping, snooze, a key slot handing over): at commit the queue''s claim-start hint '
+'moves back to that key only if the job sorts before it. Returns true.';
 
 COMMENT ON FUNCTION jq._claim_hint(text) IS
 'Internal (src/claim_hint.rs): whether claims of queue may start at its claim-start hint now (the '
@@ -177,7 +179,8 @@ COMMENT ON FUNCTION jq._hint_id() IS
 COMMENT ON FUNCTION jq._hint_advance(text, integer, timestamptz, bigint) IS
 'Internal: called by a claim for each job it claims: moves the queue''s claim-start hint forward to '
 '(priority, run_at, id) unless another transaction moved it back or cleared it since this '
-'backend''s last jq._claim_hint; READ COMMITTED only. Returns true.';
+'backend''s last jq._claim_hint (READ COMMITTED only); if the transaction rolls back, moves it '
+'back to that key. Returns true.';
 
 COMMENT ON FUNCTION jq._hint_clear(text) IS
 'Internal: at commit, clears the claim-start hint of queue (a path that changes the claim order '
@@ -1529,6 +1532,281 @@ COMMENT ON FUNCTION jq._age(timestamptz, integer) IS
 '<= now (jobs_aging_idx), sets priority = base_priority + floor((now - run_at) / the queue''s '
 'priority_aging) and next_age_at to the next step; returns how many. Run by the promote duty. '
 'Safe to run concurrently (FOR UPDATE SKIP LOCKED).';
+
+-- Maintenance duties, each a function of `now` so that tests pass fixed instants and the
+-- background worker passes now(). The rows of a batch are picked by an uncorrelated
+-- ARRAY(SELECT ... LIMIT batch FOR UPDATE SKIP LOCKED) and written by id: a join against a CTE
+-- let the planner hash-join the whole backlog for every batch (pg_test/tests/plans.rs). Each locks its rows with FOR UPDATE SKIP LOCKED in bounded
+-- batches and writes only rows still in the state it read, so passes from several sessions at
+-- once partition the work instead of repeating it, and a late pass changes nothing.
+
+CREATE OR REPLACE FUNCTION jq._promote(now timestamptz, batch integer DEFAULT 5000) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_count integer;
+    v_keys  record;
+BEGIN
+    -- jq._wake (per row, deduplicated in memory) wakes waiting claims of these queues at commit.
+    -- A job with a concurrency key that never ran has no slot of its key: it goes blocked, and
+    -- jq._key_fill_many (after, in key order) makes the keys' next jobs ready; one scheduled
+    -- again after a claim (retry, snooze) still holds its slot and goes ready.
+    WITH moved AS (
+        UPDATE jq.jobs j SET state = CASE WHEN j.concurrency_key IS NULL OR j.claims > 0 THEN 'ready'
+                                          ELSE 'blocked' END::jq.job_state
+        WHERE j.id = ANY (ARRAY(
+            SELECT d.id FROM jq.jobs d
+            WHERE d.state = 'scheduled' AND d.run_at <= _promote.now
+            ORDER BY d.run_at
+            LIMIT _promote.batch
+            FOR UPDATE SKIP LOCKED)) AND j.state = 'scheduled' AND j.run_at <= _promote.now
+        RETURNING j.queue, j.state, j.concurrency_key, j.priority, j.run_at
+    )
+    SELECT count(*) AS n,
+           pg_catalog.array_agg(m.queue) FILTER (WHERE m.state = 'blocked') AS queues,
+           pg_catalog.array_agg(m.concurrency_key) FILTER (WHERE m.state = 'blocked') AS keys
+    INTO v_keys
+    FROM moved m WHERE CASE WHEN m.state = 'ready' THEN jq._wake_ready(m.queue, m.priority, m.run_at) ELSE true END;
+    v_count := v_keys.n;
+    IF v_keys.queues IS NOT NULL THEN
+        PERFORM jq._key_fill_many(v_keys.queues, v_keys.keys,
+                                  pg_catalog.array_fill(0, ARRAY[pg_catalog.cardinality(v_keys.queues)]));
+    END IF;
+    RETURN v_count;
+END $$;
+
+COMMENT ON FUNCTION jq._promote(timestamptz, integer) IS
+'Maintenance: moves up to batch scheduled jobs with run_at <= now to ready (run_at is kept: it is '
+'when the job became due) and returns how many. A job with a concurrency key that has not run '
+'yet goes through its key: blocked, then ready if the key has a free slot. Safe to run concurrently.';
+
+CREATE OR REPLACE FUNCTION jq._reap(now timestamptz, batch integer DEFAULT 1000) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_count integer;
+BEGIN
+    WITH back AS (
+        UPDATE jq.jobs j SET
+            state = CASE
+                WHEN j.cancel_requested THEN 'cancelled'
+                WHEN j.lease_expiries + 1 > coalesce(
+                    (SELECT q.max_lease_expiries FROM jq.queues q WHERE q.name = j.queue), 10)
+                    THEN 'dead'
+                ELSE 'ready' END::jq.job_state,
+            attempt = j.attempt - 1,
+            lease_expiries = j.lease_expiries + 1,
+            finished_at = CASE
+                WHEN j.cancel_requested OR j.lease_expiries + 1 > coalesce(
+                    (SELECT q.max_lease_expiries FROM jq.queues q WHERE q.name = j.queue), 10)
+                    THEN _reap.now END,
+            last_error = CASE
+                WHEN NOT j.cancel_requested AND j.lease_expiries + 1 > coalesce(
+                    (SELECT q.max_lease_expiries FROM jq.queues q WHERE q.name = j.queue), 10)
+                    THEN pg_catalog.format('lease expired %s times (max_lease_expiries); the job '
+                         'may be killing its worker', j.lease_expiries + 1)
+                ELSE j.last_error END
+        WHERE j.id = ANY (ARRAY(
+            SELECT x.id FROM jq.jobs x
+            WHERE x.state = 'running' AND x.lease_expires_at < _reap.now
+            ORDER BY x.lease_expires_at
+            LIMIT _reap.batch
+            FOR UPDATE SKIP LOCKED)) AND j.state = 'running' AND j.lease_expires_at < _reap.now
+        RETURNING j.id, j.claims, j.attempt, j.state, j.started_at, j.lease_expires_at, j.queue,
+                  j.worker, j.concurrency_key, j.priority, j.run_at
+    ), keyed AS (
+        -- A reaped job that ended (dead, cancelled) frees its key's slot; one back in ready
+        -- keeps it. All keys at once, in key order (jq._key_fill_many); one row.
+        SELECT CASE WHEN count(*) > 0 THEN
+                   jq._key_fill_many(pg_catalog.array_agg(b.queue), pg_catalog.array_agg(b.concurrency_key),
+                                     pg_catalog.array_agg(1)) END AS moved
+        FROM back b WHERE b.concurrency_key IS NOT NULL AND b.state <> 'ready'
+    )
+    INSERT INTO jq.executions (job_id, seq, attempt, outcome, started_at, lease_expires_at,
+                               finished_at, queue, worker, error)
+    SELECT b.id, b.claims, b.attempt + 1, 'lease_expired', b.started_at, b.lease_expires_at,
+           _reap.now, b.queue, b.worker,
+           CASE WHEN b.state = 'dead' THEN 'lease expired; max_lease_expiries reached'
+                WHEN b.state = 'cancelled' THEN 'lease expired after a cancellation request'
+                ELSE 'lease expired' END
+    FROM back b, keyed k
+    -- At commit, wake waiting claims: the job is claimable again, or its slot of a capped queue
+    -- is free.
+    WHERE CASE WHEN b.state = 'ready' THEN jq._wake_ready(b.queue, b.priority, b.run_at) ELSE jq._wake_slot(b.queue) END;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END $$;
+
+COMMENT ON FUNCTION jq._reap(timestamptz, integer) IS
+'Maintenance: ends up to batch running jobs whose lease expired before now and returns how many. '
+'A worker that vanished never gave a verdict, so the attempt is refunded and lease_expiries + 1: '
+'the job is ready again at its old place; cancelled if a cancellation was requested; dead once '
+'lease_expiries exceeds the queue''s max_lease_expiries (a job that kills its worker must not loop '
+'forever). Recovery depends only on the job row, never on worker names. Each gets an execution '
+'row with outcome lease_expired. Safe to run concurrently; a job completed meanwhile is skipped.';
+
+-- Flow control (docs/flow-control.md): per-key serialisation and snooze. Rate limits live in
+-- jq.claim itself (sql/work.sql), which already reads and, for capped queues, locks the queue row.
+--
+-- Per-key serialisation keeps the claim untouched: a due job of a key that has no free slot is
+-- not 'ready' but 'blocked', so it is in no claim index and the claim never sees it, however
+-- many keys are blocked. jq._key_fill moves the next blocked jobs of one key to 'ready' when
+-- the key has free slots: after an enqueue or promotion puts a job in 'blocked', and after a
+-- job that held a slot ends. A job holds a slot of its key while it is ready, running, or
+-- scheduled again after a claim (retry backoff, snooze): a key's head that is retrying keeps
+-- the key's order; a dead, cancelled or completed head frees it (field case Q09).
+
+CREATE OR REPLACE FUNCTION jq._key_fill(queue text, concurrency_key text, freed integer DEFAULT 0)
+RETURNS integer
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_k     integer;
+    v_used  integer;
+    v_orig  integer;
+    v_moved integer;
+    v_total integer := 0;
+BEGIN
+    -- The key's row is locked (created if missing) before its blocked jobs are read, so two
+    -- fills of one key never both see the same free slot; every caller locks the job rows it
+    -- changed before this, and this locks blocked rows only after the key row, so the lock
+    -- order is always: jobs that held or take a slot, key row, blocked jobs.
+    -- Lock the row (one write at the end, none when a freed slot passes straight to the key's
+    -- next job); create it if missing (ON CONFLICT: a concurrent creator wins, then we lock).
+    LOOP
+        SELECT s.used INTO v_orig FROM jq.key_slots s
+        WHERE s.queue = _key_fill.queue AND s.concurrency_key = _key_fill.concurrency_key
+        FOR UPDATE;
+        EXIT WHEN FOUND;
+        INSERT INTO jq.key_slots AS s (queue, concurrency_key, used)
+        VALUES (_key_fill.queue, _key_fill.concurrency_key, 0)
+        ON CONFLICT (queue, concurrency_key) DO NOTHING;
+    END LOOP;
+    v_used := pg_catalog.int4larger(v_orig - _key_fill.freed, 0);
+    SELECT t.key_concurrency INTO v_k FROM jq.queues t WHERE t.name = _key_fill.queue;
+    v_k := coalesce(v_k, 1);
+    -- A blocked job locked by a concurrent change (cancel) is re-checked and may drop out of
+    -- the batch; the loop then takes the next one.
+    FOR i IN 1..3 LOOP
+        EXIT WHEN v_used >= v_k;
+        WITH moved AS (
+            UPDATE jq.jobs j SET state = 'ready'
+            WHERE j.id = ANY (ARRAY(
+                SELECT b.id FROM jq.jobs b
+                WHERE b.queue = _key_fill.queue AND b.concurrency_key = _key_fill.concurrency_key
+                  AND b.state = 'blocked'
+                ORDER BY b.run_at, b.id
+                LIMIT v_k - v_used
+                FOR UPDATE))
+              AND j.state = 'blocked'
+            RETURNING j.queue, j.priority, j.run_at
+        )
+        SELECT count(*) INTO v_moved FROM moved m WHERE jq._wake_ready(m.queue, m.priority, m.run_at);
+        EXIT WHEN v_moved = 0;
+        v_used := v_used + v_moved;
+        v_total := v_total + v_moved;
+    END LOOP;
+    IF v_used = 0 THEN
+        DELETE FROM jq.key_slots s
+        WHERE s.queue = _key_fill.queue AND s.concurrency_key = _key_fill.concurrency_key;
+    ELSIF v_used <> v_orig THEN
+        UPDATE jq.key_slots s SET used = v_used
+        WHERE s.queue = _key_fill.queue AND s.concurrency_key = _key_fill.concurrency_key;
+    END IF;
+    RETURN v_total;
+END $$;
+
+COMMENT ON FUNCTION jq._key_fill(text, text, integer) IS
+'Internal: locks the slot row of (queue, concurrency_key), subtracts freed (jobs that held a '
+'slot and just ended or went blocked), then moves the key''s oldest blocked jobs (run_at, id) '
+'to ready while used < the queue''s key_concurrency, waking one waiting claim per job at '
+'commit. Returns how many it moved. Called by enqueue, promotion, job ends and alter_queue.';
+
+CREATE OR REPLACE FUNCTION jq.snooze(id bigint, lease_token uuid, delay interval) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := pg_catalog.clock_timestamp();
+    v_job record;
+BEGIN
+    IF snooze.delay IS NULL THEN
+        RAISE EXCEPTION 'delay must not be NULL (use interval ''0'' to snooze until now)'
+            USING ERRCODE = '22004';
+    END IF;
+    IF snooze.delay > interval '100 years'
+       OR (snooze.delay > interval '0' AND NOT jq._interval_fields_nonnegative(snooze.delay)) THEN
+        RAISE EXCEPTION 'delay must be at most 100 years, with no negative field, got %', snooze.delay
+            USING ERRCODE = '22023';
+    END IF;
+    -- Fenced like jq.complete: only the current claim (lease token, running) can snooze. The
+    -- attempt is refunded; the job keeps its key slot (it is still the key's head) unless a
+    -- cancellation was requested, which ends it as cancelled, as jq.release does.
+    WITH back AS (
+        UPDATE jq.jobs j SET
+            state = CASE WHEN j.cancel_requested THEN 'cancelled'
+                         WHEN snooze.delay > interval '0' THEN 'scheduled'
+                         ELSE 'ready' END::jq.job_state,
+            attempt = j.attempt - 1,
+            run_at = CASE WHEN j.cancel_requested THEN j.run_at
+                          ELSE v_now + pg_catalog.interval_larger(snooze.delay, interval '0') END,
+            finished_at = CASE WHEN j.cancel_requested THEN v_now END
+        WHERE j.id = snooze.id AND j.lease_token = snooze.lease_token AND j.state::text = 'running'
+        RETURNING j.id, j.claims, j.attempt, j.state, j.started_at, j.lease_expires_at, j.queue,
+                  j.worker, j.concurrency_key, j.priority, j.run_at
+    ), hist AS (
+        INSERT INTO jq.executions (job_id, seq, attempt, outcome, started_at, lease_expires_at,
+                                   finished_at, queue, worker)
+        SELECT b.id, b.claims, b.attempt + 1,
+               CASE WHEN b.state = 'cancelled' THEN 'cancelled' ELSE 'snoozed' END::jq.execution_outcome,
+               b.started_at, b.lease_expires_at, v_now, b.queue, b.worker
+        FROM back b
+        WHERE CASE WHEN b.state = 'ready' THEN jq._wake_ready(b.queue, b.priority, b.run_at) ELSE jq._wake_slot(b.queue) END
+        RETURNING job_id
+    )
+    SELECT b.state, b.queue, b.concurrency_key INTO v_job FROM back b;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF v_job.concurrency_key IS NOT NULL AND v_job.state = 'cancelled' THEN
+        PERFORM jq._key_fill(v_job.queue, v_job.concurrency_key, 1);
+    END IF;
+    RETURN true;
+END $$;
+
+COMMENT ON FUNCTION jq.snooze(bigint, uuid, interval) IS
+'Puts a running job back to scheduled at now + delay (interval; zero or negative = ready now) '
+'without charging the attempt: the handler says "not yet". Records an execution with outcome '
+'snoozed (attempt refunded); the job keeps its place as its concurrency key''s head (the slot '
+'stays taken). A job with a cancellation request ends cancelled instead. Fenced: true only if '
+'the job is running under this lease_token; otherwise false and nothing changes. Errors: 22004 '
+'NULL delay, 22023 delay over 100 years or positive with a negative field.';
+
+CREATE OR REPLACE FUNCTION jq.release(id bigint, lease_token uuid) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    WITH back AS (
+        UPDATE jq.jobs j SET
+            state = CASE WHEN j.cancel_requested THEN 'cancelled' ELSE 'ready' END::jq.job_state,
+            attempt = j.attempt - 1,
+            finished_at = CASE WHEN j.cancel_requested THEN pg_catalog.clock_timestamp() END
+        WHERE j.id = release.id AND j.lease_token = release.lease_token AND j.state::text = 'running'
+        RETURNING j.id, j.claims, j.attempt, j.state, j.started_at, j.lease_expires_at, j.queue,
+                  j.worker, j.concurrency_key, j.priority, j.run_at
+    )
+    INSERT INTO jq.executions (job_id, seq, attempt, outcome, started_at, lease_expires_at,
+                               finished_at, queue, worker)
+    SELECT b.id, b.claims, b.attempt + 1,
+           CASE WHEN b.state = 'cancelled' THEN 'cancelled' ELSE 'released' END::jq.execution_outcome,
+           b.started_at, b.lease_expires_at, pg_catalog.clock_timestamp(), b.queue, b.worker
+    FROM back b
+    WHERE jq._wake_ready(b.queue, b.priority, b.run_at)
+      AND CASE WHEN b.concurrency_key IS NULL OR b.state <> 'cancelled' THEN true
+               ELSE jq._key_fill(b.queue, b.concurrency_key, 1) >= 0 END;
+    RETURN FOUND;
+END $$;
+
+COMMENT ON FUNCTION jq.release(bigint, uuid) IS
+'Hands a running job back without charging the attempt (graceful shutdown: a handler stopped by '
+'shutdown has not failed). The job is ready again at its old place in the queue, or cancelled if '
+'a cancellation was requested. Fenced: false and no change unless the job is running under this '
+'lease_token.';
 
 -- security_barrier: a reader's own (leaky) function in a WHERE on this view is evaluated only
 -- on the rows the view lets it see (docs/security.md).

@@ -24,13 +24,13 @@ BEGIN
             ORDER BY d.run_at
             LIMIT _promote.batch
             FOR UPDATE SKIP LOCKED)) AND j.state = 'scheduled' AND j.run_at <= _promote.now
-        RETURNING j.queue, j.state, j.concurrency_key
+        RETURNING j.queue, j.state, j.concurrency_key, j.priority, j.run_at
     )
     SELECT count(*) AS n,
            pg_catalog.array_agg(m.queue) FILTER (WHERE m.state = 'blocked') AS queues,
            pg_catalog.array_agg(m.concurrency_key) FILTER (WHERE m.state = 'blocked') AS keys
     INTO v_keys
-    FROM moved m WHERE CASE WHEN m.state = 'ready' THEN jq._wake(m.queue) ELSE true END;
+    FROM moved m WHERE CASE WHEN m.state = 'ready' THEN jq._wake_ready(m.queue, m.priority, m.run_at) ELSE true END;
     v_count := v_keys.n;
     IF v_keys.queues IS NOT NULL THEN
         PERFORM jq._key_fill_many(v_keys.queues, v_keys.keys,
@@ -118,7 +118,7 @@ BEGIN
             LIMIT _reap.batch
             FOR UPDATE SKIP LOCKED)) AND j.state = 'running' AND j.lease_expires_at < _reap.now
         RETURNING j.id, j.claims, j.attempt, j.state, j.started_at, j.lease_expires_at, j.queue,
-                  j.worker, j.concurrency_key
+                  j.worker, j.concurrency_key, j.priority, j.run_at
     ), keyed AS (
         -- A reaped job that ended (dead, cancelled) frees its key's slot; one back in ready
         -- keeps it. All keys at once, in key order (jq._key_fill_many); one row.
@@ -137,7 +137,7 @@ BEGIN
     FROM back b, keyed k
     -- At commit, wake waiting claims: the job is claimable again, or its slot of a capped queue
     -- is free.
-    WHERE CASE WHEN b.state = 'ready' THEN jq._wake(b.queue) ELSE jq._wake_slot(b.queue) END;
+    WHERE CASE WHEN b.state = 'ready' THEN jq._wake_ready(b.queue, b.priority, b.run_at) ELSE jq._wake_slot(b.queue) END;
     GET DIAGNOSTICS v_count = ROW_COUNT;
     RETURN v_count;
 END $$;
@@ -438,12 +438,12 @@ COMMENT ON FUNCTION jq._wake(text) IS
 'Internal: notes that this transaction made one job of queue claimable (call once per job); at '
 'commit, one more claim waiting on it (jq.claim with wait) is woken through shared memory, the '
 'maintenance worker NOTIFYs jq_ready, and the queue''s claim-start hint is cleared (the job may '
-'sort anywhere; src/claim_hint.rs). A rolled-back transaction wakes nobody. Returns true (used '
-'inside WHERE clauses).';
+'sort anywhere; src/claim_hint.rs; jq._wake_ready when its place is known). A rolled-back '
+'transaction wakes nobody. Returns true (used inside WHERE clauses).';
 COMMENT ON FUNCTION jq._wake_ready(text, integer, timestamptz) IS
-'Internal: as jq._wake for a job enqueued claimable at once with this priority and run_at: at '
-'commit the queue''s claim-start hint moves back to that key only if the job sorts before it. '
-'Returns true.';
+'Internal: as jq._wake for a job made claimable with this priority and run_at (enqueue, promotion, '
+'release, reaping, snooze, a key slot handing over): at commit the queue''s claim-start hint '
+'moves back to that key only if the job sorts before it. Returns true.';
 COMMENT ON FUNCTION jq._claim_hint(text) IS
 'Internal (src/claim_hint.rs): whether claims of queue may start at its claim-start hint now (the '
 'key of its last claimed job, in shared memory); the key is then what jq._hint_priority(), '
@@ -458,19 +458,20 @@ COMMENT ON FUNCTION jq._hint_id() IS
 COMMENT ON FUNCTION jq._hint_advance(text, integer, timestamptz, bigint) IS
 'Internal: called by a claim for each job it claims: moves the queue''s claim-start hint forward to '
 '(priority, run_at, id) unless another transaction moved it back or cleared it since this '
-'backend''s last jq._claim_hint; READ COMMITTED only. Returns true.';
+'backend''s last jq._claim_hint (READ COMMITTED only); if the transaction rolls back, moves it '
+'back to that key. Returns true.';
 COMMENT ON FUNCTION jq._hint_clear(text) IS
 'Internal: at commit, clears the claim-start hint of queue (a path that changes the claim order '
 'of ready jobs, such as priority aging). Returns true.';
 COMMENT ON FUNCTION jq._wake_n(text, integer) IS
 'Internal: as jq._wake for n jobs at once: at commit, up to n claims waiting on queue are woken '
-'(a very large n wakes them all) and its claim-start hint is cleared. Returns true.';
+'(a very large n wakes them all). Returns true.';
 COMMENT ON FUNCTION jq._wake_slot(text) IS
 'Internal: notes that a running job of queue ended; at commit, claims waiting on it are woken if '
 'they wait on it as a capped queue (a slot is free). Returns true.';
 COMMENT ON FUNCTION jq._wake_on_abort(text) IS
-'Internal: if this transaction rolls back, wake claims waiting on queue and clear its claim-start '
-'hint (a rolled-back claim hands its jobs back). Returns true.';
+'Internal: if this transaction rolls back, wake claims waiting on queue (a rolled-back claim '
+'hands its jobs back). Returns true.';
 COMMENT ON FUNCTION jq._wait_register(text[], boolean[]) IS
 'Internal: registers this backend as waiting for jobs in queues (capped[i]: also for a running '
 'job of queues[i] ending) until jq._wait_done() or the end of the transaction, and resets its '

@@ -647,7 +647,7 @@ BEGIN
             finished_at = CASE WHEN j.cancel_requested THEN pg_catalog.clock_timestamp() END
         WHERE j.id = release.id AND j.lease_token = release.lease_token AND j.state::text = 'running'
         RETURNING j.id, j.claims, j.attempt, j.state, j.started_at, j.lease_expires_at, j.queue,
-                  j.worker, j.concurrency_key
+                  j.worker, j.concurrency_key, j.priority, j.run_at
     )
     INSERT INTO jq.executions (job_id, seq, attempt, outcome, started_at, lease_expires_at,
                                finished_at, queue, worker)
@@ -655,7 +655,7 @@ BEGIN
            CASE WHEN b.state = 'cancelled' THEN 'cancelled' ELSE 'released' END::jq.execution_outcome,
            b.started_at, b.lease_expires_at, pg_catalog.clock_timestamp(), b.queue, b.worker
     FROM back b
-    WHERE jq._wake(b.queue)
+    WHERE jq._wake_ready(b.queue, b.priority, b.run_at)
       AND CASE WHEN b.concurrency_key IS NULL OR b.state <> 'cancelled' THEN true
                ELSE jq._key_fill(b.queue, b.concurrency_key, 1) >= 0 END;
     RETURN FOUND;

@@ -16,10 +16,13 @@
 //! - A claim moves the hint forward to the keys it claims (`jq._hint_advance`), only in READ
 //!   COMMITTED (its snapshot is taken after it read the hint) and only if no other transaction
 //!   moved the hint back since it read it (a generation counter).
-//! - A committed enqueue whose job sorts before the hint moves the hint back to it; every other
-//!   path that makes a job claimable (promotion, retry, release, reaping, unblocking, aging, a
-//!   rolled-back claim, resume) clears the hint when it commits (or rolls back), since its jobs
-//!   may sort anywhere. After visibility, so a claim that reads the hint later also sees them.
+//! - A path that makes a job claimable and knows where it sorts (enqueue, promotion, release,
+//!   reaping, snooze, a key slot handing over, and a claim that rolls back) moves the hint back
+//!   to the job if the job sorts before it; the others (a retry or a failure due at once,
+//!   priority aging) clear it. Both when the transaction ends, after it became visible, so a
+//!   claim that reads the hint later also sees the job. Moving back rather than clearing
+//!   matters: a cleared hint sends every claim of the queue to the full claim at once, which
+//!   while an old snapshot is open means every worker walking the whole dead head.
 //! - Whatever slips through (a job committed while a claim ran, a row skipped because a
 //!   non-claim transaction had it locked): now and then one claim ignores the hint and runs the
 //!   full claim, which takes jobs in true order and sets the hint anew. One claim of a queue at
@@ -182,9 +185,14 @@ fn _hint_id() -> Option<i64> {
 /// `jq._hint_advance(queue text, priority integer, run_at timestamptz, id bigint) RETURNS
 /// boolean`: called by a claim for each job it claims; moves `queue`'s hint forward to that key
 /// if no transaction moved it back or cleared it since this backend's last `jq._claim_hint`,
-/// and only under READ COMMITTED. Always true.
+/// and only under READ COMMITTED; if the transaction rolls back, moves the hint back to the key.
+/// Always true.
 #[pg_extern(volatile, parallel_unsafe)]
 fn _hint_advance(queue: &str, priority: i32, run_at: TimestampWithTimeZone, id: i64) -> bool {
+    let key = Key { priority, run_at: run_at.into_inner(), id };
+    // If this transaction rolls back, the job is claimable again at its old place, which other
+    // sessions' claims may have passed by then (whatever this session's settings).
+    pend(queue, Change::Lower(key), true);
     // SAFETY: a PostgreSQL global of this backend.
     let read_committed = unsafe { pg_sys::XactIsoLevel } == pg_sys::XACT_READ_COMMITTED as i32;
     if !read_committed || !enabled() {
@@ -195,7 +203,6 @@ fn _hint_advance(queue: &str, priority: i32, run_at: TimestampWithTimeZone, id: 
     if seen.tag != tag {
         return true;  // not read by this claim
     }
-    let key = Key { priority, run_at: run_at.into_inner(), id };
     if seen.turn_at > 0 {
         SEEN.set(Seen { turn_at: 0, ..seen });  // the first claimed row ends the turn
     }
@@ -252,20 +259,16 @@ fn pend(queue: &str, change: Change, at_abort: bool) {
     });
 }
 
-/// Called by enqueue for a job that is claimable at once: at commit, the hint of `queue` moves
-/// back to (priority, run_at) if it is ahead of it.
+/// Called for a job made claimable whose priority and run_at are known: at commit, the hint of
+/// `queue` moves back to (priority, run_at) if it is ahead of it.
 pub fn note_ready_key(queue: &str, priority: i32, run_at: i64) {
     pend(queue, Change::Lower(Key { priority, run_at, id: 0 }), false);
 }
 
-/// Called by every other path that makes jobs of `queue` claimable: at commit, its hint is cleared.
+/// Called by the paths that make jobs of `queue` claimable without knowing where they sort (a
+/// retry due at once, a failure retried at once, priority aging): at commit, its hint is cleared.
 pub fn note_ready(queue: &str) {
     pend(queue, Change::Clear, false);
-}
-
-/// Called by a claim: if the transaction rolls back (its jobs are handed back), clear the hint.
-pub fn note_abort(queue: &str) {
-    pend(queue, Change::Clear, true);
 }
 
 /// `jq._hint_clear(queue text) RETURNS boolean`: clears the hint of `queue` when this transaction

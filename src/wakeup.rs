@@ -271,9 +271,10 @@ fn _wake(queue: &str) -> bool {
 }
 
 /// `jq._wake_ready(queue text, priority integer, run_at timestamptz) RETURNS boolean`: as
-/// [`_wake`] for a job enqueued claimable at once with that priority and run_at, whose position
-/// in claim order is known: at commit it moves the queue's claim-start hint back only if the
-/// job sorts before it (src/claim_hint.rs), instead of clearing it. Always true.
+/// [`_wake`] for a job made claimable with that priority and run_at (enqueue, promotion,
+/// release, reaping, snooze, a key slot handing over), whose position in claim order is known:
+/// at commit it moves the queue's claim-start hint back only if the job sorts before it
+/// (src/claim_hint.rs), instead of clearing it. Always true.
 #[pg_extern(volatile, parallel_unsafe)]
 fn _wake_ready(queue: &str, priority: i32, run_at: pgrx::datum::TimestampWithTimeZone) -> bool {
     crate::claim_hint::note_ready_key(queue, priority, run_at.into_inner());
@@ -285,7 +286,6 @@ fn _wake_ready(queue: &str, priority: i32, run_at: pgrx::datum::TimestampWithTim
 /// `n` waiters are woken; a large `n` wakes them all, e.g. when a queue is resumed).
 #[pg_extern(volatile, parallel_unsafe)]
 fn _wake_n(queue: &str, n: i32) -> bool {
-    crate::claim_hint::note_ready(queue);
     if n > 0 {
         note(queue, READY);
         let h = queue_hash(queue);
@@ -311,7 +311,6 @@ fn _wake_slot(queue: &str) -> bool {
 /// waiting on `queue` (a rolled-back claim hands its jobs back). Always true.
 #[pg_extern(volatile, parallel_unsafe)]
 fn _wake_on_abort(queue: &str) -> bool {
-    crate::claim_hint::note_abort(queue);
     note(queue, ABORT);
     true
 }

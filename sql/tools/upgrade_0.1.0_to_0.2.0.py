@@ -85,7 +85,9 @@ w("""-- jq 0.1.0 -> 0.2.0: least privilege (docs/security.md).
 --   * jq.schedules.created_by, checked by every cron fire;
 --   * the functions that name a queue take a last parameter caller_ticket (so their signatures
 --     change: dropped and created again) and check the caller's grants;
---   * SECURITY DEFINER with a pinned search_path; nothing granted to PUBLIC.
+--   * SECURITY DEFINER with a pinned search_path; nothing granted to PUBLIC;
+--   * claim-start hints (src/claim_hint.rs): the claim, and the paths that make jobs claimable,
+--     call the new internal functions jq._claim_hint, jq._hint_* and jq._wake_ready.
 -- Jobs, leases and history are untouched: a worker holding a lease completes it after the
 -- upgrade with the same token.
 
@@ -124,7 +126,9 @@ for name, (f, old) in changed_sig.items():
     for s in find(f, r'^(ALTER|COMMENT ON) FUNCTION jq\.' + name + r'\('):
         w(s + '\n')
 w('-- Changed bodies.\n')
-for f, name in (('cron.sql', '_cron_fire'), ('maintenance.sql', '_prune'), ('maintenance.sql', '_age')):
+for f, name in (('cron.sql', '_cron_fire'), ('maintenance.sql', '_prune'), ('maintenance.sql', '_age'),
+                ('maintenance.sql', '_promote'), ('maintenance.sql', '_reap'), ('flow.sql', '_key_fill'),
+                ('flow.sql', 'snooze'), ('work.sql', 'release')):
     for s in find(f, r'^CREATE FUNCTION jq\.' + name + r'\(', True):
         w(s + '\n')
     for s in find(f, r'^COMMENT ON FUNCTION jq\.' + name + r'\('):
