@@ -95,6 +95,41 @@ BEGIN
     -- an old snapshot is open. Uncapped, unlimited queues only (the gate below); the full claim
     -- takes the rest.
     IF jq._claim_hint(claim.queue) THEN
+        -- Two copies that differ only in their LIMIT, as below: a constant LIMIT 1 keeps the
+        -- one-job claim on a cached plan (a LIMIT parameter is re-planned on every call).
+        IF claim.n = 1 THEN
+        RETURN QUERY
+        WITH claimed AS (
+            UPDATE jq.jobs j SET
+                state = 'running',
+                attempt = j.attempt + 1,
+                claims = j.claims + 1,
+                worker = claim.worker,
+                lease_token = pg_catalog.gen_random_uuid(),
+                started_at = pg_catalog.clock_timestamp(),
+                lease = coalesce(claim.lease, q.lease),
+                lease_expires_at = pg_catalog.clock_timestamp() + coalesce(claim.lease, q.lease)
+            FROM jq.queues q
+            WHERE q.name = claim.queue
+              AND j.id = ANY (ARRAY(
+                  SELECT p.id FROM jq.jobs p
+                  WHERE p.queue = claim.queue AND p.state = 'ready'
+                    AND p.priority = jq._hint_priority()
+                    AND (p.run_at, p.id) >= (jq._hint_run_at(), jq._hint_id())
+                    AND EXISTS (SELECT FROM jq.queues g WHERE g.name = claim.queue
+                                AND NOT g.paused AND g.max_concurrency IS NULL AND g.rate_limit IS NULL)
+                  ORDER BY p.run_at, p.id
+                  LIMIT 1
+                  FOR UPDATE OF p SKIP LOCKED))
+            RETURNING j.id, j.queue, j.kind, j.payload, j.attempt, j.max_attempts, j.lease_token,
+                      j.lease_expires_at, j.priority, j.run_at, j.created_at
+        )
+        SELECT c.id, c.queue, c.kind, c.payload, c.attempt, c.max_attempts, c.lease_token,
+               c.lease_expires_at, c.priority, c.run_at, c.created_at
+        FROM claimed c
+        WHERE jq._wake_on_abort(c.queue) AND jq._hint_advance(c.queue, c.priority, c.run_at, c.id)
+        ORDER BY c.run_at, c.id;
+        ELSE
         RETURN QUERY
         WITH claimed AS (
             UPDATE jq.jobs j SET
@@ -126,6 +161,7 @@ BEGIN
         FROM claimed c
         WHERE jq._wake_on_abort(c.queue) AND jq._hint_advance(c.queue, c.priority, c.run_at, c.id)
         ORDER BY c.run_at, c.id;
+        END IF;
         GET DIAGNOSTICS v_hinted = ROW_COUNT;
         IF v_hinted = claim.n THEN
             IF v_deadline IS NOT NULL THEN
