@@ -209,6 +209,24 @@ if dp:
             out.append(f"- {s}: p50 at {int(hi):,} ÷ p50 at {int(lo):,} = {a / b:.2f}")
     out.append("")
 
+steady = keys("steady-size")
+if steady:
+    out.append("## Steady load: 1,000,000 jobs at 80% of peak (jq, batch 10)\n")
+    out.append("Producers enqueue one job per call at 80% of the peak a 10-s closed-loop calibration reached; "
+               "consumers claim 10 at a time and complete them; queue retention and history retention 1 minute, "
+               "pruned by the background worker. Per 10-s window in steady-jq.csv.\n")
+    out.append("| peak jobs/s | rate | achieved | seconds | steady table+index bytes | largest | largest ÷ steady | first-window claim p99 ms | largest window p99 | last window p99 | largest ÷ first | autovacuums |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for k in steady:
+        for j in detail[k].values():
+            try:
+                o = json.loads(j.replace("'", '"'))
+                out.append(f"| {o['peak']:,} | {o['rate']:,} | {o['achieved']:,} | {o['secs']} | {o['steady_bytes']:,} | {o['max_bytes']:,} | {o['size_ratio']:.2f} | "
+                           f"{o['first_p99_ms']:.2f} | {o['max_p99_ms']:.2f} | {o['last_p99_ms']:.2f} | {o['p99_drift']:.2f} | {o['autovacuums']} |")
+            except Exception:
+                out.append(f"| {j} |")
+    out.append("")
+
 soak = keys("soak-held")
 if soak:
     out.append("## Held REPEATABLE READ snapshot during a drain (batch 10)\n")
@@ -266,6 +284,10 @@ for k in keys("drain-wal"):
     if k[1] == "jq":
         r = ratio(k, ("drain-wal", "floor", k[2], k[3]))
         target(f"WAL per job ≤ 1.5× the floor's (batch {k[2]}, {k[3]} connections)", r, r and r[0] <= 1.5)
+for k in steady:
+    z, d = med(k), med(("steady-p99-drift", "jq", k[2], k[3]))
+    target("steady load: table+index sizes within 2× of steady state", f"{z:.2f}×", z <= 2)
+    target("steady load: claim p99 drifts ≤ 2×", f"{d:.2f}×", d <= 2)
 for k in soak:
     if k[1] == "jq":
         h, a = med(k), med(("soak-after", "jq", k[2], k[3]))

@@ -13,8 +13,9 @@
 --   * SECURITY DEFINER with a pinned search_path; nothing granted to PUBLIC;
 --   * claim-start hints (src/claim_hint.rs): the claim, and the paths that make jobs claimable,
 --     call the new internal functions jq._claim_hint, jq._hint_* and jq._wake_ready.
--- Jobs, leases and history are untouched: a worker holding a lease completes it after the
--- upgrade with the same token.
+--   * jq.jobs is rebuilt with its columns in a new order (less WAL per claim and completion).
+-- Jobs, leases and history are kept: a worker holding a lease completes it after the upgrade
+-- with the same token.
 
 -- Roles and per-queue grants (as in sql/schema.sql).
 -- Security (docs/security.md). The three roles are cluster-wide, so they are created only if
@@ -1844,9 +1845,160 @@ COMMENT ON FUNCTION jq.release(bigint, uuid) IS
 'a cancellation was requested. Fenced: false and no change unless the job is running under this '
 'lease_token.';
 
+-- 0.1.0 granted nothing and told DBAs to give their roles USAGE on jq and privileges on its
+-- tables. In 0.2.0 the tables change only through the functions and payloads are visible only
+-- per queue: take back every privilege a role other than the owner holds on jq's tables and
+-- sequences (jq_admin's SELECT is granted again below). Give those roles queues with jq.grant
+-- (docs/upgrades.md).
+DO $$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT DISTINCT c.oid::regclass AS rel, pg_catalog.format('jq.%I', c.relname) AS label,
+                    c.relkind, a.grantee::regrole AS grantee
+             FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+             WHERE c.relnamespace = 'jq'::regnamespace AND c.relkind IN ('r', 'S')
+               AND a.grantee <> c.relowner AND a.grantee <> 0
+    LOOP
+        -- WARNING, not NOTICE: PostgreSQL raises client_min_messages to WARNING while it runs
+        -- an extension script, so a NOTICE would never reach the DBA.
+        RAISE WARNING 'jq 0.2.0: revoking the privileges of role % on %; give it queues with jq.grant', r.grantee, r.label;
+        EXECUTE pg_catalog.format('REVOKE ALL ON %s %s FROM %s',
+            CASE r.relkind WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END, r.rel, r.grantee);
+    END LOOP;
+END $$;
+
+-- jq.jobs is rebuilt with its columns in 0.2.0's order (sql/schema.sql says why: a claim or a
+-- completion logs only the columns it writes). Every row is copied with its id, state, lease
+-- token and lease; the id sequence is kept. Workers and producers wait on the table's lock
+-- for as long as the copy takes.
+LOCK TABLE jq.jobs IN ACCESS EXCLUSIVE MODE;
+DROP VIEW jq.queue_stats;
+ALTER SEQUENCE jq.jobs_id_seq OWNED BY NONE;
+ALTER TABLE jq.jobs RENAME TO jobs_0_1_0;
+-- Free the names the new table's constraints take (constraint names are unique per schema).
+ALTER TABLE jq.jobs_0_1_0 DROP CONSTRAINT jobs_pkey, DROP CONSTRAINT jobs_max_attempts_check;
+DROP INDEX jq.jobs_claim_idx, jq.jobs_scheduled_idx, jq.jobs_running_idx, jq.jobs_idempotency_idx,
+           jq.jobs_blocked_idx, jq.jobs_aging_idx, jq.jobs_finished_idx, jq.jobs_dead_idx;
+
+-- Storage settings for a high-churn table. Every job is inserted, updated 2-3 times (claim,
+-- complete or fail, maybe heartbeats) and deleted by retention, so most of the table's life is
+-- dead tuples. fillfactor 70 leaves room on each page so the new version of a row usually lands
+-- on the same page as the old one (state changes move rows between partial indexes, so they are
+-- not HOT, but same-page updates still keep the heap compact and the visibility map useful).
+-- Autovacuum is triggered by 2% dead rows (instead of 20%) with no cost delay, so that the
+-- partial indexes the claim walks do not fill with dead entries between runs: a bloated claim
+-- index is the classic way a Postgres queue slows down under load.
+--
+-- Column order is chosen for the write-ahead log. When the new version of a row lands on the
+-- same page, PostgreSQL logs only the bytes between the longest unchanged prefix and the longest
+-- unchanged suffix of the row's data (log_heap_update in src/backend/access/heap/heapam.c). So
+-- the columns no hot-path transition writes come first, then those the claim writes, then
+-- state, then those only the end of an execution writes: a claim logs attempt..state and a
+-- completion only state..result, not the whole row (about 110 bytes less WAL per job than the
+-- 0.1.0 order; docs/BENCHMARKS.md, "WAL per job"). Keep new columns out of the middle.
+CREATE TABLE jq.jobs (
+    -- Written at enqueue only (or by rare paths: aging, cancel requests, lease expiries).
+    id               bigint PRIMARY KEY DEFAULT nextval('jq.jobs_id_seq'),
+    priority         integer NOT NULL DEFAULT 0,
+    max_attempts     integer NOT NULL CHECK (max_attempts BETWEEN 1 AND 1000000),
+    run_at           timestamptz NOT NULL,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    lease_expiries   integer NOT NULL DEFAULT 0,
+    cancel_requested boolean NOT NULL DEFAULT false,
+    base_priority    integer,
+    next_age_at      timestamptz,
+    queue            text NOT NULL,
+    kind             text NOT NULL,
+    idempotency_key  text,
+    concurrency_key  text,
+    payload          jsonb NOT NULL,
+    -- Written by every claim.
+    attempt          integer NOT NULL DEFAULT 0,
+    claims           bigint NOT NULL DEFAULT 0,
+    started_at       timestamptz,
+    lease_expires_at timestamptz,
+    lease            interval,
+    lease_token      uuid,
+    worker           text,
+    -- Written by every transition.
+    state            jq.job_state NOT NULL,
+    -- Written when an execution ends.
+    finished_at      timestamptz,
+    last_error       text,
+    result           jsonb
+) WITH (
+    fillfactor = 70,
+    autovacuum_vacuum_scale_factor = 0.02,
+    autovacuum_vacuum_threshold = 1000,
+    autovacuum_vacuum_insert_scale_factor = 0.05,
+    autovacuum_analyze_scale_factor = 0.05,
+    autovacuum_vacuum_cost_delay = 0
+);
+
+INSERT INTO jq.jobs (id, priority, max_attempts, run_at, created_at, lease_expiries, cancel_requested, base_priority, next_age_at, queue, kind, idempotency_key, concurrency_key, payload, attempt, claims, started_at, lease_expires_at, lease, lease_token, worker, state, finished_at, last_error, result)
+SELECT id, priority, max_attempts, run_at, created_at, lease_expiries, cancel_requested, base_priority, next_age_at, queue, kind, idempotency_key, concurrency_key, payload, attempt, claims, started_at, lease_expires_at, lease, lease_token, worker, state, finished_at, last_error, result
+FROM jq.jobs_0_1_0;
+-- Out of the extension first: that also takes the old table out of pg_extension.extconfig (the
+-- list pg_dump reads), which DROP TABLE alone would leave pointing at a dropped table.
+ALTER EXTENSION jq DROP TABLE jq.jobs_0_1_0;
+DROP TABLE jq.jobs_0_1_0;
+
+ALTER SEQUENCE jq.jobs_id_seq OWNED BY jq.jobs.id;
+
+COMMENT ON TABLE jq.jobs IS
+'One row per job. Change it only through jq functions: every transition is fenced on the state '
+'(and lease token) it read. claims counts executions started (the seq of the current one); '
+'attempt counts executions charged (lease expiries and releases are refunded); lease is the '
+'length of the current lease, reused by jq.heartbeat when no extension is given. '
+'concurrency_key: jobs sharing it in one queue run at most key_concurrency at a time, in '
+'(run_at, id) order (docs/flow-control.md). base_priority / next_age_at: set only in queues with '
+'priority_aging: the priority given at enqueue, and when the aging pass next raises priority.';
+
+-- Claim: WHERE queue = $1 AND state = 'ready' ORDER BY priority DESC, run_at, id LIMIT n.
+-- NULLS FIRST is what a plain DESC means; pinned so that nobody "fixes" it into NULLS LAST,
+-- which silently turns the claim into a sort of the whole queue (seed A, ADR-016).
+CREATE INDEX jobs_claim_idx ON jq.jobs (queue, priority DESC NULLS FIRST, run_at, id)
+    WHERE state = 'ready';
+
+-- Promotion: WHERE state = 'scheduled' AND run_at <= $now ORDER BY run_at.
+CREATE INDEX jobs_scheduled_idx ON jq.jobs (run_at) WHERE state = 'scheduled';
+
+-- Reaping: WHERE state = 'running' AND lease_expires_at < $now ORDER BY lease_expires_at.
+CREATE INDEX jobs_running_idx ON jq.jobs (lease_expires_at) WHERE state = 'running';
+
+-- Idempotency: one unfinished job per (queue, key); enqueue uses INSERT ... ON CONFLICT with
+-- exactly this predicate as its arbiter.
+CREATE UNIQUE INDEX jobs_idempotency_idx ON jq.jobs (queue, idempotency_key)
+    WHERE idempotency_key IS NOT NULL AND state IN ('scheduled', 'blocked', 'ready', 'running');
+
+-- Per-key serialisation: the next blocked jobs of one key, WHERE queue = $1 AND
+-- concurrency_key = $2 AND state = 'blocked' ORDER BY run_at, id LIMIT free slots. Blocked jobs
+-- are never in jobs_claim_idx, so the claim never reads a job of a key at its limit.
+CREATE INDEX jobs_blocked_idx ON jq.jobs (queue, concurrency_key, run_at, id)
+    WHERE state = 'blocked';
+
+-- Priority aging: WHERE state = 'ready' AND next_age_at <= $now ORDER BY next_age_at LIMIT
+-- batch. Jobs of queues without priority_aging have next_age_at NULL and are not in it.
+CREATE INDEX jobs_aging_idx ON jq.jobs (next_age_at)
+    WHERE state = 'ready' AND next_age_at IS NOT NULL;
+
+-- Retention: WHERE queue = $1 AND state IN ('completed', 'cancelled') AND finished_at < $cutoff,
+-- and the same for dead jobs, which have their own (longer) retention. Two indexes, so that
+-- neither pass wades through the other's rows; each finished row is in exactly one of them.
+CREATE INDEX jobs_finished_idx ON jq.jobs (queue, finished_at)
+    WHERE state IN ('completed', 'cancelled');
+
+CREATE INDEX jobs_dead_idx ON jq.jobs (queue, finished_at)
+    WHERE state = 'dead';
+
+SELECT pg_catalog.pg_extension_config_dump('jq.jobs', '');
+
+ANALYZE jq.jobs;
+
 -- security_barrier: a reader's own (leaky) function in a WHERE on this view is evaluated only
 -- on the rows the view lets it see (docs/security.md).
-CREATE OR REPLACE VIEW jq.queue_stats WITH (security_barrier) AS
+CREATE VIEW jq.queue_stats WITH (security_barrier) AS
 SELECT t.name AS queue,
        c.claimable + s.scheduled AS depth,
        c.claimable,
@@ -1919,29 +2071,6 @@ COMMENT ON VIEW jq.queue_stats IS
 'last 5 minutes that are running or completed (NULL when none). History counts need the '
 'queue''s history_retention to be at least 15 minutes. Shows only the queues the reader may use '
 '(a superuser or member of jq_admin, or a jq.grant on the queue or ''*'').';
-
--- 0.1.0 granted nothing and told DBAs to give their roles USAGE on jq and privileges on its
--- tables. In 0.2.0 the tables change only through the functions and payloads are visible only
--- per queue: take back every privilege a role other than the owner holds on jq's tables and
--- sequences (jq_admin's SELECT is granted again below). Give those roles queues with jq.grant
--- (docs/upgrades.md).
-DO $$
-DECLARE
-    r record;
-BEGIN
-    FOR r IN SELECT DISTINCT c.oid::regclass AS rel, pg_catalog.format('jq.%I', c.relname) AS label,
-                    c.relkind, a.grantee::regrole AS grantee
-             FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
-             WHERE c.relnamespace = 'jq'::regnamespace AND c.relkind IN ('r', 'S')
-               AND a.grantee <> c.relowner AND a.grantee <> 0
-    LOOP
-        -- WARNING, not NOTICE: PostgreSQL raises client_min_messages to WARNING while it runs
-        -- an extension script, so a NOTICE would never reach the DBA.
-        RAISE WARNING 'jq 0.2.0: revoking the privileges of role % on %; give it queues with jq.grant', r.grantee, r.label;
-        EXECUTE pg_catalog.format('REVOKE ALL ON %s %s FROM %s',
-            CASE r.relkind WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END, r.rel, r.grantee);
-    END LOOP;
-END $$;
 
 -- The privilege policy (sql/security.sql, whole).
 -- Security: who may call what, and on which queue (docs/security.md).
