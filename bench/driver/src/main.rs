@@ -14,6 +14,16 @@
 //!     a no-op handler on a prefilled queue; jobs/s = completed jobs counted in the database
 //!     over SECS after WARMUP_SECS. Then shuts the workers down and checks that every claimed
 //!     job was completed or released, none failed or lost, and no job completed twice.
+//! jq-bench soak URL QUEUE RATE JOBS CONSUMERS OUTCSV
+//!     Steady load: enqueues JOBS jobs at RATE jobs/s (open loop, one job per `jq.enqueue`
+//!     call) while CONSUMERS connections loop `jq.claim(queue, …, 10)` (no wait; 2 ms pause
+//!     after an empty claim) + `jq.complete_many`. RATE 0 first calibrates: 10 s with the
+//!     producers in a closed loop, peak = jobs completed per second, then RATE = 0.8 × peak.
+//!     Every 10 s (a window) writes one OUTCSV row: jobs completed, p50/p99 of the claim calls
+//!     that returned jobs (ms), ready depth, jq.jobs heap and index bytes, jq.executions bytes,
+//!     dead tuples and autovacuum runs of both. Prints a JSON summary: the largest
+//!     table+index size over the median of the windows after the first minute (the steady
+//!     state), and the largest window p99 over the first window's p99 (the drift).
 //! ```
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -208,6 +218,218 @@ async fn client_drain(
     Ok(())
 }
 
+/// One claim call that returned jobs: when (seconds since the start) and how long (ms).
+type ClaimSample = (f64, f64);
+
+/// One 10-s window of the soak, sampled at its end.
+struct Window {
+    t: f64,
+    completed: usize,
+    ready: i64,
+    jobs_heap: i64,
+    jobs_index: i64,
+    executions: i64,
+    jobs_dead: i64,
+    executions_dead: i64,
+    autovacuums: i64,
+}
+
+/// Consumers of the soak: claim up to 10, complete them, record the claim's duration.
+fn soak_consumers(
+    url: &str,
+    queue: &str,
+    consumers: usize,
+    stop: &Arc<AtomicBool>,
+    done: &Arc<AtomicUsize>,
+    t0: Instant,
+) -> Vec<tokio::task::JoinHandle<Res<Vec<ClaimSample>>>> {
+    (0..consumers)
+        .map(|c| {
+            let (url, queue, stop, done) = (url.to_string(), queue.to_string(), stop.clone(), done.clone());
+            tokio::spawn(async move {
+                let client = connect(&url).await?;
+                let claim = client.prepare("SELECT id, lease_token FROM jq.claim($1, $2, 10)").await?;
+                let complete = client.prepare("SELECT count(*) FROM jq.complete_many($1, $2)").await?;
+                let name = format!("soak{c}");
+                let mut samples = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let t = Instant::now();
+                    let rows = client.query(&claim, &[&queue, &name]).await?;
+                    if rows.is_empty() {
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                        continue;
+                    }
+                    samples.push(((t - t0).as_secs_f64(), t.elapsed().as_secs_f64() * 1000.0));
+                    let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+                    let toks: Vec<uuid::Uuid> = rows.iter().map(|r| r.get(1)).collect();
+                    let n: i64 = client.query_one(&complete, &[&ids, &toks]).await?.get(0);
+                    done.fetch_add(n as usize, Ordering::Relaxed);
+                }
+                Res::Ok(samples)
+            })
+        })
+        .collect()
+}
+
+/// Producers of the soak: `total` jobs over `producers` connections, at `rate` jobs/s in all
+/// (open loop), or as fast as they go when `rate` is infinite; stop early when `stop` is set.
+fn soak_producers(
+    url: &str,
+    queue: &str,
+    producers: usize,
+    rate: f64,
+    total: usize,
+    stop: &Arc<AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<Res<usize>>> {
+    let start = Instant::now() + Duration::from_millis(200);
+    (0..producers)
+        .map(|p| {
+            let (url, queue, stop) = (url.to_string(), queue.to_string(), stop.clone());
+            let mine = total / producers + usize::from(p < total % producers);
+            tokio::spawn(async move {
+                let client = connect(&url).await?;
+                let enq = client.prepare("SELECT jq.enqueue($1, '{\"n\":1}'::jsonb)").await?;
+                let interval = Duration::from_secs_f64(if rate.is_finite() { producers as f64 / rate } else { 0.0 });
+                let mut due = start + interval.mul_f64(p as f64 / producers as f64);
+                let mut sent = 0;
+                while sent < mine && !stop.load(Ordering::Relaxed) {
+                    if rate.is_finite() {
+                        tokio::time::sleep_until(due.into()).await;
+                        due += interval;
+                    }
+                    client.query_one(&enq, &[&queue]).await?;
+                    sent += 1;
+                }
+                Res::Ok(sent)
+            })
+        })
+        .collect()
+}
+
+async fn soak(url: String, queue: String, rate: f64, jobs: usize, consumers: usize, out: String) -> Res<()> {
+    let mon = connect(&url).await?;
+    let t0 = Instant::now();
+    let mut rate = rate;
+    let mut peak = f64::NAN;
+    if rate <= 0.0 {
+        // Calibration: producers in a closed loop for 10 s; peak = completions per second.
+        let (pstop, cstop, done) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
+        let cons = soak_consumers(&url, &queue, consumers, &cstop, &done, t0);
+        let prods = soak_producers(&url, &queue, 8, f64::INFINITY, usize::MAX / 2, &pstop);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let (a, d0) = (Instant::now(), done.load(Ordering::Relaxed));
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        peak = (done.load(Ordering::Relaxed) - d0) as f64 / a.elapsed().as_secs_f64();
+        pstop.store(true, Ordering::Relaxed);
+        for p in prods {
+            p.await??;
+        }
+        // The consumers drain what the producers left before the soak starts.
+        while mon
+            .query_one("SELECT count(*) FROM jq.jobs WHERE queue = $1 AND state IN ('ready', 'running')", &[&queue])
+            .await?
+            .get::<_, i64>(0)
+            > 0
+        {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        cstop.store(true, Ordering::Relaxed);
+        for c in cons {
+            c.await??;
+        }
+        rate = 0.8 * peak;
+    }
+    let producers = ((rate / 400.0).ceil() as usize).clamp(1, 16);
+    let (stop, done) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
+    let start = Instant::now();
+    let cons = soak_consumers(&url, &queue, consumers, &stop, &done, start);
+    let prods = soak_producers(&url, &queue, producers, rate, jobs, &Arc::new(AtomicBool::new(false)));
+    // Sampler: one row per 10-s window until every job is completed.
+    let sizes = mon
+        .prepare(
+            "SELECT (SELECT count(*) FROM jq.jobs WHERE queue = $1 AND state = 'ready'),
+                    pg_table_size('jq.jobs'), pg_indexes_size('jq.jobs'), pg_total_relation_size('jq.executions'),
+                    (SELECT n_dead_tup FROM pg_stat_all_tables WHERE relid = 'jq.jobs'::regclass),
+                    (SELECT n_dead_tup FROM pg_stat_all_tables WHERE relid = 'jq.executions'::regclass),
+                    (SELECT sum(autovacuum_count)::bigint FROM pg_stat_all_tables
+                     WHERE relid IN ('jq.jobs'::regclass, 'jq.executions'::regclass))",
+        )
+        .await?;
+    let mut windows: Vec<Window> = Vec::new();
+    let mut last = 0usize;
+    let mut next = start + Duration::from_secs(10);
+    loop {
+        tokio::time::sleep_until(next.into()).await;
+        next += Duration::from_secs(10);
+        let d = done.load(Ordering::Relaxed);
+        let r = mon.query_one(&sizes, &[&queue]).await?;
+        windows.push(Window {
+            t: start.elapsed().as_secs_f64(),
+            completed: d - last,
+            ready: r.get(0),
+            jobs_heap: r.get(1),
+            jobs_index: r.get(2),
+            executions: r.get(3),
+            jobs_dead: r.get::<_, Option<i64>>(4).unwrap_or(0),
+            executions_dead: r.get::<_, Option<i64>>(5).unwrap_or(0),
+            autovacuums: r.get::<_, Option<i64>>(6).unwrap_or(0),
+        });
+        last = d;
+        if d >= jobs {
+            break;
+        }
+        if start.elapsed() > Duration::from_secs_f64(jobs as f64 / rate * 3.0 + 120.0) {
+            stop.store(true, Ordering::Relaxed);
+            return Err(format!("soak: only {d} of {jobs} jobs completed in time").into());
+        }
+    }
+    let mut sent = 0;
+    for p in prods {
+        sent += p.await??;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut samples: Vec<ClaimSample> = Vec::new();
+    for c in cons {
+        samples.extend(c.await??);
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    // Per-window claim percentiles.
+    let mut csv = String::from("t_s,completed,claim_p50_ms,claim_p99_ms,ready,jobs_heap_bytes,jobs_index_bytes,executions_bytes,jobs_dead,executions_dead,autovacuums\n");
+    let mut p99s = Vec::new();
+    let mut prev_t = 0.0;
+    for w in &windows {
+        let mut lat: Vec<f64> = samples.iter().filter(|s| s.0 >= prev_t && s.0 < w.t).map(|s| s.1).collect();
+        lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        let (p50, p99) = (pct(&lat, 50.0), pct(&lat, 99.0));
+        if !lat.is_empty() {
+            p99s.push(p99);
+        }
+        csv += &format!(
+            "{:.0},{},{p50:.3},{p99:.3},{},{},{},{},{},{},{}\n",
+            w.t, w.completed, w.ready, w.jobs_heap, w.jobs_index, w.executions, w.jobs_dead, w.executions_dead, w.autovacuums
+        );
+        prev_t = w.t;
+    }
+    std::fs::write(&out, csv)?;
+    let total: Vec<f64> = windows.iter().map(|w| (w.jobs_heap + w.jobs_index) as f64).collect();
+    let mut steady: Vec<f64> = windows.iter().filter(|w| w.t > 60.0).map(|w| (w.jobs_heap + w.jobs_index) as f64).collect();
+    steady.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let steady_size = pct(&steady, 50.0);
+    let max_size = total.iter().cloned().fold(0.0, f64::max);
+    let first_p99 = p99s.first().copied().unwrap_or(f64::NAN);
+    let max_p99 = p99s.iter().cloned().fold(0.0, f64::max);
+    let last_p99 = p99s.last().copied().unwrap_or(f64::NAN);
+    let autovacuums = windows.last().map(|w| w.autovacuums - windows[0].autovacuums).unwrap_or(0);
+    println!(
+        "{{\"peak\":{peak:.0},\"rate\":{rate:.0},\"jobs\":{jobs},\"sent\":{sent},\"achieved\":{:.0},\"secs\":{elapsed:.0},\"windows\":{},\"steady_bytes\":{steady_size:.0},\"max_bytes\":{max_size:.0},\"size_ratio\":{:.2},\"first_p99_ms\":{first_p99:.3},\"max_p99_ms\":{max_p99:.3},\"last_p99_ms\":{last_p99:.3},\"p99_drift\":{:.2},\"autovacuums\":{autovacuums}}}",
+        jobs as f64 / elapsed,
+        windows.len(),
+        max_size / steady_size,
+        max_p99 / first_p99
+    );
+    Ok(())
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Res<()> {
     let a: Vec<String> = std::env::args().collect();
@@ -227,6 +449,9 @@ async fn main() -> Res<()> {
             )
             .await
         }
-        _ => Err("usage: jq-bench latency URL QUEUE RATE SECS CONSUMERS | client URL QUEUE WORKERS CONCURRENCY BATCH WARMUP SECS".into()),
+        Some("soak") => {
+            soak(a[2].clone(), a[3].clone(), arg(&a, 4, "rate"), arg(&a, 5, "jobs"), arg(&a, 6, "consumers"), a[7].clone()).await
+        }
+        _ => Err("usage: jq-bench latency URL QUEUE RATE SECS CONSUMERS | client URL QUEUE WORKERS CONCURRENCY BATCH WARMUP SECS | soak URL QUEUE RATE JOBS CONSUMERS OUTCSV".into()),
     }
 }
