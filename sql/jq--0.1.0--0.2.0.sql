@@ -468,6 +468,8 @@ DECLARE
     v_now      timestamptz;
     v_caller   oid;
     v_hinted   integer;           -- jobs claimed past the claim-start hint
+    v_below    bigint;            -- after a hinted claim: the full claim looks only at
+                                  -- priorities below the hint's (NULL: at every priority)
 BEGIN
     v_caller := jq._authorize(claim.caller_ticket, ARRAY[claim.queue], 'work');
     -- One test for the usual arguments; the slow branch tells which one is wrong.
@@ -501,8 +503,8 @@ BEGIN
     -- Claim-start hint (src/claim_hint.rs): while the queue has one, look first only at the
     -- jobs of the hint's priority from the hint's key on. That range starts past the dead
     -- entries earlier claims left at the head of jobs_claim_idx, which nothing can remove while
-    -- an old snapshot is open. Uncapped, unlimited queues only (the gate below); the full claim
-    -- takes the rest.
+    -- an old snapshot is open. Uncapped, unlimited queues only (the gate below); the rest comes
+    -- from below the hint's priority (v_below).
     IF jq._claim_hint(claim.queue) THEN
         -- Two copies that differ only in their LIMIT, as below: a constant LIMIT 1 keeps the
         -- one-job claim on a cached plan (a LIMIT parameter is re-planned on every call).
@@ -572,6 +574,11 @@ BEGIN
         ORDER BY c.run_at, c.id;
         END IF;
         GET DIAGNOSTICS v_hinted = ROW_COUNT;
+        -- The rest comes from the priorities below the hint's: the hint's own level was just
+        -- read from the hint's key on, and a job that becomes claimable before the hint moves
+        -- the hint back to it. So a claim on a shallow or empty queue does not walk the dead
+        -- head either; the periodic full claim (jq._claim_hint) stays the safety net.
+        v_below := jq._hint_priority();
         IF v_hinted = claim.n THEN
             IF v_deadline IS NOT NULL THEN
                 PERFORM jq._wait_done();
@@ -613,6 +620,7 @@ BEGIN
               AND j.id = ANY (ARRAY(
                   SELECT p.id FROM jq.jobs p
                   WHERE p.queue = claim.queue AND p.state = 'ready'
+                    AND p.priority < coalesce(v_below, 2147483648)
                     AND EXISTS (SELECT FROM jq.queues g WHERE g.name = claim.queue
                                 AND NOT g.paused
                                 AND ((g.max_concurrency IS NULL AND g.rate_limit IS NULL) OR v_locked IS NOT NULL))
@@ -646,6 +654,7 @@ BEGIN
               AND j.id = ANY (ARRAY(
                   SELECT p.id FROM jq.jobs p
                   WHERE p.queue = claim.queue AND p.state = 'ready'
+                    AND p.priority < coalesce(v_below, 2147483648)
                     AND EXISTS (SELECT FROM jq.queues g WHERE g.name = claim.queue
                                 AND NOT g.paused
                                 AND ((g.max_concurrency IS NULL AND g.rate_limit IS NULL) OR v_locked IS NOT NULL))
@@ -749,6 +758,7 @@ BEGIN
             END IF;
         END IF;
         v_locked := true;
+        v_below := NULL;  -- capped or rate-limited: the locked claim looks everywhere
     END LOOP;
     -- Nothing claimable. Without wait, or once it ran out, return nothing; else sleep until a
     -- wakeup for this queue (or the deadline) and look again. A capped claim that took the
@@ -760,6 +770,7 @@ BEGIN
         RETURN;
     END IF;
     v_token_at := NULL;
+    v_below := NULL;  -- woken: the new jobs may sort anywhere
     END LOOP poll;
 END $$;
 

@@ -10,8 +10,11 @@
 //! A hint is the key (priority, run_at, id) of the last job claimed from a queue, kept in shared
 //! memory per queue. A claim that finds one (`jq._claim_hint`) first looks only at the jobs of
 //! the hint's priority from that key on (an index range that starts there, so it never reads
-//! the dead head); only if that finds nothing does it run the full claim. Rules that keep the
-//! hint from hiding a job:
+//! the dead head); if that finds fewer jobs than asked for, the rest comes from the priorities
+//! below the hint's (`p.priority < v_below` in jq.claim: a range that starts past the dead head
+//! too, so a shallow or empty queue does not walk it either). Capped and rate-limited queues,
+//! and a long-poll once woken, run the full claim from the head. Rules that keep the hint from
+//! hiding a job:
 //!
 //! - A claim moves the hint forward to the keys it claims (`jq._hint_advance`), only in READ
 //!   COMMITTED (its snapshot is taken after it read the hint) and only if no other transaction

@@ -82,6 +82,77 @@ fn a_claim_during_a_held_snapshot_starts_past_the_dead_head() {
     );
 }
 
+/// Entries of `jobs_claim_idx` read by one `jq.claim(queue, 'probe', 10)` that finds only the
+/// job `make_one` enqueues just before it (completed in the same transaction).
+fn shallow_claim_index_reads(c: &mut Client, queue: &str, make_one: &str) -> i64 {
+    c.batch_execute(make_one).expect("enqueue one");
+    let mut t = c.transaction().expect("begin");
+    let reads = "SELECT pg_stat_get_xact_tuples_returned('jq.jobs_claim_idx'::regclass)";
+    let before: i64 = t.query_one(reads, &[]).expect("stats").get(0);
+    let rows = t.query("SELECT id, lease_token FROM jq.claim($1, 'probe', 10)", &[&queue]).expect("claim");
+    let after: i64 = t.query_one(reads, &[]).expect("stats").get(0);
+    assert_eq!(rows.len(), 1, "the queue held one claimable job");
+    let (id, token): (i64, uuid::Uuid) = (rows[0].get(0), rows[0].get(1));
+    let done: bool = t.query_one("SELECT jq.complete($1, $2)", &[&id, &token]).expect("complete").get(0);
+    assert!(done);
+    t.commit().expect("commit");
+    after - before
+}
+
+/// The same held-snapshot field case on a shallow queue, the usual state of a queue whose
+/// workers keep up: the 20,000 jobs are all claimed and completed under the held snapshot,
+/// then each probe enqueues one job at a lower priority and claims up to 10. The hint's level
+/// has nothing left, so the claim takes the rest from the priorities below the hint's; it must
+/// not walk the 20,000 dead entries of the hint's level to get there. (Before `v_below`, every
+/// claim that found fewer than n jobs at the hint's level ran the full claim from the head.)
+///
+/// Seen failing: `JQ_TEST_BREAK=no_hint_below` (the rest is taken by the full claim, from the
+/// head) → "a shallow-queue claim read [20002, 20004, 20005] entries of jobs_claim_idx".
+#[test]
+fn a_shallow_queue_claim_during_a_held_snapshot_skips_the_dead_head_too() {
+    let db = TestDb::new("hint_shallow");
+    let mut c = db.connect();
+    if broken("no_hint_below") {
+        sabotage(&mut c, CLAIM, "v_below := jq._hint_priority();", "v_below := NULL;", 1);
+    }
+    c.batch_execute(
+        "SELECT jq.create_queue('hs');
+         SELECT count(*) FROM jq.enqueue_many('hs', (SELECT jsonb_agg(jsonb_build_object('n', g))
+                                                    FROM generate_series(1, 20000) g));",
+    )
+    .expect("setup");
+    let mut holder = db.connect();
+    holder
+        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM jq.jobs;")
+        .expect("hold a snapshot");
+    for _ in 0..20 {
+        let rows = c
+            .query("SELECT id, lease_token FROM jq.claim('hs', 'w', 1000)", &[])
+            .expect("claim");
+        let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+        let tokens: Vec<uuid::Uuid> = rows.iter().map(|r| r.get(1)).collect();
+        let done = c
+            .query("SELECT * FROM jq.complete_many($1, $2)", &[&ids, &tokens])
+            .expect("complete_many")
+            .len();
+        assert_eq!(done, 1000);
+    }
+    // As above, the best of three: one probe may be the periodic full claim.
+    let one_below = "SELECT jq.enqueue('hs', '{}', priority => -1)";
+    let hinted: Vec<i64> = (0..3).map(|_| shallow_claim_index_reads(&mut c, "hs", one_below)).collect();
+    c.batch_execute("SET jq.claim_hints = off").expect("hints off");
+    let full: Vec<i64> = (0..3).map(|_| shallow_claim_index_reads(&mut c, "hs", one_below)).collect();
+    holder.batch_execute("COMMIT").expect("release the snapshot");
+    assert!(
+        full.iter().all(|&n| n >= 20_000),
+        "without hints the claim should walk the 20,000 dead entries, read {full:?}"
+    );
+    assert!(
+        hinted.iter().min().copied().unwrap_or(i64::MAX) <= 50,
+        "a shallow-queue claim read {hinted:?} entries of jobs_claim_idx"
+    );
+}
+
 /// Sets up queue `q` with six jobs at priority 0 and claims and completes two, so that the
 /// queue has a hint at the second; then runs `make_ready`, which makes a job claimable that sorts
 /// before the hint (jobs after the hint stay ready, so a claim that trusted a stale hint would

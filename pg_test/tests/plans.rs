@@ -336,13 +336,18 @@ const CLAIM_PICK: HotPath = HotPath {
     function: "jq.claim(text,text,integer,interval,interval,bigint)",
     source: "SELECT p.id FROM jq.jobs p
              WHERE p.queue = claim.queue AND p.state = 'ready'
+               AND p.priority < coalesce(v_below, 2147483648)
                AND EXISTS (SELECT FROM jq.queues g WHERE g.name = claim.queue
                            AND NOT g.paused
                            AND ((g.max_concurrency IS NULL AND g.rate_limit IS NULL) OR v_locked IS NOT NULL))
              ORDER BY p.priority DESC, p.run_at, p.id
              LIMIT coalesce(v_limit, claim.n)
              FOR UPDATE OF p SKIP LOCKED",
-    subst: &[("claim.queue", "$1"), ("coalesce(v_limit, claim.n)", "$2"), ("v_locked IS NOT NULL", "false")],
+    // v_below NULL: the full claim with no claim-start hint before it, from the head of the
+    // queue (after a hinted claim the same index range starts at the hint's priority;
+    // pg_test/tests/claim_hint.rs counts the entries that one reads).
+    subst: &[("claim.queue", "$1"), ("coalesce(v_limit, claim.n)", "$2"), ("v_locked IS NOT NULL", "false"),
+             ("coalesce(v_below, 2147483648)", "coalesce(NULL::bigint, 2147483648)")],
     types: "text, integer",
 };
 
@@ -353,6 +358,7 @@ const CLAIM_PICK_ONE: HotPath = HotPath {
     function: "jq.claim(text,text,integer,interval,interval,bigint)",
     source: "SELECT p.id FROM jq.jobs p
              WHERE p.queue = claim.queue AND p.state = 'ready'
+               AND p.priority < coalesce(v_below, 2147483648)
                AND EXISTS (SELECT FROM jq.queues g WHERE g.name = claim.queue
                            AND NOT g.paused
                            AND ((g.max_concurrency IS NULL AND g.rate_limit IS NULL) OR v_locked IS NOT NULL))
