@@ -286,6 +286,10 @@ for k in keys("drain-wal"):
         target(f"WAL per job ≤ 1.5× the floor's (batch {k[2]}, {k[3]} connections)", r, r and r[0] <= 1.5)
 for k in steady:
     z, d = med(k), med(("steady-p99-drift", "jq", k[2], k[3]))
+    for j in detail[k].values():
+        o = json.loads(j.replace("'", '"'))
+        target("steady load: the consumers keep up (jobs/s over the whole run ≥ 0.95× the arrival rate)",
+               f"{o['achieved'] / o['rate']:.2f}× ({o['achieved']:,} of {o['rate']:,} jobs/s)", o['achieved'] >= 0.95 * o['rate'])
     target("steady load: table+index sizes within 2× of steady state", f"{z:.2f}×", z <= 2)
     target("steady load: claim p99 drifts ≤ 2×", f"{d:.2f}×", d <= 2)
 for k in soak:

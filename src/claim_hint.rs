@@ -206,18 +206,27 @@ fn _hint_advance(queue: &str, priority: i32, run_at: TimestampWithTimeZone, id: 
     if seen.tag != tag {
         return true;  // not read by this claim
     }
-    if seen.turn_at > 0 {
-        SEEN.set(Seen { turn_at: 0, ..seen });  // the first claimed row ends the turn
-    }
     if let Some(sh) = shmem::get() {
         let now = now_us();
-        sh.hint_slot(tag).with(|h| {
+        let restarted = sh.hint_slot(tag).with(|h| {
             if seen.turn_at > 0 && h.tag == tag {
                 // The full claim this backend ran is done: space the next one by its duration.
                 h.full_due = now + FULL_CLAIM_EVERY_US.max(FULL_CLAIM_SPACING * (now - seen.turn_at));
+                // It took the queue's true head, so nothing claimable sorts before its first
+                // job: start the hint there, even behind where it was, so that jobs a race left
+                // behind the hint are swept by the hinted claims that follow instead of one full
+                // claim per second. Unless a transaction moved the hint further back or cleared
+                // it since this claim read it. The generation moves on, so claims that read the
+                // old hint do not carry it forward past them again.
+                let moved = h.gen != seen.gen;
+                if h.valid && !(moved && h.key.before(&key)) {
+                    h.key = key;
+                }
+                h.gen += 1;
+                return Some(h.gen);
             }
             if h.tag != seen.slot_tag || h.gen != seen.gen {
-                return;  // moved back, cleared or taken since we read it
+                return None;  // moved back, cleared or taken since we read it
             }
             if h.tag != tag {
                 // Unused or another queue's: ours now.
@@ -226,7 +235,13 @@ fn _hint_advance(queue: &str, priority: i32, run_at: TimestampWithTimeZone, id: 
                 h.valid = true;
                 h.key = key;
             }
+            None
         });
+        if seen.turn_at > 0 {
+            // The first claimed row ends the turn; the claim's other rows move the hint forward
+            // from where the turn put it.
+            SEEN.set(Seen { turn_at: 0, gen: restarted.unwrap_or(seen.gen), slot_tag: tag, ..seen });
+        }
     }
     true
 }

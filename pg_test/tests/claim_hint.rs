@@ -262,3 +262,59 @@ fn jobs_that_become_claimable_behind_the_hint_are_claimed_next() {
     }
     assert!(problems.is_empty(), "{}", problems.join("; "));
 }
+
+/// Jobs left behind the hint by a race (here: rows another transaction held locked while claims
+/// passed them by, the same as jobs committed by producers whose snapshot-time keys sort before
+/// a claim that ran concurrently) are not drained one full claim per second: the periodic full
+/// claim takes the queue's true head and moves the hint back there, so the hinted claims right
+/// after it sweep the rest of them.
+///
+/// Found by the steady-load soak (bench/run, `steady`): 500 jobs stuck behind the hint of a
+/// shallow queue were claimed 10 per second, one full claim each. Seen failing before the fix
+/// (the full claim only moved the hint forward): "after one full claim, the hinted claims took
+/// 0 of the 25 jobs still behind the hint".
+#[test]
+fn jobs_behind_the_hint_are_swept_after_one_full_claim() {
+    let db = TestDb::new("hint_sweep");
+    let mut c = db.connect();
+    c.batch_execute(
+        "SELECT jq.create_queue('sw');
+         SELECT count(*) FROM jq.enqueue_many('sw', (SELECT jsonb_agg(jsonb_build_object('n', g)) FROM generate_series(1, 50) g));",
+    )
+    .expect("setup");
+    // Another transaction holds the 30 oldest jobs' rows; claims skip them.
+    let mut holder = db.connect();
+    holder
+        .batch_execute("BEGIN; SELECT id FROM jq.jobs WHERE queue = 'sw' ORDER BY id LIMIT 30 FOR UPDATE")
+        .expect("lock 30 jobs");
+    let first = claim(&mut c, "sw", "w", 10, None);
+    assert_eq!(first.len(), 10);
+    for j in &first {
+        assert!(complete(&mut c, j));
+    }
+    holder.batch_execute("COMMIT").expect("unlock");
+    // The 30 are claimable again, behind the hint; the hinted claims take the 10 ahead of it.
+    let mut ahead = 0;
+    for _ in 0..4 {
+        for j in claim(&mut c, "sw", "w", 5, None) {
+            ahead += 1;
+            assert!(complete(&mut c, &j));
+        }
+    }
+    assert_eq!(ahead, 10, "the claims before the next full claim took the jobs ahead of the hint");
+    // The next full claim is due a second after the last one.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let turn = claim(&mut c, "sw", "w", 5, None);
+    assert_eq!(turn.len(), 5, "the full claim takes 5 of the 30");
+    for j in &turn {
+        assert!(complete(&mut c, j));
+    }
+    let mut swept = 0;
+    for _ in 0..10 {
+        for j in claim(&mut c, "sw", "w", 5, None) {
+            swept += 1;
+            assert!(complete(&mut c, &j));
+        }
+    }
+    assert_eq!(swept, 25, "after one full claim, the hinted claims took {swept} of the 25 jobs still behind the hint");
+}
