@@ -13,19 +13,49 @@ const ENQUEUE: &str = "jq.enqueue(text,jsonb,text,timestamptz,interval,integer,i
 const RELEASE: &str = "jq.release(bigint,uuid)";
 const PROMOTE: &str = "jq._promote(timestamptz,integer)";
 
-/// Entries of `jobs_claim_idx` one `jq.claim(queue, 'probe')` reads, from this transaction's
-/// statistics; the claimed job is completed in the same transaction.
-fn claim_index_reads(c: &mut Client, queue: &str) -> i64 {
+/// Entries of `jobs_claim_idx` one `jq.claim(queue, 'probe', n)` reads, from this transaction's
+/// statistics; the claim must get exactly one job, which is completed in the same transaction.
+fn claim_index_reads(c: &mut Client, queue: &str, n: i32) -> i64 {
     let mut t = c.transaction().expect("begin");
     let reads = "SELECT pg_stat_get_xact_tuples_returned('jq.jobs_claim_idx'::regclass)";
     let before: i64 = t.query_one(reads, &[]).expect("stats").get(0);
-    let row = t.query_one("SELECT id, lease_token FROM jq.claim($1, 'probe')", &[&queue]).expect("claim");
+    let rows = t.query("SELECT id, lease_token FROM jq.claim($1, 'probe', $2)", &[&queue, &n]).expect("claim");
     let after: i64 = t.query_one(reads, &[]).expect("stats").get(0);
-    let (id, token): (i64, uuid::Uuid) = (row.get(0), row.get(1));
+    assert_eq!(rows.len(), 1, "the claim got one job");
+    let (id, token): (i64, uuid::Uuid) = (rows[0].get(0), rows[0].get(1));
     let done: bool = t.query_one("SELECT jq.complete($1, $2)", &[&id, &token]).expect("complete").get(0);
     assert!(done);
     t.commit().expect("commit");
     after - before
+}
+
+/// Creates queue `queue` with `jobs` jobs, opens a REPEATABLE READ snapshot in a second session
+/// (returned: it holds the snapshot until its COMMIT) and claims and completes the first 20,000
+/// under it, so that their 20,000 dead entries at the head of the claim index cannot be removed.
+fn dead_head(db: &TestDb, c: &mut Client, queue: &str, jobs: i32) -> Client {
+    c.batch_execute(&format!(
+        "SELECT jq.create_queue('{queue}');
+         SELECT count(*) FROM jq.enqueue_many('{queue}', (SELECT jsonb_agg(jsonb_build_object('n', g))
+                                                        FROM generate_series(1, {jobs}) g));"
+    ))
+    .expect("setup");
+    let mut holder = db.connect();
+    holder
+        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM jq.jobs;")
+        .expect("hold a snapshot");
+    for _ in 0..20 {
+        let rows = c
+            .query("SELECT id, lease_token FROM jq.claim($1, 'w', 1000)", &[&queue])
+            .expect("claim");
+        let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+        let tokens: Vec<uuid::Uuid> = rows.iter().map(|r| r.get(1)).collect();
+        let done = c
+            .query("SELECT * FROM jq.complete_many($1, $2)", &[&ids, &tokens])
+            .expect("complete_many")
+            .len();
+        assert_eq!(done, 1000);
+    }
+    holder
 }
 
 /// Held-snapshot field case (issue 5; docs/BENCHMARKS.md): 20,000 jobs are claimed and completed
@@ -43,34 +73,13 @@ fn a_claim_during_a_held_snapshot_starts_past_the_dead_head() {
     if broken("no_hint") {
         sabotage(&mut c, CLAIM, "IF jq._claim_hint(claim.queue) THEN", "IF false THEN", 1);
     }
-    c.batch_execute(
-        "SELECT jq.create_queue('hs');
-         SELECT count(*) FROM jq.enqueue_many('hs', (SELECT jsonb_agg(jsonb_build_object('n', g))
-                                                    FROM generate_series(1, 30000) g));",
-    )
-    .expect("setup");
-    let mut holder = db.connect();
-    holder
-        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM jq.jobs;")
-        .expect("hold a snapshot");
-    for _ in 0..20 {
-        let rows = c
-            .query("SELECT id, lease_token FROM jq.claim('hs', 'w', 1000)", &[])
-            .expect("claim");
-        let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
-        let tokens: Vec<uuid::Uuid> = rows.iter().map(|r| r.get(1)).collect();
-        let done = c
-            .query("SELECT * FROM jq.complete_many($1, $2)", &[&ids, &tokens])
-            .expect("complete_many")
-            .len();
-        assert_eq!(done, 1000);
-    }
+    let mut holder = dead_head(&db, &mut c, "hs", 30_000);
     // Now and then (at least a second apart) one claim runs the full claim, the safety net for
     // jobs behind the hint; on a slow machine one of these may be it, so the best of three is
     // checked.
-    let hinted: Vec<i64> = (0..3).map(|_| claim_index_reads(&mut c, "hs")).collect();
+    let hinted: Vec<i64> = (0..3).map(|_| claim_index_reads(&mut c, "hs", 1)).collect();
     c.batch_execute("SET jq.claim_hints = off").expect("hints off");
-    let full: Vec<i64> = (0..3).map(|_| claim_index_reads(&mut c, "hs")).collect();
+    let full: Vec<i64> = (0..3).map(|_| claim_index_reads(&mut c, "hs", 1)).collect();
     holder.batch_execute("COMMIT").expect("release the snapshot");
     assert!(
         full.iter().all(|&n| n >= 20_000),
@@ -80,23 +89,6 @@ fn a_claim_during_a_held_snapshot_starts_past_the_dead_head() {
         hinted.iter().min().copied().unwrap_or(i64::MAX) <= 50,
         "with hints, the claim read {hinted:?} entries of jobs_claim_idx"
     );
-}
-
-/// Entries of `jobs_claim_idx` read by one `jq.claim(queue, 'probe', 10)` that finds only the
-/// job `make_one` enqueues just before it (completed in the same transaction).
-fn shallow_claim_index_reads(c: &mut Client, queue: &str, make_one: &str) -> i64 {
-    c.batch_execute(make_one).expect("enqueue one");
-    let mut t = c.transaction().expect("begin");
-    let reads = "SELECT pg_stat_get_xact_tuples_returned('jq.jobs_claim_idx'::regclass)";
-    let before: i64 = t.query_one(reads, &[]).expect("stats").get(0);
-    let rows = t.query("SELECT id, lease_token FROM jq.claim($1, 'probe', 10)", &[&queue]).expect("claim");
-    let after: i64 = t.query_one(reads, &[]).expect("stats").get(0);
-    assert_eq!(rows.len(), 1, "the queue held one claimable job");
-    let (id, token): (i64, uuid::Uuid) = (rows[0].get(0), rows[0].get(1));
-    let done: bool = t.query_one("SELECT jq.complete($1, $2)", &[&id, &token]).expect("complete").get(0);
-    assert!(done);
-    t.commit().expect("commit");
-    after - before
 }
 
 /// The same held-snapshot field case on a shallow queue, the usual state of a queue whose
@@ -115,33 +107,16 @@ fn a_shallow_queue_claim_during_a_held_snapshot_skips_the_dead_head_too() {
     if broken("no_hint_below") {
         sabotage(&mut c, CLAIM, "v_below := jq._hint_priority();", "v_below := NULL;", 1);
     }
-    c.batch_execute(
-        "SELECT jq.create_queue('hs');
-         SELECT count(*) FROM jq.enqueue_many('hs', (SELECT jsonb_agg(jsonb_build_object('n', g))
-                                                    FROM generate_series(1, 20000) g));",
-    )
-    .expect("setup");
-    let mut holder = db.connect();
-    holder
-        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM jq.jobs;")
-        .expect("hold a snapshot");
-    for _ in 0..20 {
-        let rows = c
-            .query("SELECT id, lease_token FROM jq.claim('hs', 'w', 1000)", &[])
-            .expect("claim");
-        let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
-        let tokens: Vec<uuid::Uuid> = rows.iter().map(|r| r.get(1)).collect();
-        let done = c
-            .query("SELECT * FROM jq.complete_many($1, $2)", &[&ids, &tokens])
-            .expect("complete_many")
-            .len();
-        assert_eq!(done, 1000);
-    }
+    let mut holder = dead_head(&db, &mut c, "hs", 20_000);
     // As above, the best of three: one probe may be the periodic full claim.
-    let one_below = "SELECT jq.enqueue('hs', '{}', priority => -1)";
-    let hinted: Vec<i64> = (0..3).map(|_| shallow_claim_index_reads(&mut c, "hs", one_below)).collect();
+    // Each probe finds one job: enqueued just before it, at a lower priority.
+    let probe = |c: &mut Client| {
+        c.batch_execute("SELECT jq.enqueue('hs', '{}', priority => -1)").expect("enqueue one");
+        claim_index_reads(c, "hs", 10)
+    };
+    let hinted: Vec<i64> = (0..3).map(|_| probe(&mut c)).collect();
     c.batch_execute("SET jq.claim_hints = off").expect("hints off");
-    let full: Vec<i64> = (0..3).map(|_| shallow_claim_index_reads(&mut c, "hs", one_below)).collect();
+    let full: Vec<i64> = (0..3).map(|_| probe(&mut c)).collect();
     holder.batch_execute("COMMIT").expect("release the snapshot");
     assert!(
         full.iter().all(|&n| n >= 20_000),
