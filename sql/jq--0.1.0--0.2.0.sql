@@ -577,8 +577,11 @@ BEGIN
         -- The rest comes from the priorities below the hint's: the hint's own level was just
         -- read from the hint's key on, and a job that becomes claimable before the hint moves
         -- the hint back to it. So a claim on a shallow or empty queue does not walk the dead
-        -- head either; the periodic full claim (jq._claim_hint) stays the safety net.
-        v_below := jq._hint_priority();
+        -- head either; the periodic full claim (jq._claim_hint) stays the safety net. Not for
+        -- a long-poll: it may sleep next, and a sleeping claim looks again only when woken, so
+        -- it takes the rest with the full claim (a job left behind the hint, e.g. a row another
+        -- transaction held while claims passed it, is found before it sleeps).
+        v_below := CASE WHEN v_deadline IS NULL THEN jq._hint_priority() END;
         IF v_hinted = claim.n THEN
             IF v_deadline IS NOT NULL THEN
                 PERFORM jq._wait_done();

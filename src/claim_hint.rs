@@ -13,8 +13,8 @@
 //! the dead head); if that finds fewer jobs than asked for, the rest comes from the priorities
 //! below the hint's (`p.priority < v_below` in jq.claim: a range that starts past the dead head
 //! too, so a shallow or empty queue does not walk it either). Capped and rate-limited queues,
-//! and a long-poll once woken, run the full claim from the head. Rules that keep the hint from
-//! hiding a job:
+//! and long-polls (which may sleep next), take the rest with the full claim from the head.
+//! Rules that keep the hint from hiding a job:
 //!
 //! - A claim moves the hint forward to the keys it claims (`jq._hint_advance`), only in READ
 //!   COMMITTED (its snapshot is taken after it read the hint) and only if no other transaction
@@ -210,20 +210,25 @@ fn _hint_advance(queue: &str, priority: i32, run_at: TimestampWithTimeZone, id: 
         let now = now_us();
         let restarted = sh.hint_slot(tag).with(|h| {
             if seen.turn_at > 0 && h.tag == tag {
-                // The full claim this backend ran is done: space the next one by its duration.
-                h.full_due = now + FULL_CLAIM_EVERY_US.max(FULL_CLAIM_SPACING * (now - seen.turn_at));
+                // The full claim this backend ran is done: space the next one by its duration,
+                // but at most a minute: the duration of a long-poll that took the turn includes
+                // its sleep, and a job left behind the hint waits for the next full claim.
+                h.full_due = now
+                    + FULL_CLAIM_EVERY_US.max((FULL_CLAIM_SPACING * (now - seen.turn_at)).min(FULL_CLAIM_TURN_US));
                 // It took the queue's true head, so nothing claimable sorts before its first
                 // job: start the hint there, even behind where it was, so that jobs a race left
                 // behind the hint are swept by the hinted claims that follow instead of one full
                 // claim per second. Unless a transaction moved the hint further back or cleared
                 // it since this claim read it. The generation moves on, so claims that read the
-                // old hint do not carry it forward past them again.
+                // old hint do not carry it forward past them again; and if the hint was moved
+                // back or cleared meanwhile, neither do this claim's other rows (a job
+                // committed after this claim's snapshot may be what moved it).
                 let moved = h.gen != seen.gen;
                 if h.valid && !(moved && h.key.before(&key)) {
                     h.key = key;
                 }
                 h.gen += 1;
-                return Some(h.gen);
+                return if moved { None } else { Some(h.gen) };
             }
             if h.tag != seen.slot_tag || h.gen != seen.gen {
                 return None;  // moved back, cleared or taken since we read it

@@ -105,7 +105,7 @@ fn a_shallow_queue_claim_during_a_held_snapshot_skips_the_dead_head_too() {
     let db = TestDb::new("hint_shallow");
     let mut c = db.connect();
     if broken("no_hint_below") {
-        sabotage(&mut c, CLAIM, "v_below := jq._hint_priority();", "v_below := NULL;", 1);
+        sabotage(&mut c, CLAIM, "v_below := CASE WHEN v_deadline IS NULL THEN jq._hint_priority() END;", "v_below := NULL;", 1);
     }
     let mut holder = dead_head(&db, &mut c, "hs", 20_000);
     // As above, the best of three: one probe may be the periodic full claim.
