@@ -574,6 +574,14 @@ BEGIN
         ORDER BY c.run_at, c.id;
         END IF;
         GET DIAGNOSTICS v_hinted = ROW_COUNT;
+        IF v_hinted = claim.n THEN
+            IF v_deadline IS NOT NULL THEN
+                PERFORM jq._wait_done();
+            END IF;
+            RETURN;
+        ELSIF v_hinted > 0 THEN
+            v_limit := claim.n - v_hinted;  -- the full claim takes the rest (below)
+        END IF;
         -- The rest comes from the priorities below the hint's: the hint's own level was just
         -- read from the hint's key on, and a job that becomes claimable before the hint moves
         -- the hint back to it. So a claim on a shallow or empty queue does not walk the dead
@@ -582,14 +590,6 @@ BEGIN
         -- it takes the rest with the full claim (a job left behind the hint, e.g. a row another
         -- transaction held while claims passed it, is found before it sleeps).
         v_below := CASE WHEN v_deadline IS NULL THEN jq._hint_priority() END;
-        IF v_hinted = claim.n THEN
-            IF v_deadline IS NOT NULL THEN
-                PERFORM jq._wait_done();
-            END IF;
-            RETURN;
-        ELSIF v_hinted > 0 THEN
-            v_limit := claim.n - v_hinted;  -- the full claim takes the rest
-        END IF;
     END IF;
 
     <<poll>>
