@@ -23,7 +23,10 @@
 //!     that returned jobs (ms), ready depth, jq.jobs heap and index bytes, jq.executions bytes,
 //!     dead tuples and autovacuum runs of both. Prints a JSON summary: the largest
 //!     table+index size over the median of the windows after the first minute (the steady
-//!     state), and the largest window p99 over the first window's p99 (the drift).
+//!     state); the drift, the largest claim p99 of a whole minute of the run over the first
+//!     minute's (each minute spans one autovacuum cycle, `autovacuum_naptime` = 1 min); and the
+//!     spike, the largest 10-s window p99 over the first window's (a window that holds an
+//!     autovacuum of jq.jobs against one that does not).
 //! ```
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -419,13 +422,26 @@ async fn soak(url: String, queue: String, rate: f64, jobs: usize, consumers: usi
     let first_p99 = p99s.first().copied().unwrap_or(f64::NAN);
     let max_p99 = p99s.iter().cloned().fold(0.0, f64::max);
     let last_p99 = p99s.last().copied().unwrap_or(f64::NAN);
+    // Whole minutes of the run: the claim p99 of each, from the same samples.
+    let minute_p99s: Vec<f64> = (0..(elapsed / 60.0).floor() as usize)
+        .filter_map(|k| {
+            let (a, b) = (60.0 * k as f64, 60.0 * (k + 1) as f64);
+            let mut lat: Vec<f64> = samples.iter().filter(|s| s.0 >= a && s.0 < b).map(|s| s.1).collect();
+            lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            (!lat.is_empty()).then(|| pct(&lat, 99.0))
+        })
+        .collect();
+    let first_min_p99 = minute_p99s.first().copied().unwrap_or(f64::NAN);
+    let max_min_p99 = minute_p99s.iter().cloned().fold(0.0, f64::max);
+    let minutes = minute_p99s.iter().map(|p| format!("{p:.3}")).collect::<Vec<_>>().join(",");
     let autovacuums = windows.last().map(|w| w.autovacuums - windows[0].autovacuums).unwrap_or(0);
     println!(
-        "{{\"peak\":{peak:.0},\"rate\":{rate:.0},\"jobs\":{jobs},\"sent\":{sent},\"achieved\":{:.0},\"secs\":{elapsed:.0},\"windows\":{},\"steady_bytes\":{steady_size:.0},\"max_bytes\":{max_size:.0},\"size_ratio\":{:.2},\"first_p99_ms\":{first_p99:.3},\"max_p99_ms\":{max_p99:.3},\"last_p99_ms\":{last_p99:.3},\"p99_drift\":{:.2},\"autovacuums\":{autovacuums}}}",
+        "{{\"peak\":{peak:.0},\"rate\":{rate:.0},\"jobs\":{jobs},\"sent\":{sent},\"achieved\":{:.0},\"secs\":{elapsed:.0},\"windows\":{},\"steady_bytes\":{steady_size:.0},\"max_bytes\":{max_size:.0},\"size_ratio\":{:.2},\"first_p99_ms\":{first_p99:.3},\"max_p99_ms\":{max_p99:.3},\"last_p99_ms\":{last_p99:.3},\"p99_spike\":{:.2},\"minute_p99_ms\":[{minutes}],\"p99_drift\":{:.2},\"autovacuums\":{autovacuums}}}",
         jobs as f64 / elapsed,
         windows.len(),
         max_size / steady_size,
-        max_p99 / first_p99
+        max_p99 / first_p99,
+        max_min_p99 / first_min_p99
     );
     Ok(())
 }
