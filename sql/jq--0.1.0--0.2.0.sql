@@ -2359,6 +2359,14 @@ BEGIN
     END LOOP;
 END $$;
 
+-- jq.claim's batch statements take LIMIT n as a parameter. A generic plan costs a LIMIT
+-- parameter at 10% of the queue, so plpgsql's plan cache judged every custom plan cheaper and
+-- planned those statements again on every call (pg_stat_statements with track_planning: as many
+-- plans as calls). Its generic plans are the same index walks (pg_test/tests/plans.rs checks
+-- both plan modes), so they are forced; one-job claims have constant LIMITs and were generic
+-- already.
+ALTER FUNCTION jq.claim(text, text, integer, interval, interval, bigint) SET plan_cache_mode = force_generic_plan;
+
 REVOKE ALL ON SCHEMA jq FROM PUBLIC;
 
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA jq FROM PUBLIC;

@@ -696,8 +696,9 @@ fn build_base(db: &TestDb) -> Client {
 
 /// The claim's inner selection walks jobs_claim_idx in ORDER BY order and stops after n rows,
 /// for n = 1, 10, 100, with the custom and the generic plan; so does the claim statement inside
-/// jq.claim as it really runs (forced custom, forced generic, and seven calls in a row under
-/// Postgres' own choice), and its UPDATE reads only the n picked rows. The max_concurrency
+/// jq.claim as it really runs (seven calls in a row under each session plan_cache_mode; jq.claim
+/// pins force_generic_plan itself, see batch_claims_reuse_one_generic_plan), and its UPDATE
+/// reads only the n picked rows. The max_concurrency
 /// running count reads an index, never the table.
 ///
 /// Seen failing (development run, not kept): with jq.claim replaced in this test's database by
@@ -1258,5 +1259,55 @@ fn worker_calls_find_the_job_by_primary_key_after_an_idle_analyze() {
         let e = explain(&mut c, &live, &format!("{}, '{}'", job.id, job.token), mode);
         f.check(check_uses_index(&e, "jobs_pkey", "jobs"));
     }
+    f.finish();
+}
+
+/// A batch claim runs on one cached generic plan: jq.claim's batch statements take LIMIT n as a
+/// parameter, which a generic plan costs at 10% of the rows below it, so under
+/// plan_cache_mode = auto plpgsql found every custom plan cheaper and planned those statements
+/// again on every call (pg_stat_statements with track_planning counted as many plans as calls;
+/// the benchmark's batch-10 drain spent a fifth of its database CPU on it). jq.claim pins
+/// plan_cache_mode = force_generic_plan (sql/security.sql); the generic plans are the same index
+/// walks (the tests above check both modes). Checked through auto_explain: a custom plan's
+/// Limit estimates exactly n rows, the generic plan's 10% of the ready jobs.
+/// Negative control `JQ_TEST_BREAK=custom_batch_plans` (jq.claim without the setting): seen
+/// failing for all seven calls, "call 7: a custom plan (Limit estimated at Some(10.0) rows),
+/// planned again for this call".
+#[test]
+fn batch_claims_reuse_one_generic_plan() {
+    let db = TestDb::new("plans_generic");
+    let mut c = db.connect();
+    c.batch_execute(
+        "SELECT jq.create_queue('gen');
+         SELECT count(*) FROM jq.enqueue_many('gen', (SELECT jsonb_agg(g) FROM generate_series(1, 20000) g));
+         ANALYZE jq.jobs;",
+    )
+    .unwrap();
+    if jq_pg_test::broken("custom_batch_plans") {
+        c.batch_execute("ALTER FUNCTION jq.claim(text, text, integer, interval, interval, bigint) RESET plan_cache_mode")
+            .unwrap();
+    }
+    let mut t = Traced::connect(&db);
+    let mut f = Failures::default();
+    t.begin(Mode::Auto);
+    // Seven calls: plpgsql plans the first five custom under `auto`, then keeps whichever wins.
+    for call in 1..=7 {
+        let sql = "SELECT id FROM jq.claim('gen', 'plans-probe', 10)";
+        let (rows, plans) = t.run(sql);
+        assert_eq!(rows.len(), 10, "{sql}");
+        let (stmt, _) = picking_statement(&plans, sql);
+        // The selection's Limit: the one above its LockRows.
+        let limit = stmt.nodes().into_iter().find(|n| {
+            let mut below = Vec::new();
+            walk(n, &mut below);
+            node_type(n) == "Limit" && below.iter().any(|m| node_type(m) == "LockRows")
+        });
+        let estimate = limit.and_then(|n| n["Plan Rows"].as_f64());
+        f.expect(estimate.is_some_and(|r| r > 10.0), || {
+            stmt.fail(format!("call {call}: a custom plan (Limit estimated at {estimate:?} rows), \
+                                 planned again for this call"))
+        });
+    }
+    t.rollback();
     f.finish();
 }
