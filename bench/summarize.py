@@ -299,8 +299,11 @@ for k in steady:
     for j in detail[k].values():
         o = json.loads(j.replace("'", '"'))
         if "p99_spike" in o:
-            out.append(f"- steady load, for the record: largest 10-s window claim p99 ÷ first window's: "
-                       f"{o['p99_spike']:.2f}× ({o['max_p99_ms']:.1f} ms against {o['first_p99_ms']:.1f} ms)")
+            # The measure of the same target until 7942e00, kept as a target: a 10-s window that
+            # holds an autovacuum of jq.jobs against the first window, which holds none.
+            target("steady load: claim p99 drifts ≤ 2× (largest 10-s window ÷ first 10-s window)",
+                   f"{o['p99_spike']:.2f}× ({o['max_p99_ms']:.1f} ms against {o['first_p99_ms']:.1f} ms)",
+                   o['p99_spike'] <= 2)
 for k in soak:
     if k[1] == "jq":
         if any("'pgbench_errors': True" in j for j in detail[k].values()):

@@ -1272,7 +1272,7 @@ fn worker_calls_find_the_job_by_primary_key_after_an_idle_analyze() {
 /// Limit estimates exactly n rows, the generic plan's 10% of the ready jobs.
 /// Negative control `JQ_TEST_BREAK=custom_batch_plans` (jq.claim without the setting): seen
 /// failing for all seven calls, "call 7: a custom plan (Limit estimated at Some(10.0) rows),
-/// planned again for this call".
+/// planned again for this call" (hints on; the message now names the pass).
 #[test]
 fn batch_claims_reuse_one_generic_plan() {
     let db = TestDb::new("plans_generic");
@@ -1289,13 +1289,18 @@ fn batch_claims_reuse_one_generic_plan() {
     }
     let mut t = Traced::connect(&db);
     let mut f = Failures::default();
+    // Both batch statements: with claim-start hints on, calls after the first run the hinted
+    // one; with them off, every call runs the full claim. Seven calls each: under `auto`,
+    // plpgsql plans a statement custom for its first five runs, then keeps whichever wins.
+    for hints in ["on", "off"] {
+    t.client.batch_execute(&format!("SET jq.claim_hints = {hints}")).unwrap();
     t.begin(Mode::Auto);
-    // Seven calls: plpgsql plans the first five custom under `auto`, then keeps whichever wins.
     for call in 1..=7 {
         let sql = "SELECT id FROM jq.claim('gen', 'plans-probe', 10)";
         let (rows, plans) = t.run(sql);
         assert_eq!(rows.len(), 10, "{sql}");
         let (stmt, _) = picking_statement(&plans, sql);
+        let call = format!("hints {hints}, call {call}");
         // The selection's Limit: the one above its LockRows.
         let limit = stmt.nodes().into_iter().find(|n| {
             let mut below = Vec::new();
@@ -1304,10 +1309,11 @@ fn batch_claims_reuse_one_generic_plan() {
         });
         let estimate = limit.and_then(|n| n["Plan Rows"].as_f64());
         f.expect(estimate.is_some_and(|r| r > 10.0), || {
-            stmt.fail(format!("call {call}: a custom plan (Limit estimated at {estimate:?} rows), \
+            stmt.fail(format!("{call}: a custom plan (Limit estimated at {estimate:?} rows), \
                                  planned again for this call"))
         });
     }
     t.rollback();
+    }
     f.finish();
 }
