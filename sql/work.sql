@@ -97,8 +97,7 @@ BEGIN
     -- an old snapshot is open. Uncapped, unlimited queues only (the gate below); the rest comes
     -- from below the hint's priority (v_below).
     IF jq._claim_hint(claim.queue) THEN
-        -- Two copies that differ only in their LIMIT, as below: a constant LIMIT 1 keeps the
-        -- one-job claim on a cached plan (a LIMIT parameter is re-planned on every call).
+        -- Two copies, as below: the one-job copy has a constant LIMIT 1 and no ORDER BY.
         IF claim.n = 1 THEN
         RETURN QUERY
         WITH claimed AS (
@@ -191,9 +190,11 @@ BEGIN
         -- key; the queue row gates it (unpaused, and uncapped unless we hold the cap lock) and
         -- gives the default lease, so the common case costs one statement. Written as
         -- id = ANY (ARRAY(...)), not as a join against a CTE, whose cached generic plan was a
-        -- hash join over the whole queue. n = 1 has its own copy with a constant LIMIT: with
-        -- LIMIT $n the planner assumes 10% of the queue, so plpgsql re-planned every call.
-        -- The two copies differ only in their LIMIT; pg_test/tests/plans.rs checks both. The
+        -- hash join over the whole queue. n = 1 has its own copy with a constant LIMIT and no
+        -- ORDER BY (no Sort); the batch copy's LIMIT is a parameter, costed at 10% of the
+        -- queue in a generic plan, so jq.claim pins plan_cache_mode = force_generic_plan
+        -- (sql/security.sql) or plpgsql would plan it again on every call.
+        -- pg_test/tests/plans.rs checks both copies in both plan modes. The
         -- lease starts when the row is claimed (clock_timestamp), not when the caller's
         -- transaction or this statement began, so waiting for locks does not shorten it.
         IF coalesce(v_limit, claim.n) = 1 THEN
