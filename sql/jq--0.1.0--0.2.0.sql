@@ -1916,7 +1916,13 @@ CREATE TABLE jq.jobs (
     -- Written at enqueue only (or by rare paths: aging, cancel requests, lease expiries).
     id               bigint PRIMARY KEY DEFAULT nextval('jq.jobs_id_seq'),
     priority         integer NOT NULL DEFAULT 0,
-    max_attempts     integer NOT NULL CHECK (max_attempts BETWEEN 1 AND 1000000),
+    -- 1..1000000, enforced where jobs are made (jq._job_problem raises 22023; the queue and
+    -- schedule defaults have CHECKs of their own). Not a CHECK here: PostgreSQL parses a
+    -- table's CHECK constraints from their stored text and compiles them again in every INSERT
+    -- and UPDATE statement, and every claim and completion updates this table. That was about
+    -- 4% of a backend's CPU per claimed and completed job (perf; docs/BENCHMARKS.md). jq.jobs
+    -- keeps no CHECK constraints (pg_test/tests/plans.rs checks).
+    max_attempts     integer NOT NULL,
     run_at           timestamptz NOT NULL,
     created_at       timestamptz NOT NULL DEFAULT now(),
     lease_expiries   integer NOT NULL DEFAULT 0,

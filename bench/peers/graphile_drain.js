@@ -28,12 +28,13 @@ async function main() {
       n -= k;
     }
   } else if (mode === "drain") {
-    const [conc, warm, secs] = rest.map(Number);
+    const [conc, warm, secs, pool] = rest.map(Number);
     const seen = new Set();
     let dup = 0;
     const runner = await gw.run({
       connectionString: url,
       concurrency: conc,
+      ...(pool ? { maxPoolSize: pool } : {}),
       noHandleSignals: true,
       logger: new gw.Logger(() => () => {}),
       taskList: {
@@ -50,7 +51,7 @@ async function main() {
     const t1 = Date.now(), l1 = await left();
     await runner.stop();
     const rate = Math.round((l0 - l1) / ((t1 - t0) / 1000));
-    console.log(JSON.stringify({ jobs_per_s: rate, concurrency: conc, handled: seen.size, duplicates: dup, left: l1, ok: dup === 0 }));
+    console.log(JSON.stringify({ jobs_per_s: rate, concurrency: conc, max_pool_size: pool || 10, handled: seen.size, duplicates: dup, left: l1, ok: dup === 0 }));
   }
   await db.end();
 }

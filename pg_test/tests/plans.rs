@@ -1317,3 +1317,36 @@ fn batch_claims_reuse_one_generic_plan() {
     }
     f.finish();
 }
+
+/// The tables every claim and completion writes (jq.jobs, jq.executions) carry no CHECK
+/// constraints. PostgreSQL keeps a CHECK as node text and, in every INSERT or UPDATE statement,
+/// parses it (stringToNode) and compiles it again (ExecRelCheck); jq.jobs' one CHECK
+/// (max_attempts between 1 and 1000000) was about 4% of a backend's CPU in the batch-1 drain
+/// (perf, docs/BENCHMARKS.md). Ranges are checked where values enter instead (jq._job_problem:
+/// 22023; tests/retries.rs). NOT NULL is checked from the tuple descriptor and costs nothing
+/// comparable. Negative control `JQ_TEST_BREAK=jobs_check` (the old CHECK added back): seen
+/// failing, "jq.jobs has CHECK constraints: jobs_max_attempts_check".
+#[test]
+fn hot_tables_have_no_check_constraints() {
+    let db = TestDb::new("plans_checks");
+    let mut c = db.connect();
+    if jq_pg_test::broken("jobs_check") {
+        c.batch_execute(
+            "ALTER TABLE jq.jobs ADD CONSTRAINT jobs_max_attempts_check CHECK (max_attempts BETWEEN 1 AND 1000000)",
+        )
+        .unwrap();
+    }
+    for table in ["jq.jobs", "jq.executions"] {
+        let names: Vec<String> = c
+            .query(
+                "SELECT conname::text FROM pg_catalog.pg_constraint
+                 WHERE conrelid = $1::text::regclass AND contype = 'c' ORDER BY conname",
+                &[&table],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert!(names.is_empty(), "{table} has CHECK constraints: {}", names.join(", "));
+    }
+}
