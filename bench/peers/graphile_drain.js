@@ -2,7 +2,8 @@
 // no local queue) with a no-op task. Usage:
 //   node graphile_drain.js PEERS_DIR URL migrate
 //   node graphile_drain.js PEERS_DIR URL fill N
-//   node graphile_drain.js PEERS_DIR URL drain CONCURRENCY WARM_SECS SECS
+//   node graphile_drain.js PEERS_DIR URL drain CONCURRENCY WARM_SECS SECS [MAX_POOL_SIZE]
+// (MAX_POOL_SIZE: graphile-worker's maxPoolSize, default 10; bench/run leaves the default.)
 // drain prints one JSON line: jobs/s counted in the database (graphile-worker deletes a job when
 // it completes) over SECS after WARM_SECS, and the duplicates seen by the handler.
 const path = require("path");
