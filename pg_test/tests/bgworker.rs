@@ -154,7 +154,7 @@ fn a_waiting_claim_returns_right_after_the_enqueue_commits_and_not_before() {
     let mut c = db.connect();
     if broken("no_wake") {
         sabotage(&mut c, "jq.enqueue(text,jsonb,text,timestamptz,interval,integer,integer,text,text,bigint)",
-                 "jq._wake(t.name)", "true", 2);
+                 "jq._wake_ready(t.name, coalesce(enqueue.priority, 0), v_run_at)", "true", 2);
     }
     c.batch_execute("SELECT jq.create_queue('q')").unwrap();
     let waiter = waiting_claim(&db, "SELECT id FROM jq.claim('q', 'w', wait => '10 s')");
@@ -460,7 +460,7 @@ fn one_job_wakes_one_of_many_waiters() {
     let mut c = db.connect();
     if broken("wake_all") {
         sabotage(&mut c, "jq.enqueue(text,jsonb,text,timestamptz,interval,integer,integer,text,text,bigint)",
-                 "jq._wake(t.name)", "jq._wake_n(t.name, 1000)", 2);
+                 "jq._wake_ready(t.name, coalesce(enqueue.priority, 0), v_run_at)", "jq._wake_n(t.name, 1000)", 2);
     }
     c.batch_execute("SELECT jq.create_queue('q')").unwrap();
     let waiters: Vec<_> = (0..12)

@@ -24,19 +24,20 @@ const WORKERS: usize = 10;
 
 const CLAIM: &str = "jq.claim(text,text,integer,interval,interval,bigint)";
 
-/// The broken variants of jq.claim used by the tests below. jq.claim has two copies of its
-/// claiming statement (LIMIT 1 for n = 1, LIMIT v_limit otherwise); a variant about how the
-/// claim picks and locks rows breaks both.
+/// The broken variants of jq.claim used by the tests below. jq.claim has four copies of its
+/// claiming statement (the hinted claim and the full claim, each with LIMIT 1 for n = 1 and a
+/// parameter LIMIT otherwise); a variant about how the claim picks and locks rows breaks all four.
 fn apply_breaks(c: &mut Client) {
     if broken("claim_no_row_lock") {
         // The picking sub-select no longer row-locks (no FOR UPDATE OF p SKIP LOCKED); the
         // UPDATE has no state fence, so a claimer that waited for another's row lock re-claims
         // the row it had picked.
-        sabotage(c, CLAIM, "\n                  FOR UPDATE OF p SKIP LOCKED))", "))", 2);
+        sabotage(c, CLAIM, "\n                  FOR UPDATE OF p SKIP LOCKED))", "))", 4);
     }
     if broken("cap_no_queue_lock") {
-        // A capped claim counts running jobs without holding the queue row.
-        sabotage(c, CLAIM, "FOR NO KEY UPDATE", "", 1);
+        // A capped claim counts running jobs without holding the queue row exclusively (both
+        // of its row locks, waiting and SKIP LOCKED, become shared ones).
+        sabotage(c, CLAIM, "FOR NO KEY UPDATE", "FOR KEY SHARE", 2);
     }
     if broken("claim_advisory_leak") {
         // Field case X03: a session-level advisory lock taken on each candidate row and never
@@ -46,7 +47,7 @@ fn apply_breaks(c: &mut Client) {
             CLAIM,
             "WHERE p.queue = claim.queue AND p.state = 'ready'\n",
             "WHERE p.queue = claim.queue AND p.state = 'ready' AND pg_try_advisory_lock(p.id)\n",
-            2,
+            4,
         );
     }
 }

@@ -25,7 +25,7 @@ fn apply_breaks(c: &mut Client) {
     }
     if broken("key_fill_no_wake") {
         // A job made ready by its key's slot freeing wakes no waiting claim.
-        sabotage(c, KEY_FILL, "WHERE jq._wake(m.queue)", "WHERE true", 1);
+        sabotage(c, KEY_FILL, "WHERE jq._wake_ready(m.queue, m.priority, m.run_at)", "WHERE true", 1);
     }
     if broken("rate_no_tokens_taken") {
         // The claim computes the bucket but never takes tokens from it.

@@ -14,7 +14,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 const ENQUEUE: &str = "jq.enqueue(text,jsonb,text,timestamptz,interval,integer,integer,text,text,bigint)";
-const KEYED_LOOP: &str = "    LOOP\n        INSERT INTO jq.jobs";
+const KEYED_LOOP: &str = "        LOOP\n            INSERT INTO jq.jobs";
 
 /// The broken variants of jq.enqueue shared by several tests.
 fn apply_breaks(c: &mut Client) {
@@ -364,8 +364,8 @@ fn enqueue_many_with_keys_returns_one_id_per_element_and_the_same_id_for_a_repea
         sabotage(
             &mut c,
             "jq.enqueue_many(text,jsonb,text,timestamptz,interval,integer,integer,boolean,bigint)",
-            "r.priority, r.max_attempts, r.idempotency_key);",
-            "r.priority, r.max_attempts, NULL);",
+            "r.priority, r.max_attempts, r.idempotency_key,",
+            "r.priority, r.max_attempts, NULL,",
             1,
         );
     }

@@ -113,7 +113,7 @@ fn max_attempts_edge_cases_and_fail_on_finished_unknown_or_already_failed_jobs_c
     let mut c = db.connect();
     if broken("fail_no_fence") {
         // Both fences: the SELECT ... FOR UPDATE that reads the job and the UPDATE.
-        sabotage(&mut c, FAIL, "AND j.state = 'running'", "", 2);
+        sabotage(&mut c, FAIL, "AND j.state::text = 'running'", "", 2);
     }
     if broken("enqueue_no_attempts_check") {
         sabotage(&mut c, "jq._job_problem(jsonb,text,integer,text)", "max_attempts IS NOT NULL AND (max_attempts < 1 OR max_attempts > 1000000)", "false", 1);
