@@ -150,7 +150,12 @@ fn an_expired_lease_comes_back_with_the_attempt_refunded() {
 
 #[test]
 fn a_waiting_claim_returns_right_after_the_enqueue_commits_and_not_before() {
-    let db = TestDb::new("bgw_longpoll");
+    // A database no maintenance worker serves ("bgw_" is the served prefix): its once-a-second
+    // pass would also wake the claim, so the negative control JQ_TEST_BREAK=no_wake (enqueue
+    // wakes nobody) failed only when the pass came more than 500 ms after the commit (seen
+    // once: "woken 546ms after the commit"). Here only the enqueue's own wakeup can end the
+    // wait early.
+    let db = TestDb::new("longpoll");
     let mut c = db.connect();
     if broken("no_wake") {
         sabotage(&mut c, "jq.enqueue(text,jsonb,text,timestamptz,interval,integer,integer,text,text,bigint)",
