@@ -217,7 +217,8 @@ if steady:
                "pruned by the background worker. Per 10-s window in steady-jq.csv. Drift: the largest claim p99 of a "
                "whole minute over the first minute's (each minute spans one autovacuum cycle); spike: the largest "
                "10-s window's p99 over the first window's (the windows that hold an autovacuum of jq.jobs against "
-               "the first, which does not).\n")
+               "the first, which does not). Both over the windows in which the producers were still sending "
+               "(`producing` = 1 in the CSV; the last window holds only the drain's tail).\n")
     out.append("| peak jobs/s | rate | achieved | seconds | steady table+index bytes | largest | largest ÷ steady | claim p99 ms per minute | drift | first 10-s window p99 ms | largest | spike | autovacuums |")
     out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for k in steady:

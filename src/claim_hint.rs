@@ -29,7 +29,8 @@
 //! - Whatever slips through (a job committed while a claim ran, a row skipped because a
 //!   non-claim transaction had it locked): now and then one claim ignores the hint and runs the
 //!   full claim, which takes jobs in true order and sets the hint anew. One claim of a queue at
-//!   a time, at least a second after the previous one and at least ten times that one's
+//!   a time (its turn ends at the first job it claims, or when its transaction ends if it
+//!   claims none), at least a second after the previous one and at least ten times that one's
 //!   duration after it (a full claim that walks a long dead head is spaced out, so it never
 //!   takes more than about a tenth of one worker). So a job can be passed over for about a
 //!   second, longer only while an old snapshot is open; it is never lost.
@@ -108,6 +109,8 @@ enum Change {
 thread_local! {
     static SEEN: Cell<Seen> = const { Cell::new(Seen { tag: 0, slot_tag: 0, gen: 0, valid: false,
         key: Key { priority: 0, run_at: 0, id: 0 }, turn_at: 0 }) };
+    /// Turns to run the full claim taken in this transaction and not ended yet: (tag, turn_at).
+    static TURNS: RefCell<Vec<(u64, i64)>> = const { RefCell::new(Vec::new()) };
     /// Changes at commit (`.1 = false`) or at abort (`.1 = true`).
     static PENDING: RefCell<Vec<(u64, Change, bool)>> = const { RefCell::new(Vec::new()) };
     static CALLBACK_REGISTERED: Cell<bool> = const { Cell::new(false) };
@@ -157,7 +160,23 @@ fn _claim_hint(queue: &str) -> bool {
         Seen { tag, slot_tag: h.tag, gen: h.gen, valid: mine && !turn, key: h.key, turn_at: if turn { now } else { 0 } }
     });
     SEEN.set(seen);
+    if seen.turn_at > 0 {
+        // The turn ends at the first job the full claim claims (jq._hint_advance), or else when
+        // this transaction ends (xact_callback): a full claim that finds nothing must not hold
+        // the turn until it times out, or a job behind the hint waits a minute.
+        register_callback();
+        TURNS.with_borrow_mut(|t| t.push((tag, now)));
+    }
     seen.valid
+}
+
+/// Ends the turn that this backend took at `turn_at` on the queue with `tag`, if it still holds
+/// it: the next full claim is due after a second or ten times this one's duration, whichever is
+/// longer, at most a minute (the duration of a long-poll that took the turn includes its sleep).
+fn end_turn(h: &mut Hint, tag: u64, turn_at: i64, now: i64) {
+    if h.tag == tag && h.full_due == turn_at + FULL_CLAIM_TURN_US {
+        h.full_due = now + FULL_CLAIM_EVERY_US.max((FULL_CLAIM_SPACING * (now - turn_at)).min(FULL_CLAIM_TURN_US));
+    }
 }
 
 /// `jq._hint_priority() RETURNS integer`: the priority of the hint read by the last
@@ -210,11 +229,8 @@ fn _hint_advance(queue: &str, priority: i32, run_at: TimestampWithTimeZone, id: 
         let now = now_us();
         let restarted = sh.hint_slot(tag).with(|h| {
             if seen.turn_at > 0 && h.tag == tag {
-                // The full claim this backend ran is done: space the next one by its duration,
-                // but at most a minute: the duration of a long-poll that took the turn includes
-                // its sleep, and a job left behind the hint waits for the next full claim.
-                h.full_due = now
-                    + FULL_CLAIM_EVERY_US.max((FULL_CLAIM_SPACING * (now - seen.turn_at)).min(FULL_CLAIM_TURN_US));
+                // The full claim this backend ran is done: space the next one by its duration.
+                end_turn(h, tag, seen.turn_at, now);
                 // It took the queue's true head, so nothing claimable sorts before its first
                 // job: start the hint there, even behind where it was, so that jobs a race left
                 // behind the hint are swept by the hinted claims that follow instead of one full
@@ -245,6 +261,7 @@ fn _hint_advance(queue: &str, priority: i32, run_at: TimestampWithTimeZone, id: 
         if seen.turn_at > 0 {
             // The first claimed row ends the turn; the claim's other rows move the hint forward
             // from where the turn put it.
+            TURNS.with_borrow_mut(|t| t.retain(|(g, at)| !(*g == tag && *at == seen.turn_at)));
             SEEN.set(Seen { turn_at: 0, gen: restarted.unwrap_or(seen.gen), slot_tag: tag, ..seen });
         }
     }
@@ -330,6 +347,15 @@ unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: 
     let abort = event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT;
     if !commit && !abort && event != XACT_EVENT_PREPARE {
         return;
+    }
+    let turns = TURNS.take();
+    if !turns.is_empty() {
+        if let Some(sh) = shmem::get() {
+            let now = now_us();
+            for (tag, turn_at) in turns {
+                sh.hint_slot(tag).with(|h| end_turn(h, tag, turn_at, now));
+            }
+        }
     }
     let pending = PENDING.take();
     if event == XACT_EVENT_PREPARE {

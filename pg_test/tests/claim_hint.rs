@@ -293,3 +293,49 @@ fn jobs_behind_the_hint_are_swept_after_one_full_claim() {
     }
     assert_eq!(swept, 25, "after one full claim, the hinted claims took {swept} of the 25 jobs still behind the hint");
 }
+
+/// A full claim that finds nothing ends its turn too: the next full claim is due a second later,
+/// not when the turn times out (a minute). Before the fix, the turn ended only at the first job
+/// a full claim claimed, so on a queue whose full claim came up empty (every job locked, or the
+/// queue momentarily empty) a job left behind the hint then waited a minute: seen in a
+/// steady-load run (`bench/run`, `CELLS=steady STEADY_JOBS=80000`), where 7 jobs stayed ready
+/// from the end of production for 60 s while 16 consumers polled. Seen failing before the fix:
+/// "the jobs behind the hint were not claimed within 3 s of their release (got 0 of 10)".
+#[test]
+fn a_full_claim_that_finds_nothing_ends_its_turn() {
+    let db = TestDb::new("hint_empty_turn");
+    let mut c = db.connect();
+    c.batch_execute(
+        "SELECT jq.create_queue('et');
+         SELECT count(*) FROM jq.enqueue_many('et', (SELECT jsonb_agg(jsonb_build_object('n', g)) FROM generate_series(1, 20) g));",
+    )
+    .expect("setup");
+    // Another transaction holds the 10 oldest jobs' rows; the first claim takes the 10 after
+    // them, and the hint moves past the held ones.
+    let mut holder = db.connect();
+    holder
+        .batch_execute("BEGIN; SELECT id FROM jq.jobs WHERE queue = 'et' ORDER BY id LIMIT 10 FOR UPDATE")
+        .expect("lock 10 jobs");
+    let first = claim(&mut c, "et", "w", 10, None);
+    assert_eq!(first.len(), 10);
+    for j in &first {
+        assert!(complete(&mut c, j));
+    }
+    // A second later the next claim takes the turn and runs the full claim, which finds only
+    // held rows: it claims nothing.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    assert_eq!(claim(&mut c, "et", "w", 10, None).len(), 0, "every ready job is held");
+    holder.batch_execute("COMMIT").expect("unlock");
+    // The 10 are behind the hint now; the next full claim, due a second after the empty one,
+    // finds them.
+    let released = std::time::Instant::now();
+    let mut got = 0;
+    while got < 10 && released.elapsed() < std::time::Duration::from_secs(3) {
+        for j in claim(&mut c, "et", "w", 10, None) {
+            got += 1;
+            assert!(complete(&mut c, &j));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(got, 10, "the jobs behind the hint were not claimed within 3 s of their release (got {got} of 10)");
+}
