@@ -141,6 +141,13 @@ STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_hint_clear_wrapper';
 
+CREATE  FUNCTION "_hint_turn_end"(
+	"queue" TEXT /* & str */
+) RETURNS bool /* bool */
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_hint_turn_end_wrapper';
+
 -- The functions written in Rust (src/wakeup.rs, src/claim_hint.rs, src/bgworker.rs).
 COMMENT ON FUNCTION jq._wake(text) IS
 'Internal: notes that this transaction made one job of queue claimable (call once per job); at '
@@ -181,11 +188,18 @@ COMMENT ON FUNCTION jq._hint_advance(text, integer, timestamptz, bigint) IS
 'Internal: called by a claim for each job it claims: moves the queue''s claim-start hint forward to '
 '(priority, run_at, id) unless another transaction moved it back or cleared it since this '
 'backend''s last jq._claim_hint (READ COMMITTED only); if the transaction rolls back, moves it '
-'back to that key. Returns true.';
+'back to that key. In any isolation level, the first job ends this backend''s turn to run the full '
+'claim. Returns true.';
 
 COMMENT ON FUNCTION jq._hint_clear(text) IS
 'Internal: at commit, clears the claim-start hint of queue (a path that changes the claim order '
 'of ready jobs, such as priority aging). Returns true.';
+
+COMMENT ON FUNCTION jq._hint_turn_end(text) IS
+'Internal: called by jq.claim right after a full claim that claimed nothing: if this backend had '
+'the turn to run the full claim of queue, it ends now, and the next full claim is due a second or '
+'ten times this one''s duration later (at most a minute), not after the caller''s transaction. '
+'Returns true.';
 
 -- Functions whose signature changes: dropped, then created as in 0.2.0.
 DROP FUNCTION jq.enqueue(text, jsonb, text, timestamptz, interval, integer, integer, text, text);
@@ -675,6 +689,11 @@ BEGIN
         ORDER BY c.priority DESC, c.run_at, c.id;
         END IF;
         GET DIAGNOSTICS v_got = ROW_COUNT;
+        IF v_got = 0 THEN
+            -- A full claim that took the turn (jq._claim_hint) and found nothing ends it now,
+            -- not when this transaction ends or after a long-poll's sleep (src/claim_hint.rs).
+            PERFORM jq._hint_turn_end(claim.queue);
+        END IF;
         IF v_got > 0 OR v_locked IS NOT NULL OR v_hinted > 0 THEN
             IF v_tokens IS NOT NULL THEN
                 -- A rate-limited claim (under the queue row lock): take one token per job claimed.

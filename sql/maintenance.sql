@@ -459,7 +459,13 @@ COMMENT ON FUNCTION jq._hint_advance(text, integer, timestamptz, bigint) IS
 'Internal: called by a claim for each job it claims: moves the queue''s claim-start hint forward to '
 '(priority, run_at, id) unless another transaction moved it back or cleared it since this '
 'backend''s last jq._claim_hint (READ COMMITTED only); if the transaction rolls back, moves it '
-'back to that key. Returns true.';
+'back to that key. In any isolation level, the first job ends this backend''s turn to run the full '
+'claim. Returns true.';
+COMMENT ON FUNCTION jq._hint_turn_end(text) IS
+'Internal: called by jq.claim right after a full claim that claimed nothing: if this backend had '
+'the turn to run the full claim of queue, it ends now, and the next full claim is due a second or '
+'ten times this one''s duration later (at most a minute), not after the caller''s transaction. '
+'Returns true.';
 COMMENT ON FUNCTION jq._hint_clear(text) IS
 'Internal: at commit, clears the claim-start hint of queue (a path that changes the claim order '
 'of ready jobs, such as priority aging). Returns true.';

@@ -266,6 +266,11 @@ BEGIN
         ORDER BY c.priority DESC, c.run_at, c.id;
         END IF;
         GET DIAGNOSTICS v_got = ROW_COUNT;
+        IF v_got = 0 THEN
+            -- A full claim that took the turn (jq._claim_hint) and found nothing ends it now,
+            -- not when this transaction ends or after a long-poll's sleep (src/claim_hint.rs).
+            PERFORM jq._hint_turn_end(claim.queue);
+        END IF;
         IF v_got > 0 OR v_locked IS NOT NULL OR v_hinted > 0 THEN
             IF v_tokens IS NOT NULL THEN
                 -- A rate-limited claim (under the queue row lock): take one token per job claimed.

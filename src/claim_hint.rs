@@ -161,9 +161,11 @@ fn _claim_hint(queue: &str) -> bool {
     });
     SEEN.set(seen);
     if seen.turn_at > 0 {
-        // The turn ends at the first job the full claim claims (jq._hint_advance), or else when
-        // this transaction ends (xact_callback): a full claim that finds nothing must not hold
-        // the turn until it times out, or a job behind the hint waits a minute.
+        // The turn ends at the first job the full claim claims (jq._hint_advance), or right
+        // after its statement if it claims none (jq._hint_turn_end, called by jq.claim), or at
+        // the latest when this transaction ends (xact_callback, e.g. on an error): a full claim
+        // that finds nothing must not hold the turn until it times out, or a job behind the hint
+        // waits a minute.
         register_callback();
         TURNS.with_borrow_mut(|t| t.push((tag, now)));
     }
@@ -172,11 +174,44 @@ fn _claim_hint(queue: &str) -> bool {
 
 /// Ends the turn that this backend took at `turn_at` on the queue with `tag`, if it still holds
 /// it: the next full claim is due after a second or ten times this one's duration, whichever is
-/// longer, at most a minute (the duration of a long-poll that took the turn includes its sleep).
+/// longer, at most a minute.
 fn end_turn(h: &mut Hint, tag: u64, turn_at: i64, now: i64) {
     if h.tag == tag && h.full_due == turn_at + FULL_CLAIM_TURN_US {
         h.full_due = now + FULL_CLAIM_EVERY_US.max((FULL_CLAIM_SPACING * (now - turn_at)).min(FULL_CLAIM_TURN_US));
     }
+}
+
+/// Ends this backend's turns on the queue with `tag` (all of them when `tag` is `None`) now.
+fn end_turns(tag: Option<u64>) {
+    let ended: Vec<(u64, i64)> = TURNS.with_borrow_mut(|t| {
+        let (ended, kept) = t.drain(..).partition(|(g, _)| tag.is_none_or(|x| x == *g));
+        *t = kept;
+        ended
+    });
+    if ended.is_empty() {
+        return;
+    }
+    let mut seen = SEEN.get();
+    if ended.iter().any(|(g, at)| *g == seen.tag && *at == seen.turn_at) {
+        seen.turn_at = 0;
+        SEEN.set(seen);
+    }
+    if let Some(sh) = shmem::get() {
+        let now = now_us();
+        for (g, at) in ended {
+            sh.hint_slot(g).with(|h| end_turn(h, g, at, now));
+        }
+    }
+}
+
+/// `jq._hint_turn_end(queue text) RETURNS boolean`: called by jq.claim right after a full claim
+/// that claimed nothing; if this backend had the turn to run the full claim of `queue`, it ends
+/// now, so the next full claim is spaced by this statement's duration, not by what the caller's
+/// transaction (or a long-poll's sleep) does next. Always true.
+#[pg_extern(volatile, parallel_unsafe)]
+fn _hint_turn_end(queue: &str) -> bool {
+    end_turns(Some(tag_of(queue)));
+    true
 }
 
 /// `jq._hint_priority() RETURNS integer`: the priority of the hint read by the last
@@ -208,6 +243,7 @@ fn _hint_id() -> Option<i64> {
 /// boolean`: called by a claim for each job it claims; moves `queue`'s hint forward to that key
 /// if no transaction moved it back or cleared it since this backend's last `jq._claim_hint`,
 /// and only under READ COMMITTED; if the transaction rolls back, moves the hint back to the key.
+/// In any isolation level, the first job ends this backend's turn to run the full claim.
 /// Always true.
 #[pg_extern(volatile, parallel_unsafe)]
 fn _hint_advance(queue: &str, priority: i32, run_at: TimestampWithTimeZone, id: i64) -> bool {
@@ -217,11 +253,16 @@ fn _hint_advance(queue: &str, priority: i32, run_at: TimestampWithTimeZone, id: 
     pend(queue, Change::Lower(key), true);
     // SAFETY: a PostgreSQL global of this backend.
     let read_committed = unsafe { pg_sys::XactIsoLevel } == pg_sys::XACT_READ_COMMITTED as i32;
-    if !read_committed || !enabled() {
-        return true;
-    }
     let seen = SEEN.get();
     let tag = tag_of(queue);
+    if !read_committed || !enabled() {
+        // The hint stays where it is, but a full claim's turn ends with its first job all the
+        // same (else other claims wait for this transaction to end before the next full claim).
+        if seen.turn_at > 0 && seen.tag == tag {
+            end_turns(Some(tag));
+        }
+        return true;
+    }
     if seen.tag != tag {
         return true;  // not read by this claim
     }
@@ -348,15 +389,7 @@ unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: 
     if !commit && !abort && event != XACT_EVENT_PREPARE {
         return;
     }
-    let turns = TURNS.take();
-    if !turns.is_empty() {
-        if let Some(sh) = shmem::get() {
-            let now = now_us();
-            for (tag, turn_at) in turns {
-                sh.hint_slot(tag).with(|h| end_turn(h, tag, turn_at, now));
-            }
-        }
-    }
+    end_turns(None);
     let pending = PENDING.take();
     if event == XACT_EVENT_PREPARE {
         // A prepared transaction's jobs become claimable at COMMIT PREPARED, in another

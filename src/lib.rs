@@ -52,7 +52,8 @@ extension_sql_file!(
     requires = ["queues", wakeup::_wake, wakeup::_wake_n, wakeup::_wake_slot, wakeup::_wake_on_abort,
                 wakeup::_wait_register, wakeup::_wait, wakeup::_wait_done, wakeup::_queue_bit,
                 wakeup::_wakeups, wakeup::_wake_ready, claim_hint::_claim_hint, claim_hint::_hint_priority,
-                claim_hint::_hint_run_at, claim_hint::_hint_id, claim_hint::_hint_advance, claim_hint::_hint_clear]
+                claim_hint::_hint_run_at, claim_hint::_hint_id, claim_hint::_hint_advance, claim_hint::_hint_clear,
+                claim_hint::_hint_turn_end]
 );
 extension_sql_file!("../sql/work.sql", name = "work", requires = ["enqueue", backoff::backoff_seconds]);
 extension_sql_file!("../sql/flow.sql", name = "flow", requires = ["work"]);

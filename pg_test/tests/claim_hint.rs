@@ -339,3 +339,86 @@ fn a_full_claim_that_finds_nothing_ends_its_turn() {
     }
     assert_eq!(got, 10, "the jobs behind the hint were not claimed within 3 s of their release (got {got} of 10)");
 }
+
+/// Puts 10 jobs of `queue` behind its hint: 20 jobs, the 10 oldest held by `holder`'s open
+/// transaction while a claim takes the 10 after them (and completes them). Returns the holder,
+/// whose COMMIT releases the 10.
+fn ten_held_behind_the_hint(db: &TestDb, c: &mut Client, queue: &str) -> Client {
+    c.batch_execute(&format!(
+        "SELECT jq.create_queue('{queue}');
+         SELECT count(*) FROM jq.enqueue_many('{queue}', (SELECT jsonb_agg(jsonb_build_object('n', g)) FROM generate_series(1, 20) g));"
+    ))
+    .expect("setup");
+    let mut holder = db.connect();
+    holder
+        .batch_execute(&format!("BEGIN; SELECT id FROM jq.jobs WHERE queue = '{queue}' ORDER BY id LIMIT 10 FOR UPDATE"))
+        .expect("lock 10 jobs");
+    let first = claim(c, queue, "w", 10, None);
+    assert_eq!(first.len(), 10);
+    for j in &first {
+        assert!(complete(c, j));
+    }
+    holder
+}
+
+/// Claims of `queue` on `c` every 50 ms until 10 jobs are claimed or 3 s have passed; how many.
+fn claimed_within_3s(c: &mut Client, queue: &str) -> usize {
+    let start = std::time::Instant::now();
+    let mut got = 0;
+    while got < 10 && start.elapsed() < std::time::Duration::from_secs(3) {
+        for j in claim(c, queue, "w", 10, None) {
+            got += 1;
+            assert!(complete(c, &j));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    got
+}
+
+/// The turn to run the full claim ends with the full claim's statement, not with its
+/// transaction: a worker that claims inside a longer transaction (or a long-poll that sleeps
+/// next) does not keep other claims from the full claim meanwhile, and the next one is spaced
+/// by the statement's duration only. Found by an adversarial review: with the turn ended at
+/// transaction end, jobs behind the hint waited 6 s + 60 s after a claim in a transaction that
+/// stayed open 6 s (and 48.7 s after a 5-s long-poll took the turn). Seen failing before the
+/// fix: "0 of the 10 jobs behind the hint claimed within 3 s while the turn's transaction was open";
+/// negative control `JQ_TEST_BREAK=turn_until_commit` (jq.claim no longer ends an empty full
+/// claim's turn after the statement) seen failing the same way.
+#[test]
+fn the_turn_ends_with_the_full_claim_statement_not_its_transaction() {
+    let db = TestDb::new("hint_turn_stmt");
+    let mut c = db.connect();
+    if broken("turn_until_commit") {
+        sabotage(&mut c, CLAIM, "PERFORM jq._hint_turn_end(claim.queue);", "NULL;", 1);
+    }
+    let mut holder = ten_held_behind_the_hint(&db, &mut c, "ts");
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    // Another worker takes the turn inside a transaction it keeps open; its full claim finds
+    // only held rows.
+    let mut other = db.connect();
+    other.batch_execute("BEGIN").unwrap();
+    assert_eq!(claim(&mut other, "ts", "o", 10, None).len(), 0, "every ready job is held");
+    holder.batch_execute("COMMIT").expect("unlock");
+    let got = claimed_within_3s(&mut c, "ts");
+    other.batch_execute("COMMIT").unwrap();
+    assert_eq!(got, 10, "{got} of the 10 jobs behind the hint claimed within 3 s while the turn's transaction was open");
+}
+
+/// The same under REPEATABLE READ, where a claim does not move the hint: a full claim that
+/// claims a job still ends its turn at once. Found by the same review (jobs behind the hint
+/// waited for the RR transaction and then a minute). Seen failing before the fix: "0 of the 9".
+#[test]
+fn a_repeatable_read_full_claim_ends_its_turn_too() {
+    let db = TestDb::new("hint_turn_rr");
+    let mut c = db.connect();
+    let mut holder = ten_held_behind_the_hint(&db, &mut c, "tr");
+    c.batch_execute("SELECT jq.enqueue('tr', '{}')").unwrap();  // one job the RR claim can take
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let mut other = db.connect();
+    other.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ").unwrap();
+    assert_eq!(claim(&mut other, "tr", "o", 1, None).len(), 1, "the full claim takes the one unheld job");
+    holder.batch_execute("COMMIT").expect("unlock");
+    let got = claimed_within_3s(&mut c, "tr");
+    other.batch_execute("COMMIT").unwrap();
+    assert_eq!(got, 10, "{got} of the 10 jobs behind the hint claimed within 3 s while the RR transaction was open");
+}

@@ -105,12 +105,12 @@ for s in find('cron.sql', r'^COMMENT ON TABLE jq\.schedules'):
 gen = open(sys.argv[1]).read()  # cargo pgrx schema pg15 -p jq --out FILE
 w('-- Caller tickets (src/security.rs) and claim-start hints (src/claim_hint.rs).\n')
 for fn in ('_ticket', '_redeem', '_authorize', '_wake_ready', '_claim_hint', '_hint_priority',
-           '_hint_run_at', '_hint_id', '_hint_advance', '_hint_clear'):
+           '_hint_run_at', '_hint_id', '_hint_advance', '_hint_clear', '_hint_turn_end'):
     m = re.search(r'CREATE\s+FUNCTION "' + fn + r'"\(.*?;\n', gen, re.S)
     assert m, fn
     w(m.group(0) + '\n')
 for fn in ('_wake', '_wake_n', '_wake_on_abort', '_wake_ready', '_claim_hint', '_hint_priority',
-           '_hint_run_at', '_hint_id', '_hint_advance', '_hint_clear'):
+           '_hint_run_at', '_hint_id', '_hint_advance', '_hint_clear', '_hint_turn_end'):
     for s in find('maintenance.sql', r'^COMMENT ON FUNCTION jq\.' + fn + r'\('):
         w(s + '\n')
 w('-- Functions whose signature changes: dropped, then created as in 0.2.0.\n')
