@@ -162,8 +162,8 @@ fn _claim_hint(queue: &str) -> bool {
     SEEN.set(seen);
     if seen.turn_at > 0 {
         // The turn ends at the first job the full claim claims (jq._hint_advance), or right
-        // after its statement if it claims none (jq._hint_turn_end, called by jq.claim), or at
-        // the latest when this transaction ends (xact_callback, e.g. on an error): a full claim
+        // after its statement if it claims none (jq._hint_turn_end, called by jq.claim), or if
+        // the statement fails, when its subtransaction or transaction ends (the callbacks): a full claim
         // that finds nothing must not hold the turn until it times out, or a job behind the hint
         // waits a minute.
         register_callback();
@@ -415,4 +415,7 @@ unsafe extern "C-unwind" fn subxact_callback(
     // A claim rolled back to a savepoint hands its jobs back now.
     let aborts: Vec<_> = PENDING.with_borrow(|p| p.iter().filter(|(_, _, a)| *a).copied().collect());
     apply(&aborts);
+    // A turn still held here belongs to a full claim that failed (a turn never outlives its
+    // statement otherwise): it ends now, not when the whole transaction does.
+    end_turns(None);
 }

@@ -422,3 +422,28 @@ fn a_repeatable_read_full_claim_ends_its_turn_too() {
     other.batch_execute("COMMIT").unwrap();
     assert_eq!(got, 10, "{got} of the 10 jobs behind the hint claimed within 3 s while the RR transaction was open");
 }
+
+/// A full claim that fails inside a savepoint (here a lock timeout) ends its turn when the
+/// savepoint is rolled back, not when the surrounding transaction ends. Found by an adversarial
+/// review (jobs behind the hint waited for the transaction and then 27.7 s). Seen failing before
+/// the fix: "0 of the 10 jobs behind the hint claimed within 3 s while the failed claim's
+/// transaction was open".
+#[test]
+fn a_full_claim_that_fails_in_a_savepoint_ends_its_turn() {
+    let db = TestDb::new("hint_turn_sub");
+    let mut c = db.connect();
+    let mut holder = ten_held_behind_the_hint(&db, &mut c, "tx");
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let mut locker = db.connect();
+    locker.batch_execute("BEGIN; LOCK TABLE jq.jobs IN SHARE MODE").unwrap();
+    let mut other = db.connect();
+    other.batch_execute("BEGIN; SAVEPOINT s; SET LOCAL lock_timeout = '50ms'").unwrap();
+    let err = other.query("SELECT id FROM jq.claim('tx', 'o', 10)", &[]).expect_err("the claim waits for the lock and times out");
+    assert_eq!(err.code().map(|s| s.code()), Some("55P03"), "{err}");
+    other.batch_execute("ROLLBACK TO SAVEPOINT s").unwrap();
+    locker.batch_execute("COMMIT").unwrap();
+    holder.batch_execute("COMMIT").expect("unlock");
+    let got = claimed_within_3s(&mut c, "tx");
+    other.batch_execute("COMMIT").unwrap();
+    assert_eq!(got, 10, "{got} of the 10 jobs behind the hint claimed within 3 s while the failed claim's transaction was open");
+}
