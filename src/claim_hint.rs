@@ -29,10 +29,11 @@
 //! - Whatever slips through (a job committed while a claim ran, a row skipped because a
 //!   non-claim transaction had it locked): now and then one claim ignores the hint and runs the
 //!   full claim, which takes jobs in true order and sets the hint anew. One claim of a queue at
-//!   a time (its turn ends at the first job it claims, or when its transaction ends if it
-//!   claims none), at least a second after the previous one and at least ten times that one's
-//!   duration after it (a full claim that walks a long dead head is spaced out, so it never
-//!   takes more than about a tenth of one worker). So a job can be passed over for about a
+//!   a time (its turn ends with its statement: at the first job it claims, right after it if
+//!   it claims none, or when a failed one's (sub)transaction ends), at least a second after
+//!   the previous one and at least ten times that one's duration after it (a full claim that
+//!   walks a long dead head is spaced out, so it never takes more than about a tenth of one
+//!   worker). So a job can be passed over for about a
 //!   second, longer only while an old snapshot is open; it is never lost.
 //!
 //! Hints are an optimisation only: without `shared_preload_libraries = 'jq'` or with
@@ -162,10 +163,9 @@ fn _claim_hint(queue: &str) -> bool {
     SEEN.set(seen);
     if seen.turn_at > 0 {
         // The turn ends at the first job the full claim claims (jq._hint_advance), or right
-        // after its statement if it claims none (jq._hint_turn_end, called by jq.claim), or if
-        // the statement fails, when its subtransaction or transaction ends (the callbacks): a full claim
-        // that finds nothing must not hold the turn until it times out, or a job behind the hint
-        // waits a minute.
+        // after its statement if it claims none (jq._hint_turn_end, called by jq.claim), or, if
+        // the statement fails, when its subtransaction or transaction ends (the callbacks). A
+        // turn held until it times out would make a job behind the hint wait a minute.
         register_callback();
         TURNS.with_borrow_mut(|t| t.push((tag, now)));
     }
@@ -183,6 +183,9 @@ fn end_turn(h: &mut Hint, tag: u64, turn_at: i64, now: i64) {
 
 /// Ends this backend's turns on the queue with `tag` (all of them when `tag` is `None`) now.
 fn end_turns(tag: Option<u64>) {
+    if TURNS.with_borrow(|t| t.is_empty()) {
+        return;  // the usual case, at every commit of a claiming backend
+    }
     let ended: Vec<(u64, i64)> = TURNS.with_borrow_mut(|t| {
         let (ended, kept) = t.drain(..).partition(|(g, _)| tag.is_none_or(|x| x == *g));
         *t = kept;
