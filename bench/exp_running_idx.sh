@@ -19,7 +19,7 @@ q() { $JQ_PG_BIN/psql -X -q -At -v ON_ERROR_STOP=1 -h 127.0.0.1 -p $P -U postgre
 $JQ_PG_BIN/psql -X -q -h 127.0.0.1 -p $P -U postgres -d postgres -c "CREATE DATABASE jq"
 q -c "CREATE EXTENSION jq" -f bench/done_log.sql -c "SELECT jq.create_queue('q')" >/dev/null
 prep() {
-  q -c "TRUNCATE jq.jobs, jq.executions, bench_done" >/dev/null
+  q -c "TRUNCATE jq.jobs, jq.execution_log, bench_done" >/dev/null
   for i in 1 2 3 4; do q -c "SELECT count(*) FROM jq.enqueue_many('q', (SELECT jsonb_agg('{\"n\":1}'::jsonb) FROM generate_series(1, 100000)))" >/dev/null; done
   q -c "VACUUM ANALYZE" -c "CHECKPOINT"
 }

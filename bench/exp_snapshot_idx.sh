@@ -22,7 +22,7 @@ $JQ_PG_BIN/psql -X -q -h 127.0.0.1 -p $P -U postgres -d postgres -c "CREATE DATA
 if [ "$SYSTEM" = jq ]; then
     q -c "CREATE EXTENSION jq" -f bench/done_log.sql -c "SELECT jq.create_queue('q')" >/dev/null
     for i in $(seq 1 12); do q -c "SELECT count(*) FROM jq.enqueue_many('q', (SELECT jsonb_agg('{\"n\":1}'::jsonb) FROM generate_series(1, 100000)))" >/dev/null; done
-    tables="'jobs','executions'"; script=bench/jq_claim_complete_b10.pgbench; main=jobs
+    tables="'jobs','execution_log'"; script=bench/jq_claim_complete_b10.pgbench; main=jobs
 else
     q -f bench/floor.sql
     q -c "INSERT INTO floor_jobs (queue, state, payload) SELECT 'q', 'ready', '{\"n\":1}' FROM generate_series(1, 1200000)"

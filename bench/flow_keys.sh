@@ -20,7 +20,7 @@ psql -X -q -h 127.0.0.1 -p "$port" -U postgres -d postgres -c "CREATE DATABASE b
 p -c "CREATE EXTENSION jq" -f bench/done_log.sql -c "SELECT jq.create_queue('q')" >/dev/null
 n=$(( keys * per ))
 cell() {  # keyed: 0 or 1
-    p -c "TRUNCATE jq.jobs; TRUNCATE jq.executions; TRUNCATE jq.key_slots; TRUNCATE bench_done"
+    p -c "TRUNCATE jq.jobs; TRUNCATE jq.execution_log; TRUNCATE jq.key_slots; TRUNCATE bench_done"
     if [ "$1" = 1 ]; then
         p -c "SELECT count(jq.enqueue('q', '{\"n\":1}', concurrency_key => 'k' || (g % $keys))) FROM generate_series(1, $n) g" >/dev/null
     else

@@ -21,7 +21,7 @@ psql -X -q -h 127.0.0.1 -p "$port" -U postgres -d postgres -c "CREATE DATABASE b
 p -c "CREATE EXTENSION jq" -f bench/floor.sql -c "SELECT jq.create_queue('q')" >/dev/null
 n=$(( secs * 40000 ))   # more than either system drains in one cell
 cell() {  # system, script, jobs per transaction
-    p -c "TRUNCATE floor_jobs; TRUNCATE jq.jobs; TRUNCATE jq.executions; TRUNCATE bench_done"
+    p -c "TRUNCATE floor_jobs; TRUNCATE jq.jobs; TRUNCATE jq.execution_log; TRUNCATE bench_done"
     if [ "$1" = floor ]; then
         p -c "INSERT INTO floor_jobs (queue, state, payload) SELECT 'q', 'ready', '{\"n\":1}' FROM generate_series(1, $n)"
     else

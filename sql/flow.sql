@@ -130,7 +130,7 @@ BEGIN
         RETURNING j.id, j.claims, j.attempt, j.state, j.started_at, j.lease_expires_at, j.queue,
                   j.worker, j.concurrency_key, j.priority, j.run_at
     ), hist AS (
-        INSERT INTO jq.executions (job_id, seq, attempt, outcome, started_at, lease_expires_at,
+        INSERT INTO jq.execution_log (job_id, seq, attempt, outcome, started_at, lease_expires_at,
                                    finished_at, queue, worker)
         SELECT b.id, b.claims, b.attempt + 1,
                CASE WHEN b.state = 'cancelled' THEN 'cancelled' ELSE 'snoozed' END::jq.execution_outcome,

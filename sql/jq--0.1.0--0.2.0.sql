@@ -14,6 +14,9 @@
 --   * claim-start hints (src/claim_hint.rs): the claim, and the paths that make jobs claimable,
 --     call the new internal functions jq._claim_hint, jq._hint_* and jq._wake_ready.
 --   * jq.jobs is rebuilt with its columns in a new order (less WAL per claim and completion).
+--   * a completion writes no history row: the completed job row records its execution. The
+--     table jq.executions becomes jq.execution_log (the other outcomes) and jq.executions a view
+--     over both; a completed execution is kept as long as its job (retention).
 -- Jobs, leases and history are kept: a worker holding a lease completes it after the upgrade
 -- with the same token.
 
@@ -1116,7 +1119,7 @@ BEGIN
     END IF;
     -- History goes before the table lock, so its scan does not hold up other queues' writers;
     -- a history row written after this by a late worker is pruned as an orphan by jq._prune.
-    DELETE FROM jq.executions e WHERE e.queue = drop_queue.name;
+    DELETE FROM jq.execution_log e WHERE e.queue = drop_queue.name;
     -- Then wait for every transaction that has written jobs to finish, and hold off new
     -- writers until this one commits: an enqueue under READ COMMITTED racing the drop then
     -- either committed its job before (deleted below) or finds the queue gone (jq.enqueue reads
@@ -1534,8 +1537,8 @@ BEGIN
     -- the shortest history_retention, each row is then held to its own queue's retention, and
     -- rows of queues that no longer exist (written by a late worker after jq.drop_queue) go.
     -- SKIP LOCKED: a pass left open in another session must not block this one.
-    DELETE FROM jq.executions e WHERE e.ctid = ANY (ARRAY(
-        SELECT h.ctid FROM jq.executions h LEFT JOIN jq.queues o ON o.name = h.queue
+    DELETE FROM jq.execution_log e WHERE e.ctid = ANY (ARRAY(
+        SELECT h.ctid FROM jq.execution_log h LEFT JOIN jq.queues o ON o.name = h.queue
         WHERE h.finished_at < _prune.now - coalesce(
                   (SELECT min(t.history_retention) FROM jq.queues t), interval '0')
           AND (o.name IS NULL OR h.finished_at < _prune.now - o.history_retention)
@@ -1691,7 +1694,7 @@ BEGIN
                                      pg_catalog.array_agg(1)) END AS moved
         FROM back b WHERE b.concurrency_key IS NOT NULL AND b.state <> 'ready'
     )
-    INSERT INTO jq.executions (job_id, seq, attempt, outcome, started_at, lease_expires_at,
+    INSERT INTO jq.execution_log (job_id, seq, attempt, outcome, started_at, lease_expires_at,
                                finished_at, queue, worker, error)
     SELECT b.id, b.claims, b.attempt + 1, 'lease_expired', b.started_at, b.lease_expires_at,
            _reap.now, b.queue, b.worker,
@@ -1822,7 +1825,7 @@ BEGIN
         RETURNING j.id, j.claims, j.attempt, j.state, j.started_at, j.lease_expires_at, j.queue,
                   j.worker, j.concurrency_key, j.priority, j.run_at
     ), hist AS (
-        INSERT INTO jq.executions (job_id, seq, attempt, outcome, started_at, lease_expires_at,
+        INSERT INTO jq.execution_log (job_id, seq, attempt, outcome, started_at, lease_expires_at,
                                    finished_at, queue, worker)
         SELECT b.id, b.claims, b.attempt + 1,
                CASE WHEN b.state = 'cancelled' THEN 'cancelled' ELSE 'snoozed' END::jq.execution_outcome,
@@ -1861,7 +1864,7 @@ BEGIN
         RETURNING j.id, j.claims, j.attempt, j.state, j.started_at, j.lease_expires_at, j.queue,
                   j.worker, j.concurrency_key, j.priority, j.run_at
     )
-    INSERT INTO jq.executions (job_id, seq, attempt, outcome, started_at, lease_expires_at,
+    INSERT INTO jq.execution_log (job_id, seq, attempt, outcome, started_at, lease_expires_at,
                                finished_at, queue, worker)
     SELECT b.id, b.claims, b.attempt + 1,
            CASE WHEN b.state = 'cancelled' THEN 'cancelled' ELSE 'released' END::jq.execution_outcome,
@@ -1878,6 +1881,159 @@ COMMENT ON FUNCTION jq.release(bigint, uuid) IS
 'shutdown has not failed). The job is ready again at its old place in the queue, or cancelled if '
 'a cancellation was requested. Fenced: false and no change unless the job is running under this '
 'lease_token.';
+
+CREATE OR REPLACE FUNCTION jq.complete(id bigint, lease_token uuid, result jsonb DEFAULT NULL) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_done integer;
+BEGIN
+    -- The job row is the record of a completed execution (sql/schema.sql, jq.executions): no
+    -- history row is written here.
+    WITH done AS (
+        UPDATE jq.jobs j SET
+            state = 'completed',
+            finished_at = pg_catalog.clock_timestamp(),
+            result = complete.result
+        WHERE j.id = complete.id AND j.lease_token = complete.lease_token AND j.state::text = 'running'
+        RETURNING j.queue, j.concurrency_key
+    )
+    SELECT count(*) INTO v_done
+    FROM done d
+    WHERE jq._wake_slot(d.queue)  -- a capped queue has a free slot at commit
+      -- its key's slot passes to the key's next blocked job (CASE: called only with a key)
+      AND CASE WHEN d.concurrency_key IS NULL THEN true
+               ELSE jq._key_fill(d.queue, d.concurrency_key, 1) >= 0 END;
+    RETURN v_done > 0;
+END $$;
+
+COMMENT ON FUNCTION jq.complete(bigint, uuid, jsonb) IS
+'Marks a running job completed and stores result (any JSON, optional); the job row then records '
+'the execution (jq.executions). Fenced: true only if the job is still running under this '
+'lease_token; otherwise (lease expired and reaped, claimed again, cancelled, dropped, unknown id) '
+'false and nothing changes.';
+
+CREATE OR REPLACE FUNCTION jq.complete_many(ids bigint[], lease_tokens uuid[], results jsonb[] DEFAULT NULL)
+RETURNS SETOF bigint
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF pg_catalog.cardinality(complete_many.ids) IS DISTINCT FROM pg_catalog.cardinality(complete_many.lease_tokens)
+       OR (complete_many.results IS NOT NULL
+           AND pg_catalog.cardinality(complete_many.results) <> pg_catalog.cardinality(complete_many.ids)) THEN
+        RAISE EXCEPTION 'ids, lease_tokens and results must have the same length' USING ERRCODE = '22023';
+    END IF;
+    RETURN QUERY
+    WITH input AS (
+        SELECT u.id, u.token, u.result
+        FROM ROWS FROM (pg_catalog.unnest(complete_many.ids),
+                        pg_catalog.unnest(complete_many.lease_tokens),
+                        pg_catalog.unnest(complete_many.results)) AS u(id, token, result)
+    ), done AS (
+        UPDATE jq.jobs j SET
+            state = 'completed',
+            finished_at = pg_catalog.clock_timestamp(),
+            result = input.result
+        FROM input
+        WHERE j.id = input.id AND j.lease_token = input.token AND j.state::text = 'running'
+        RETURNING j.id, j.queue, j.concurrency_key
+    ), keyed AS (
+        -- Keys whose slot is freed, all at once in key order (jq._key_fill_many); one row.
+        SELECT CASE WHEN count(*) > 0 THEN
+                   jq._key_fill_many(pg_catalog.array_agg(d.queue), pg_catalog.array_agg(d.concurrency_key),
+                                     pg_catalog.array_agg(1)) END AS moved
+        FROM done d WHERE d.concurrency_key IS NOT NULL
+    )
+    -- As in jq.complete, the job rows record the executions.
+    SELECT d.id FROM done d, keyed k WHERE jq._wake_slot(d.queue) ORDER BY d.id;
+END $$;
+
+COMMENT ON FUNCTION jq.complete_many(bigint[], uuid[], jsonb[]) IS
+'Batch form of jq.complete: ids[i] with lease_tokens[i] (and results[i], optional). Returns the '
+'ids that were completed, ascending; the others were not running under that token and are '
+'unchanged. Errors: 22023 arrays of different lengths.';
+
+CREATE OR REPLACE FUNCTION jq.fail(id bigint, lease_token uuid, error text, retry_in interval DEFAULT NULL)
+RETURNS jq.job_state
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_job   record;
+    v_now   timestamptz := pg_catalog.clock_timestamp();
+    v_delay interval;
+    v_state jq.job_state;
+    v_error text := jq._clip_error(fail.error);
+BEGIN
+    SELECT j.attempt, j.max_attempts, j.cancel_requested, q.backoff, q.backoff_base,
+           q.backoff_max, q.jitter, j.queue, j.concurrency_key
+    INTO v_job
+    FROM jq.jobs j LEFT JOIN jq.queues q ON q.name = j.queue
+    WHERE j.id = fail.id AND j.lease_token = fail.lease_token AND j.state::text = 'running'
+    FOR UPDATE OF j;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF fail.retry_in > interval '100 years'
+       OR (fail.retry_in > interval '0' AND NOT jq._interval_fields_nonnegative(fail.retry_in)) THEN
+        RAISE EXCEPTION 'retry_in must be at most 100 years, with no negative field, got %', fail.retry_in
+            USING ERRCODE = '22023';
+    END IF;
+
+    IF v_job.cancel_requested THEN
+        v_state := 'cancelled';
+    ELSIF v_job.attempt >= v_job.max_attempts THEN
+        v_state := 'dead';
+    ELSE
+        v_delay := coalesce(fail.retry_in,
+            jq.backoff_seconds(
+                v_job.backoff::text,
+                extract(epoch FROM v_job.backoff_base)::float8,
+                extract(epoch FROM v_job.backoff_max)::float8,
+                v_job.attempt, v_job.jitter::text, pg_catalog.random()) * interval '1 second');
+        v_state := CASE WHEN v_delay > interval '0' THEN 'scheduled' ELSE 'ready' END;
+    END IF;
+
+    UPDATE jq.jobs j SET
+        state = v_state,
+        last_error = v_error,
+        run_at = CASE WHEN v_state = 'scheduled' THEN v_now + v_delay
+                      WHEN v_state = 'ready' THEN v_now ELSE j.run_at END,
+        finished_at = CASE WHEN v_state IN ('dead', 'cancelled') THEN v_now END
+    WHERE j.id = fail.id AND j.lease_token = fail.lease_token AND j.state::text = 'running';
+
+    INSERT INTO jq.execution_log (job_id, seq, attempt, outcome, started_at, lease_expires_at,
+                               finished_at, queue, worker, error)
+    SELECT j.id, j.claims, j.attempt,
+           CASE WHEN v_state = 'cancelled' THEN 'cancelled' ELSE 'failed' END::jq.execution_outcome,
+           j.started_at, j.lease_expires_at, v_now, j.queue, j.worker, v_error
+    FROM jq.jobs j WHERE j.id = fail.id
+      AND CASE WHEN v_state = 'ready' THEN jq._wake(j.queue) ELSE jq._wake_slot(j.queue) END;
+    -- A retrying job keeps its key's slot (it stays the key's head); a finished one frees it.
+    IF v_job.concurrency_key IS NOT NULL AND v_state IN ('dead', 'cancelled') THEN
+        PERFORM jq._key_fill(v_job.queue, v_job.concurrency_key, 1);
+    END IF;
+    RETURN v_state;
+END $$;
+
+COMMENT ON FUNCTION jq.fail(bigint, uuid, text, interval) IS
+'Records a failed attempt of a running job and returns its new state: scheduled (retry at now + '
+'backoff; ready when the delay is zero) while attempt < max_attempts, else dead; cancelled if a '
+'cancellation was requested. The delay is retry_in (interval, overrides the policy) or the '
+'queue''s policy via jq.backoff_seconds: fixed/linear/exponential from backoff_base, capped at '
+'backoff_max, full jitter by default. error: any text (quotes, backslashes, "\u0000" kept '
+'verbatim; longer than jq.max_error_length() is truncated with a marker). Fenced: NULL and no '
+'change unless the job is running under this lease_token. Errors: 22023 retry_in over 100 years '
+'or positive with a negative field (a zero or negative retry_in means now).';
+
+-- Changed comments.
+COMMENT ON FUNCTION jq.create_queue(text, integer, interval, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, interval, interval, integer, integer, boolean, boolean, integer) IS
+'Creates a queue and returns its row. name: 1-128 characters of [A-Za-z0-9_.:-]. Defaults of its '
+'jobs: max_attempts 25; lease 5 minutes; retry backoff exponential from backoff_base 1 second, '
+'capped at backoff_max 1 hour, with full jitter; finished jobs kept for retention 1 day '
+'(completed, cancelled) or dead_retention 7 days (dead); the history of executions that did not '
+'complete their job (failed, lease_expired, released, snoozed, cancelled) kept for '
+'history_retention 7 days (a completed execution is kept with its job, for retention); max_concurrency NULL = unlimited running jobs; a job whose lease '
+'expires more than max_lease_expiries (10) times goes dead; key_concurrency (1): jobs per '
+'concurrency_key holding a slot at once (docs/flow-control.md). Errors: 22004 NULL option, 22023 '
+'invalid name or value (intervals are at most 100 years), 42710 queue exists (unless '
+'if_not_exists, which returns the existing row; its options are not compared).';
 
 -- 0.1.0 granted nothing and told DBAs to give their roles USAGE on jq and privileges on its
 -- tables. In 0.2.0 the tables change only through the functions and payloads are visible only
@@ -1908,6 +2064,16 @@ END $$;
 -- for as long as the copy takes.
 LOCK TABLE jq.jobs IN ACCESS EXCLUSIVE MODE;
 DROP VIEW jq.queue_stats;
+-- History: the table keeps the executions that did not complete their job; a completed one is
+-- its job row (sql/schema.sql). The rows of completions whose job row is still there go (the
+-- view jq.executions shows them from the job); those of pruned jobs stay, until
+-- history_retention.
+LOCK TABLE jq.executions IN ACCESS EXCLUSIVE MODE;
+ALTER TABLE jq.executions RENAME TO execution_log;
+ALTER INDEX jq.executions_pkey RENAME TO execution_log_pkey;
+ALTER INDEX jq.executions_finished_brin RENAME TO execution_log_finished_brin;
+DELETE FROM jq.execution_log e USING jq.jobs j
+WHERE e.outcome = 'completed' AND j.id = e.job_id AND j.claims = e.seq AND j.state = 'completed';
 ALTER SEQUENCE jq.jobs_id_seq OWNED BY NONE;
 ALTER TABLE jq.jobs RENAME TO jobs_0_1_0;
 -- Free the names the new table's constraints take (constraint names are unique per schema).
@@ -2036,6 +2202,31 @@ SELECT pg_catalog.pg_extension_config_dump('jq.jobs', '');
 
 ANALYZE jq.jobs;
 
+COMMENT ON TABLE jq.execution_log IS
+'Append-only history of the executions that did not complete their job: one row per claim that '
+'ended as failed, lease_expired, released, snoozed or cancelled, kept for the queue''s '
+'history_retention (a completed execution is its job row). Written only by jq functions; read '
+'jq.executions, which adds the completed executions.';
+
+CREATE VIEW jq.executions AS
+SELECT l.job_id, l.seq, l.attempt, l.outcome, l.started_at, l.lease_expires_at, l.finished_at,
+       l.queue, l.worker, l.error
+FROM jq.execution_log l
+UNION ALL
+SELECT j.id, j.claims, j.attempt, 'completed'::jq.execution_outcome, j.started_at,
+       j.lease_expires_at, j.finished_at, j.queue, j.worker, NULL::text
+FROM jq.jobs j
+WHERE j.state = 'completed';
+
+COMMENT ON VIEW jq.executions IS
+'Execution history: one row per execution once it has ended (job_id, seq = the job''s claims '
+'count when it started, attempt = the attempt number it ran as, outcome, started_at, '
+'lease_expires_at, finished_at, queue, worker, error). Completed executions come from the job '
+'rows of completed jobs, so they are kept as long as the job (the queue''s retention); the '
+'other outcomes from jq.execution_log, kept for history_retention. For outcomes lease_expired, '
+'released and snoozed the attempt was refunded. A running execution is visible in its jq.jobs '
+'row (started_at, worker, lease_expires_at).';
+
 -- security_barrier: a reader's own (leaky) function in a WHERE on this view is evaluated only
 -- on the rows the view lets it see (docs/security.md).
 CREATE VIEW jq.queue_stats WITH (security_barrier) AS
@@ -2050,7 +2241,7 @@ SELECT t.name AS queue,
        c.oldest_claimable_age,
        t.paused,
        b.blocked,
-       h.completed_5m,
+       hc.completed_5m,
        h.failed_5m,
        h.failed_15m,
        h.lease_expired_15m,
@@ -2070,15 +2261,20 @@ CROSS JOIN LATERAL (
     FROM jq.jobs j WHERE j.queue = t.name AND j.state IN ('completed', 'dead', 'cancelled')) f
 CROSS JOIN LATERAL (
     SELECT count(*) AS blocked FROM jq.jobs j WHERE j.queue = t.name AND j.state = 'blocked') b
--- Recent history: the BRIN index on finished_at limits the scan to the last 15 minutes.
+-- Recent history. Completions are the completed job rows (jobs_finished_idx); the other
+-- outcomes are in jq.execution_log, whose BRIN index on finished_at limits the scan to the last
+-- 15 minutes.
 CROSS JOIN LATERAL (
-    SELECT count(*) FILTER (WHERE e.outcome = 'completed'
-                              AND e.finished_at > pg_catalog.now() - interval '5 minutes') AS completed_5m,
-           count(*) FILTER (WHERE e.outcome = 'failed'
+    SELECT count(*) AS completed_5m
+    FROM jq.jobs j
+    WHERE j.queue = t.name AND j.state = 'completed'
+      AND j.finished_at > pg_catalog.now() - interval '5 minutes') hc
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE e.outcome = 'failed'
                               AND e.finished_at > pg_catalog.now() - interval '5 minutes') AS failed_5m,
            count(*) FILTER (WHERE e.outcome = 'failed') AS failed_15m,
            count(*) FILTER (WHERE e.outcome = 'lease_expired') AS lease_expired_15m
-    FROM jq.executions e
+    FROM jq.execution_log e
     WHERE e.finished_at > pg_catalog.now() - interval '15 minutes' AND e.queue = t.name) h
 -- Wait = claim time - due time (started_at - run_at) of the jobs claimed in the last 5 minutes
 -- that are still running or completed since (a failed job's run_at has moved to its retry).
@@ -2090,10 +2286,10 @@ CROSS JOIN LATERAL (
             AND j.started_at > pg_catalog.now() - interval '5 minutes'
           UNION ALL
           SELECT j.started_at - j.run_at
-          FROM jq.executions e JOIN jq.jobs j ON j.id = e.job_id AND j.claims = e.seq
-          WHERE e.queue = t.name AND e.outcome = 'completed'
-            AND e.finished_at > pg_catalog.now() - interval '5 minutes'
-            AND e.started_at > pg_catalog.now() - interval '5 minutes') x) w
+          FROM jq.jobs j
+          WHERE j.queue = t.name AND j.state = 'completed'
+            AND j.finished_at > pg_catalog.now() - interval '5 minutes'
+            AND j.started_at > pg_catalog.now() - interval '5 minutes') x) w
 -- Only the queues the reader holds a jq privilege on (docs/security.md).
 WHERE pg_catalog.pg_has_role('jq_admin', 'USAGE')
    OR EXISTS (SELECT 1 FROM jq.queue_grants g
@@ -2108,8 +2304,9 @@ COMMENT ON VIEW jq.queue_stats IS
 'in the last 5 minutes), failed_15m, lease_expired_15m (expired leases reaped in the last 15 '
 'minutes: crashed or stuck workers); wait_p95_5m: 95th percentile of the wait between a job '
 'becoming due and being claimed (started_at - run_at, interval), over the jobs claimed in the '
-'last 5 minutes that are running or completed (NULL when none). History counts need the '
-'queue''s history_retention to be at least 15 minutes. Shows only the queues the reader may use '
+'last 5 minutes that are running or completed (NULL when none). completed_5m and wait_p95_5m '
+'need the queue''s retention to be at least 5 minutes, the other history counts its '
+'history_retention at least 15 minutes. Shows only the queues the reader may use '
 '(a superuser or member of jq_admin, or a jq.grant on the queue or ''*'').';
 
 -- The privilege policy (sql/security.sql, whole).

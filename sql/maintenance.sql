@@ -127,7 +127,7 @@ BEGIN
                                      pg_catalog.array_agg(1)) END AS moved
         FROM back b WHERE b.concurrency_key IS NOT NULL AND b.state <> 'ready'
     )
-    INSERT INTO jq.executions (job_id, seq, attempt, outcome, started_at, lease_expires_at,
+    INSERT INTO jq.execution_log (job_id, seq, attempt, outcome, started_at, lease_expires_at,
                                finished_at, queue, worker, error)
     SELECT b.id, b.claims, b.attempt + 1, 'lease_expired', b.started_at, b.lease_expires_at,
            _reap.now, b.queue, b.worker,
@@ -178,8 +178,8 @@ BEGIN
     -- the shortest history_retention, each row is then held to its own queue's retention, and
     -- rows of queues that no longer exist (written by a late worker after jq.drop_queue) go.
     -- SKIP LOCKED: a pass left open in another session must not block this one.
-    DELETE FROM jq.executions e WHERE e.ctid = ANY (ARRAY(
-        SELECT h.ctid FROM jq.executions h LEFT JOIN jq.queues o ON o.name = h.queue
+    DELETE FROM jq.execution_log e WHERE e.ctid = ANY (ARRAY(
+        SELECT h.ctid FROM jq.execution_log h LEFT JOIN jq.queues o ON o.name = h.queue
         WHERE h.finished_at < _prune.now - coalesce(
                   (SELECT min(t.history_retention) FROM jq.queues t), interval '0')
           AND (o.name IS NULL OR h.finished_at < _prune.now - o.history_retention)
@@ -330,7 +330,7 @@ SELECT t.name AS queue,
        c.oldest_claimable_age,
        t.paused,
        b.blocked,
-       h.completed_5m,
+       hc.completed_5m,
        h.failed_5m,
        h.failed_15m,
        h.lease_expired_15m,
@@ -350,15 +350,20 @@ CROSS JOIN LATERAL (
     FROM jq.jobs j WHERE j.queue = t.name AND j.state IN ('completed', 'dead', 'cancelled')) f
 CROSS JOIN LATERAL (
     SELECT count(*) AS blocked FROM jq.jobs j WHERE j.queue = t.name AND j.state = 'blocked') b
--- Recent history: the BRIN index on finished_at limits the scan to the last 15 minutes.
+-- Recent history. Completions are the completed job rows (jobs_finished_idx); the other
+-- outcomes are in jq.execution_log, whose BRIN index on finished_at limits the scan to the last
+-- 15 minutes.
 CROSS JOIN LATERAL (
-    SELECT count(*) FILTER (WHERE e.outcome = 'completed'
-                              AND e.finished_at > pg_catalog.now() - interval '5 minutes') AS completed_5m,
-           count(*) FILTER (WHERE e.outcome = 'failed'
+    SELECT count(*) AS completed_5m
+    FROM jq.jobs j
+    WHERE j.queue = t.name AND j.state = 'completed'
+      AND j.finished_at > pg_catalog.now() - interval '5 minutes') hc
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE e.outcome = 'failed'
                               AND e.finished_at > pg_catalog.now() - interval '5 minutes') AS failed_5m,
            count(*) FILTER (WHERE e.outcome = 'failed') AS failed_15m,
            count(*) FILTER (WHERE e.outcome = 'lease_expired') AS lease_expired_15m
-    FROM jq.executions e
+    FROM jq.execution_log e
     WHERE e.finished_at > pg_catalog.now() - interval '15 minutes' AND e.queue = t.name) h
 -- Wait = claim time - due time (started_at - run_at) of the jobs claimed in the last 5 minutes
 -- that are still running or completed since (a failed job's run_at has moved to its retry).
@@ -370,10 +375,10 @@ CROSS JOIN LATERAL (
             AND j.started_at > pg_catalog.now() - interval '5 minutes'
           UNION ALL
           SELECT j.started_at - j.run_at
-          FROM jq.executions e JOIN jq.jobs j ON j.id = e.job_id AND j.claims = e.seq
-          WHERE e.queue = t.name AND e.outcome = 'completed'
-            AND e.finished_at > pg_catalog.now() - interval '5 minutes'
-            AND e.started_at > pg_catalog.now() - interval '5 minutes') x) w
+          FROM jq.jobs j
+          WHERE j.queue = t.name AND j.state = 'completed'
+            AND j.finished_at > pg_catalog.now() - interval '5 minutes'
+            AND j.started_at > pg_catalog.now() - interval '5 minutes') x) w
 -- Only the queues the reader holds a jq privilege on (docs/security.md).
 WHERE pg_catalog.pg_has_role('jq_admin', 'USAGE')
    OR EXISTS (SELECT 1 FROM jq.queue_grants g
@@ -387,8 +392,9 @@ COMMENT ON VIEW jq.queue_stats IS
 'in the last 5 minutes), failed_15m, lease_expired_15m (expired leases reaped in the last 15 '
 'minutes: crashed or stuck workers); wait_p95_5m: 95th percentile of the wait between a job '
 'becoming due and being claimed (started_at - run_at, interval), over the jobs claimed in the '
-'last 5 minutes that are running or completed (NULL when none). History counts need the '
-'queue''s history_retention to be at least 15 minutes. Shows only the queues the reader may use '
+'last 5 minutes that are running or completed (NULL when none). completed_5m and wait_p95_5m '
+'need the queue''s retention to be at least 5 minutes, the other history counts its '
+'history_retention at least 15 minutes. Shows only the queues the reader may use '
 '(a superuser or member of jq_admin, or a jq.grant on the queue or ''*'').';
 
 CREATE VIEW jq.table_health AS

@@ -156,8 +156,9 @@ COMMENT ON FUNCTION jq.create_queue(text, integer, interval, jq.backoff_policy, 
 'Creates a queue and returns its row. name: 1-128 characters of [A-Za-z0-9_.:-]. Defaults of its '
 'jobs: max_attempts 25; lease 5 minutes; retry backoff exponential from backoff_base 1 second, '
 'capped at backoff_max 1 hour, with full jitter; finished jobs kept for retention 1 day '
-'(completed, cancelled) or dead_retention 7 days (dead); execution history kept for '
-'history_retention 7 days; max_concurrency NULL = unlimited running jobs; a job whose lease '
+'(completed, cancelled) or dead_retention 7 days (dead); the history of executions that did not '
+'complete their job (failed, lease_expired, released, snoozed, cancelled) kept for '
+'history_retention 7 days (a completed execution is kept with its job, for retention); max_concurrency NULL = unlimited running jobs; a job whose lease '
 'expires more than max_lease_expiries (10) times goes dead; key_concurrency (1): jobs per '
 'concurrency_key holding a slot at once (docs/flow-control.md). Errors: 22004 NULL option, 22023 '
 'invalid name or value (intervals are at most 100 years), 42710 queue exists (unless '
@@ -310,7 +311,7 @@ BEGIN
     END IF;
     -- History goes before the table lock, so its scan does not hold up other queues' writers;
     -- a history row written after this by a late worker is pruned as an orphan by jq._prune.
-    DELETE FROM jq.executions e WHERE e.queue = drop_queue.name;
+    DELETE FROM jq.execution_log e WHERE e.queue = drop_queue.name;
     -- Then wait for every transaction that has written jobs to finish, and hold off new
     -- writers until this one commits: an enqueue under READ COMMITTED racing the drop then
     -- either committed its job before (deleted below) or finds the queue gone (jq.enqueue reads

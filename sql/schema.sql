@@ -170,13 +170,20 @@ CREATE INDEX jobs_finished_idx ON jq.jobs (queue, finished_at)
 CREATE INDEX jobs_dead_idx ON jq.jobs (queue, finished_at)
     WHERE state = 'dead';
 
--- Append-only history: one row per execution, written by whatever ends it (complete, fail,
--- release, the reaper), so the hot path pays one insert per execution and no update. The
--- primary key makes (job_id, seq) unique: seq comes from jobs.claims and is never reused, even
--- when the attempt is refunded (seed A, ADR-005). Rows outlive job pruning until the queue's
--- history_retention; the BRIN index serves that cleanup at almost no insert cost because rows
--- arrive in finished_at order (autosummarize keeps new ranges from being read on every pass).
-CREATE TABLE jq.executions (
+-- Execution history. A completed execution is recorded in its job row, which keeps everything
+-- the execution was (claims is its seq; attempt, started_at, lease_expires_at, worker and
+-- finished_at are left as the completion found them, and a completed job never changes state
+-- again). Every other way an execution ends (jq.fail, jq.release, jq.snooze, the reaper, a
+-- cancellation) appends one row to jq.execution_log, which outlives job pruning until the
+-- queue's history_retention. So the completion, the path every job takes, writes no history
+-- row: that row and its primary-key entry were about 190 of its WAL bytes per job
+-- (docs/BENCHMARKS.md). jq.executions, the view below, reads both as one history.
+--
+-- The log's primary key makes (job_id, seq) unique: seq comes from jobs.claims and is never
+-- reused, even when the attempt is refunded (seed A, ADR-005). The BRIN index serves pruning at
+-- almost no insert cost because rows arrive in finished_at order (autosummarize keeps new
+-- ranges from being read on every pass).
+CREATE TABLE jq.execution_log (
     job_id           bigint NOT NULL,
     seq              bigint NOT NULL,
     attempt          integer NOT NULL,
@@ -187,16 +194,35 @@ CREATE TABLE jq.executions (
     queue            text NOT NULL,
     worker           text,
     error            text,
-    PRIMARY KEY (job_id, seq)
+    CONSTRAINT execution_log_pkey PRIMARY KEY (job_id, seq)
 ) WITH (
     autovacuum_vacuum_insert_scale_factor = 0.05
 );
-CREATE INDEX executions_finished_brin ON jq.executions USING brin (finished_at)
+CREATE INDEX execution_log_finished_brin ON jq.execution_log USING brin (finished_at)
     WITH (pages_per_range = 32, autosummarize = on);
-COMMENT ON TABLE jq.executions IS
-'Append-only execution history: one row per claim once it has ended. attempt is the attempt '
-'number the execution ran as; for outcomes lease_expired and released it was refunded. A '
-'running execution is visible in its jq.jobs row (started_at, worker, lease_expires_at).';
+COMMENT ON TABLE jq.execution_log IS
+'Append-only history of the executions that did not complete their job: one row per claim that '
+'ended as failed, lease_expired, released, snoozed or cancelled, kept for the queue''s '
+'history_retention (a completed execution is its job row). Written only by jq functions; read '
+'jq.executions, which adds the completed executions.';
+
+CREATE VIEW jq.executions AS
+SELECT l.job_id, l.seq, l.attempt, l.outcome, l.started_at, l.lease_expires_at, l.finished_at,
+       l.queue, l.worker, l.error
+FROM jq.execution_log l
+UNION ALL
+SELECT j.id, j.claims, j.attempt, 'completed'::jq.execution_outcome, j.started_at,
+       j.lease_expires_at, j.finished_at, j.queue, j.worker, NULL::text
+FROM jq.jobs j
+WHERE j.state = 'completed';
+COMMENT ON VIEW jq.executions IS
+'Execution history: one row per execution once it has ended (job_id, seq = the job''s claims '
+'count when it started, attempt = the attempt number it ran as, outcome, started_at, '
+'lease_expires_at, finished_at, queue, worker, error). Completed executions come from the job '
+'rows of completed jobs, so they are kept as long as the job (the queue''s retention); the '
+'other outcomes from jq.execution_log, kept for history_retention. For outcomes lease_expired, '
+'released and snoozed the attempt was refunded. A running execution is visible in its jq.jobs '
+'row (started_at, worker, lease_expires_at).';
 
 -- Per-key slot counts: one row per (queue, concurrency_key) with a job holding a slot (ready,
 -- running, or scheduled for a retry or after a snooze). Every change of a key's slots locks
@@ -246,7 +272,7 @@ COMMENT ON TYPE jq.tick_result IS
 SELECT pg_catalog.pg_extension_config_dump('jq.queues', '');
 SELECT pg_catalog.pg_extension_config_dump('jq.jobs', '');
 SELECT pg_catalog.pg_extension_config_dump('jq.jobs_id_seq', '');
-SELECT pg_catalog.pg_extension_config_dump('jq.executions', '');
+SELECT pg_catalog.pg_extension_config_dump('jq.execution_log', '');
 SELECT pg_catalog.pg_extension_config_dump('jq.key_slots', '');
 
 -- Security (docs/security.md). The three roles are cluster-wide, so they are created only if

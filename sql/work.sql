@@ -527,31 +527,32 @@ COMMENT ON FUNCTION jq.claim(text[], text, integer, interval, interval, bigint) 
 
 CREATE FUNCTION jq.complete(id bigint, lease_token uuid, result jsonb DEFAULT NULL) RETURNS boolean
 LANGUAGE plpgsql AS $$
+DECLARE
+    v_done integer;
 BEGIN
+    -- The job row is the record of a completed execution (sql/schema.sql, jq.executions): no
+    -- history row is written here.
     WITH done AS (
         UPDATE jq.jobs j SET
             state = 'completed',
             finished_at = pg_catalog.clock_timestamp(),
             result = complete.result
         WHERE j.id = complete.id AND j.lease_token = complete.lease_token AND j.state::text = 'running'
-        RETURNING j.id, j.claims, j.attempt, j.started_at, j.lease_expires_at, j.finished_at,
-                  j.queue, j.worker, j.concurrency_key
+        RETURNING j.queue, j.concurrency_key
     )
-    INSERT INTO jq.executions (job_id, seq, attempt, outcome, started_at, lease_expires_at,
-                               finished_at, queue, worker)
-    SELECT d.id, d.claims, d.attempt, 'completed', d.started_at, d.lease_expires_at,
-           d.finished_at, d.queue, d.worker
+    SELECT count(*) INTO v_done
     FROM done d
     WHERE jq._wake_slot(d.queue)  -- a capped queue has a free slot at commit
       -- its key's slot passes to the key's next blocked job (CASE: called only with a key)
       AND CASE WHEN d.concurrency_key IS NULL THEN true
                ELSE jq._key_fill(d.queue, d.concurrency_key, 1) >= 0 END;
-    RETURN FOUND;
+    RETURN v_done > 0;
 END $$;
 COMMENT ON FUNCTION jq.complete(bigint, uuid, jsonb) IS
-'Marks a running job completed and stores result (any JSON, optional). Fenced: true only if the '
-'job is still running under this lease_token; otherwise (lease expired and reaped, claimed again, '
-'cancelled, dropped, unknown id) false and nothing changes.';
+'Marks a running job completed and stores result (any JSON, optional); the job row then records '
+'the execution (jq.executions). Fenced: true only if the job is still running under this '
+'lease_token; otherwise (lease expired and reaped, claimed again, cancelled, dropped, unknown id) '
+'false and nothing changes.';
 
 CREATE FUNCTION jq.complete_many(ids bigint[], lease_tokens uuid[], results jsonb[] DEFAULT NULL)
 RETURNS SETOF bigint
@@ -575,24 +576,16 @@ BEGIN
             result = input.result
         FROM input
         WHERE j.id = input.id AND j.lease_token = input.token AND j.state::text = 'running'
-        RETURNING j.id, j.claims, j.attempt, j.started_at, j.lease_expires_at, j.finished_at,
-                  j.queue, j.worker, j.concurrency_key
+        RETURNING j.id, j.queue, j.concurrency_key
     ), keyed AS (
         -- Keys whose slot is freed, all at once in key order (jq._key_fill_many); one row.
         SELECT CASE WHEN count(*) > 0 THEN
                    jq._key_fill_many(pg_catalog.array_agg(d.queue), pg_catalog.array_agg(d.concurrency_key),
                                      pg_catalog.array_agg(1)) END AS moved
         FROM done d WHERE d.concurrency_key IS NOT NULL
-    ), hist AS (
-        INSERT INTO jq.executions (job_id, seq, attempt, outcome, started_at, lease_expires_at,
-                                   finished_at, queue, worker)
-        SELECT d.id, d.claims, d.attempt, 'completed', d.started_at, d.lease_expires_at,
-               d.finished_at, d.queue, d.worker
-        FROM done d
-        WHERE jq._wake_slot(d.queue)
-        RETURNING job_id
     )
-    SELECT h.job_id FROM hist h, keyed k ORDER BY h.job_id;
+    -- As in jq.complete, the job rows record the executions.
+    SELECT d.id FROM done d, keyed k WHERE jq._wake_slot(d.queue) ORDER BY d.id;
 END $$;
 COMMENT ON FUNCTION jq.complete_many(bigint[], uuid[], jsonb[]) IS
 'Batch form of jq.complete: ids[i] with lease_tokens[i] (and results[i], optional). Returns the '
@@ -646,7 +639,7 @@ BEGIN
         finished_at = CASE WHEN v_state IN ('dead', 'cancelled') THEN v_now END
     WHERE j.id = fail.id AND j.lease_token = fail.lease_token AND j.state::text = 'running';
 
-    INSERT INTO jq.executions (job_id, seq, attempt, outcome, started_at, lease_expires_at,
+    INSERT INTO jq.execution_log (job_id, seq, attempt, outcome, started_at, lease_expires_at,
                                finished_at, queue, worker, error)
     SELECT j.id, j.claims, j.attempt,
            CASE WHEN v_state = 'cancelled' THEN 'cancelled' ELSE 'failed' END::jq.execution_outcome,
@@ -705,7 +698,7 @@ BEGIN
         RETURNING j.id, j.claims, j.attempt, j.state, j.started_at, j.lease_expires_at, j.queue,
                   j.worker, j.concurrency_key, j.priority, j.run_at
     )
-    INSERT INTO jq.executions (job_id, seq, attempt, outcome, started_at, lease_expires_at,
+    INSERT INTO jq.execution_log (job_id, seq, attempt, outcome, started_at, lease_expires_at,
                                finished_at, queue, worker)
     SELECT b.id, b.claims, b.attempt + 1,
            CASE WHEN b.state = 'cancelled' THEN 'cancelled' ELSE 'released' END::jq.execution_outcome,

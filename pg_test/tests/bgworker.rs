@@ -304,7 +304,7 @@ fn a_failing_duty_is_recorded_and_the_worker_goes_on() {
     c.batch_execute("SELECT jq.create_queue('q')").unwrap();
     // Poison the reaper: any history row it writes violates a constraint.
     c.batch_execute(
-        "ALTER TABLE jq.executions ADD CONSTRAINT poison CHECK (outcome <> 'lease_expired')",
+        "ALTER TABLE jq.execution_log ADD CONSTRAINT poison CHECK (outcome <> 'lease_expired')",
     )
     .unwrap();
     c.batch_execute("SELECT jq.enqueue('q', '{}')").unwrap();
@@ -322,7 +322,7 @@ fn a_failing_duty_is_recorded_and_the_worker_goes_on() {
     let (state, pid, _, _) = status(&mut c, &db.name).unwrap();
     assert_eq!(state, "running");
     // Cured, the reaper catches up.
-    c.batch_execute("ALTER TABLE jq.executions DROP CONSTRAINT poison").unwrap();
+    c.batch_execute("ALTER TABLE jq.execution_log DROP CONSTRAINT poison").unwrap();
     let reaped = eventually(Duration::from_secs(4), || {
         c.query_one("SELECT count(*) FROM jq.jobs WHERE state = 'running'", &[]).unwrap().get::<_, i64>(0) == 0
     });

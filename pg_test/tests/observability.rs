@@ -46,7 +46,7 @@ fn table_health_names_the_transaction_holding_vacuum_back() {
                 FROM jq.table_health", &[])
         .unwrap();
     let tables: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
-    for t in ["jobs", "executions", "queues", "schedules", "cron_runs"] {
+    for t in ["jobs", "execution_log", "queues", "schedules", "cron_runs"] {
         assert!(tables.iter().any(|x| x == t), "{t} missing from {tables:?}");
     }
     // Other tests' sessions may hold older snapshots, so the holder reported is the oldest one:

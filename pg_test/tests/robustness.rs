@@ -154,9 +154,10 @@ fn a_maintenance_pass_left_open_does_not_block_the_next_one() {
     let db = TestDb::new("tickopen");
     let mut c = db.connect();
     c.batch_execute(
-        "SELECT jq.create_queue('h', history_retention => '0', retention => '0');
+        // Failed executions: history rows (a completed execution is its job row).
+        "SELECT jq.create_queue('h', history_retention => '0', retention => '0', max_attempts => 1);
          SELECT jq.enqueue('h') FROM generate_series(1, 20);
-         SELECT jq.complete(id, lease_token) FROM jq.claim('h', 'w', 20);",
+         SELECT jq.fail(id, lease_token, 'x') FROM jq.claim('h', 'w', 20);",
     )
     .unwrap();
     if broken("prune_history_waits") {
@@ -168,7 +169,7 @@ fn a_maintenance_pass_left_open_does_not_block_the_next_one() {
     c.batch_execute(
         "SELECT jq.enqueue('h', delay => '1 second');
          SELECT jq.enqueue('h') FROM generate_series(1, 5);
-         SELECT jq.complete(id, lease_token) FROM jq.claim('h', 'w', 5);",
+         SELECT jq.fail(id, lease_token, 'x') FROM jq.claim('h', 'w', 5);",
     )
     .unwrap();
     let mut b = db.connect();
@@ -182,7 +183,7 @@ fn a_maintenance_pass_left_open_does_not_block_the_next_one() {
     assert_eq!(promoted, 1);
     assert!(t0.elapsed() < Duration::from_secs(4), "the second pass waited {:?}", t0.elapsed());
     a.batch_execute("COMMIT").unwrap();
-    let left: i64 = c.query_one("SELECT count(*) FROM jq.executions", &[]).unwrap().get(0);
+    let left: i64 = c.query_one("SELECT count(*) FROM jq.execution_log", &[]).unwrap().get(0);
     assert!(left <= 5, "the passes together pruned the old history, {left} rows left");
 }
 

@@ -4,8 +4,13 @@
 //! (log_heap_update in heapam.c) logs only what changed. These tests read the sizes of the heap
 //! records one claim and one completion write, with pg_walinspect: bytes, not time.
 
+use std::sync::Mutex;
+
 use jq_pg_test::{claim, complete, TestDb};
 use postgres::Client;
+
+/// The tests read every record between two WAL positions, whoever wrote it: one at a time.
+static WAL_READERS: Mutex<()> = Mutex::new(());
 
 /// Sizes in bytes of the heap UPDATE records logged between two WAL positions.
 fn heap_updates(c: &mut Client, from: &str, to: &str) -> Vec<i32> {
@@ -35,6 +40,7 @@ fn insert_lsn(c: &mut Client) -> String {
 /// completion logged 173 bytes, against 155 and 88 with 0.2.0's order.
 #[test]
 fn claim_and_completion_log_only_the_columns_they_write() {
+    let _one = WAL_READERS.lock().unwrap_or_else(|e| e.into_inner());
     let db = if jq_pg_test::broken("wal_old_layout") {
         TestDb::with_setup("wal_old", "CREATE EXTENSION jq VERSION '0.1.0'")
     } else {
@@ -63,4 +69,60 @@ fn claim_and_completion_log_only_the_columns_they_write() {
     assert_eq!(complete_updates.len(), 1, "the completion updates the job's row once");
     assert!(claim_updates[0] < 170, "the claim logged {} bytes for the row", claim_updates[0]);
     assert!(complete_updates[0] < 100, "the completion logged {} bytes for the row", complete_updates[0]);
+}
+
+/// WAL records of one resource manager whose type starts with `kind` (INSERT also matches
+/// INSERT+INIT, the first insert into a new page) between two WAL positions.
+fn records(c: &mut Client, from: &str, to: &str, rmgr: &str, kind: &str) -> i64 {
+    c.query_one(
+        "SELECT count(*) FROM pg_get_wal_records_info($1::text::pg_lsn, $2::text::pg_lsn)
+          WHERE resource_manager = $3 AND record_type LIKE $4 || '%'",
+        &[&from, &to, &rmgr, &kind],
+    )
+    .unwrap()
+    .get(0)
+}
+
+/// A completion writes the job's row and nothing else: no history row (a completed execution
+/// is its job row; jq.executions shows it from there), so its WAL is one heap update and the
+/// at most two index entries for the new row version (primary key, jobs_finished_idx). The execution
+/// still appears in jq.executions with its seq, attempt and worker.
+///
+/// Seen failing (negative control): `JQ_TEST_BREAK=completion_history` runs the same steps on a
+/// 0.1.0 install, whose jq.complete inserts an execution row: "the completion logged 1 heap
+/// inserts".
+#[test]
+fn a_completion_writes_no_history_row() {
+    let _one = WAL_READERS.lock().unwrap_or_else(|e| e.into_inner());
+    let db = if jq_pg_test::broken("completion_history") {
+        TestDb::with_setup("wal_hist_old", "CREATE EXTENSION jq VERSION '0.1.0'")
+    } else {
+        TestDb::new("wal_hist")
+    };
+    let mut c = db.connect();
+    c.batch_execute(
+        "SET synchronous_commit = on;
+         CREATE EXTENSION IF NOT EXISTS pg_walinspect;
+         SELECT jq.create_queue('walh');
+         SELECT jq.enqueue('walh', '{}');",
+    )
+    .unwrap();
+    let jobs = claim(&mut c, "walh", "walh-worker", 1, None);
+    assert_eq!(jobs.len(), 1);
+    let before = insert_lsn(&mut c);
+    assert!(complete(&mut c, &jobs[0]));
+    let after = insert_lsn(&mut c);
+    let inserts = records(&mut c, &before, &after, "Heap", "INSERT");
+    let leaves = records(&mut c, &before, &after, "Btree", "INSERT_LEAF");
+    eprintln!("completion: {inserts} heap inserts, {leaves} index entries");
+    assert_eq!(inserts, 0, "the completion logged {inserts} heap inserts");
+    assert!(leaves <= 2, "{leaves} index entries; expected those of the primary key and jobs_finished_idx");
+    let history: (i32, i32, String, String) = {
+        let r = c
+            .query_one("SELECT seq::int4, attempt, outcome::text, worker FROM jq.executions WHERE job_id = $1",
+                       &[&jobs[0].id])
+            .unwrap();
+        (r.get(0), r.get(1), r.get(2), r.get(3))
+    };
+    assert_eq!(history, (1, 1, "completed".to_string(), "walh-worker".to_string()));
 }

@@ -89,6 +89,9 @@ w("""-- jq 0.1.0 -> 0.2.0: least privilege (docs/security.md).
 --   * claim-start hints (src/claim_hint.rs): the claim, and the paths that make jobs claimable,
 --     call the new internal functions jq._claim_hint, jq._hint_* and jq._wake_ready.
 --   * jq.jobs is rebuilt with its columns in a new order (less WAL per claim and completion).
+--   * a completion writes no history row: the completed job row records its execution. The
+--     table jq.executions becomes jq.execution_log (the other outcomes) and jq.executions a view
+--     over both; a completed execution is kept as long as its job (retention).
 -- Jobs, leases and history are kept: a worker holding a lease completes it after the upgrade
 -- with the same token.
 
@@ -129,11 +132,15 @@ for name, (f, old) in changed_sig.items():
 w('-- Changed bodies.\n')
 for f, name in (('cron.sql', '_cron_fire'), ('maintenance.sql', '_prune'), ('maintenance.sql', '_age'),
                 ('maintenance.sql', '_promote'), ('maintenance.sql', '_reap'), ('flow.sql', '_key_fill'),
-                ('flow.sql', 'snooze'), ('work.sql', 'release')):
+                ('flow.sql', 'snooze'), ('work.sql', 'release'), ('work.sql', 'complete'),
+                ('work.sql', 'complete_many'), ('work.sql', 'fail')):
     for s in find(f, r'^CREATE FUNCTION jq\.' + name + r'\(', True):
         w(s + '\n')
     for s in find(f, r'^COMMENT ON FUNCTION jq\.' + name + r'\('):
         w(s + '\n')
+w('-- Changed comments.\n')
+for s in find('queues.sql', r'^COMMENT ON FUNCTION jq\.create_queue\('):
+    w(s + '\n')
 w('''-- 0.1.0 granted nothing and told DBAs to give their roles USAGE on jq and privileges on its
 -- tables. In 0.2.0 the tables change only through the functions and payloads are visible only
 -- per queue: take back every privilege a role other than the owner holds on jq's tables and
@@ -170,6 +177,16 @@ w('''-- jq.jobs is rebuilt with its columns in 0.2.0's order (sql/schema.sql say
 -- for as long as the copy takes.
 LOCK TABLE jq.jobs IN ACCESS EXCLUSIVE MODE;
 DROP VIEW jq.queue_stats;
+-- History: the table keeps the executions that did not complete their job; a completed one is
+-- its job row (sql/schema.sql). The rows of completions whose job row is still there go (the
+-- view jq.executions shows them from the job); those of pruned jobs stay, until
+-- history_retention.
+LOCK TABLE jq.executions IN ACCESS EXCLUSIVE MODE;
+ALTER TABLE jq.executions RENAME TO execution_log;
+ALTER INDEX jq.executions_pkey RENAME TO execution_log_pkey;
+ALTER INDEX jq.executions_finished_brin RENAME TO execution_log_finished_brin;
+DELETE FROM jq.execution_log e USING jq.jobs j
+WHERE e.outcome = 'completed' AND j.id = e.job_id AND j.claims = e.seq AND j.state = 'completed';
 ALTER SEQUENCE jq.jobs_id_seq OWNED BY NONE;
 ALTER TABLE jq.jobs RENAME TO jobs_0_1_0;
 -- Free the names the new table's constraints take (constraint names are unique per schema).
@@ -180,7 +197,7 @@ DROP INDEX jq.jobs_claim_idx, jq.jobs_scheduled_idx, jq.jobs_running_idx, jq.job
 ''')
 sch_all = files['schema.sql']
 i = next(k for k, st in enumerate(sch_all) if body(st).startswith('CREATE TABLE jq.jobs '))
-j = next(k for k, st in enumerate(sch_all) if body(st).startswith('CREATE TABLE jq.executions'))
+j = next(k for k, st in enumerate(sch_all) if body(st).startswith('CREATE TABLE jq.execution_log'))
 for st in sch_all[i:j]:
     w(st + '\n')
     if body(st).startswith('CREATE TABLE jq.jobs '):
@@ -196,6 +213,12 @@ DROP TABLE jq.jobs_0_1_0;
 for st in find('schema.sql', r"^SELECT pg_catalog\.pg_extension_config_dump\('jq\.jobs'"):
     w(st + '\n')
 w('ANALYZE jq.jobs;\n\n')
+for st in find('schema.sql', r'^COMMENT ON TABLE jq\.execution_log'):
+    w(st + '\n')
+for st in find('schema.sql', r'^CREATE VIEW jq\.executions'):
+    w(st + '\n')
+for st in find('schema.sql', r'^COMMENT ON VIEW jq\.executions'):
+    w(st + '\n')
 for st in find('maintenance.sql', r'^CREATE VIEW jq\.queue_stats'):
     w(st + '\n')
 for st in find('maintenance.sql', r'^COMMENT ON VIEW jq\.queue_stats'):

@@ -20,7 +20,7 @@
 //!     after an empty claim) + `jq.complete_many`. RATE 0 first calibrates: 10 s with the
 //!     producers in a closed loop, peak = jobs completed per second, then RATE = 0.8 × peak.
 //!     Every 10 s (a window) writes one OUTCSV row: jobs completed, p50/p99 of the claim calls
-//!     that returned jobs (ms), ready depth, jq.jobs heap and index bytes, jq.executions bytes,
+//!     that returned jobs (ms), ready depth, jq.jobs heap and index bytes, jq.execution_log bytes,
 //!     dead tuples and autovacuum runs of both. Prints a JSON summary: the largest
 //!     table+index size over the median of the windows after the first minute (the steady
 //!     state); the drift, the largest claim p99 of a whole minute of the run over the first
@@ -356,11 +356,11 @@ async fn soak(url: String, queue: String, rate: f64, jobs: usize, consumers: usi
     let sizes = mon
         .prepare(
             "SELECT (SELECT count(*) FROM jq.jobs WHERE queue = $1 AND state = 'ready'),
-                    pg_table_size('jq.jobs'), pg_indexes_size('jq.jobs'), pg_total_relation_size('jq.executions'),
+                    pg_table_size('jq.jobs'), pg_indexes_size('jq.jobs'), pg_total_relation_size('jq.execution_log'),
                     (SELECT n_dead_tup FROM pg_stat_all_tables WHERE relid = 'jq.jobs'::regclass),
-                    (SELECT n_dead_tup FROM pg_stat_all_tables WHERE relid = 'jq.executions'::regclass),
+                    (SELECT n_dead_tup FROM pg_stat_all_tables WHERE relid = 'jq.execution_log'::regclass),
                     (SELECT sum(autovacuum_count)::bigint FROM pg_stat_all_tables
-                     WHERE relid IN ('jq.jobs'::regclass, 'jq.executions'::regclass))",
+                     WHERE relid IN ('jq.jobs'::regclass, 'jq.execution_log'::regclass))",
         )
         .await?;
     let mut windows: Vec<Window> = Vec::new();
