@@ -1516,7 +1516,14 @@ DECLARE
     v_count integer;
 BEGIN
     -- Each queue gets its own budget, so a backlog in one queue never holds up the others.
-    FOR q IN SELECT t.name, t.retention, t.dead_retention, t.history_retention FROM jq.queues t
+    -- A completed job is the record of its execution (sql/schema.sql), so finished jobs stay at
+    -- least min(history_retention, 5 minutes): jq.queue_stats counts the last 5 minutes of
+    -- completions from them, as it counts the other outcomes from the history.
+    FOR q IN SELECT t.name,
+                    pg_catalog.interval_larger(t.retention,
+                        pg_catalog.interval_smaller(t.history_retention, interval '5 minutes')) AS retention,
+                    t.dead_retention, t.history_retention
+             FROM jq.queues t
     LOOP
         DELETE FROM jq.jobs j WHERE j.id = ANY (ARRAY(
             SELECT f.id FROM jq.jobs f
@@ -1565,9 +1572,10 @@ END $$;
 
 COMMENT ON FUNCTION jq._prune(timestamptz, integer) IS
 'Maintenance: per queue, deletes up to batch completed and cancelled jobs finished more than the '
-'queue''s retention before now and up to batch dead jobs past dead_retention; then up to batch '
-'execution rows past their queue''s history_retention, or of queues that no longer exist '
-'(history outlives its jobs); jq.queue_grants rows of dropped roles; and disables (created_by NULL, '
+'queue''s retention before now (but at least min(history_retention, 5 minutes): a completed job '
+'is the record of its execution, which jq.queue_stats counts over 5 minutes) and up to batch dead '
+'jobs past dead_retention; then up to batch jq.execution_log rows past their queue''s '
+'history_retention, or of queues that no longer exist (history outlives its jobs); jq.queue_grants rows of dropped roles; and disables (created_by NULL, '
 'last_error set) schedules whose creator was dropped. Returns how many rows it deleted or disabled. Safe to run concurrently: it '
 'skips rows another session has locked.';
 
@@ -2027,9 +2035,10 @@ COMMENT ON FUNCTION jq.create_queue(text, integer, interval, jq.backoff_policy, 
 'Creates a queue and returns its row. name: 1-128 characters of [A-Za-z0-9_.:-]. Defaults of its '
 'jobs: max_attempts 25; lease 5 minutes; retry backoff exponential from backoff_base 1 second, '
 'capped at backoff_max 1 hour, with full jitter; finished jobs kept for retention 1 day '
-'(completed, cancelled) or dead_retention 7 days (dead); the history of executions that did not '
-'complete their job (failed, lease_expired, released, snoozed, cancelled) kept for '
-'history_retention 7 days (a completed execution is kept with its job, for retention); max_concurrency NULL = unlimited running jobs; a job whose lease '
+'(completed, cancelled; at least min(history_retention, 5 minutes)) or dead_retention 7 days '
+'(dead); the history of executions that did not complete their job (failed, lease_expired, '
+'released, snoozed, cancelled) kept for history_retention 7 days (a completed execution is kept '
+'with its job); max_concurrency NULL = unlimited running jobs; a job whose lease '
 'expires more than max_lease_expiries (10) times goes dead; key_concurrency (1): jobs per '
 'concurrency_key holding a slot at once (docs/flow-control.md). Errors: 22004 NULL option, 22023 '
 'invalid name or value (intervals are at most 100 years), 42710 queue exists (unless '
@@ -2037,9 +2046,9 @@ COMMENT ON FUNCTION jq.create_queue(text, integer, interval, jq.backoff_policy, 
 
 -- 0.1.0 granted nothing and told DBAs to give their roles USAGE on jq and privileges on its
 -- tables. In 0.2.0 the tables change only through the functions and payloads are visible only
--- per queue: take back every privilege a role other than the owner holds on jq's tables and
--- sequences (jq_admin's SELECT is granted again below). Give those roles queues with jq.grant
--- (docs/upgrades.md).
+-- per queue: take back every privilege a role other than the owner holds on jq's tables, views
+-- and sequences (jq_admin's SELECT is granted again below). Give those roles queues with
+-- jq.grant (docs/upgrades.md).
 DO $$
 DECLARE
     r record;
@@ -2047,7 +2056,7 @@ BEGIN
     FOR r IN SELECT DISTINCT c.oid::regclass AS rel, pg_catalog.format('jq.%I', c.relname) AS label,
                     c.relkind, a.grantee::regrole AS grantee
              FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
-             WHERE c.relnamespace = 'jq'::regnamespace AND c.relkind IN ('r', 'S')
+             WHERE c.relnamespace = 'jq'::regnamespace AND c.relkind IN ('r', 'S', 'v')
                AND a.grantee <> c.relowner AND a.grantee <> 0
     LOOP
         -- WARNING, not NOTICE: PostgreSQL raises client_min_messages to WARNING while it runs
@@ -2208,10 +2217,15 @@ COMMENT ON TABLE jq.execution_log IS
 'history_retention (a completed execution is its job row). Written only by jq functions; read '
 'jq.executions, which adds the completed executions.';
 
+-- The log has no completed row of a job that is still there, except one restored from a dump of
+-- 0.1.0 (whose history table held every outcome; see the trigger below): the view shows such a
+-- row once, from the job.
 CREATE VIEW jq.executions AS
 SELECT l.job_id, l.seq, l.attempt, l.outcome, l.started_at, l.lease_expires_at, l.finished_at,
        l.queue, l.worker, l.error
 FROM jq.execution_log l
+WHERE l.outcome <> 'completed'
+   OR NOT EXISTS (SELECT FROM jq.jobs d WHERE d.id = l.job_id AND d.claims = l.seq AND d.state = 'completed')
 UNION ALL
 SELECT j.id, j.claims, j.attempt, 'completed'::jq.execution_outcome, j.started_at,
        j.lease_expires_at, j.finished_at, j.queue, j.worker, NULL::text
@@ -2226,6 +2240,47 @@ COMMENT ON VIEW jq.executions IS
 'other outcomes from jq.execution_log, kept for history_retention. For outcomes lease_expired, '
 'released and snoozed the attempt was refunded. A running execution is visible in its jq.jobs '
 'row (started_at, worker, lease_expires_at).';
+
+-- A dump taken under 0.1.0, when jq.executions was the history table, restores its rows with
+-- COPY jq.executions: they go to the log (docs/upgrades.md, "Dump and restore").
+CREATE FUNCTION jq._executions_insert() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO jq.execution_log (job_id, seq, attempt, outcome, started_at, lease_expires_at,
+                                  finished_at, queue, worker, error)
+    VALUES (NEW.job_id, NEW.seq, NEW.attempt, NEW.outcome, NEW.started_at, NEW.lease_expires_at,
+            NEW.finished_at, NEW.queue, NEW.worker, NEW.error);
+    RETURN NEW;
+END $$;
+
+COMMENT ON FUNCTION jq._executions_insert() IS
+'Internal: INSTEAD OF INSERT trigger of the view jq.executions; writes the row to '
+'jq.execution_log. For restoring dumps taken under jq 0.1.0 (COPY jq.executions); jq itself '
+'never inserts into the view.';
+
+CREATE TRIGGER executions_insert INSTEAD OF INSERT ON jq.executions
+    FOR EACH ROW EXECUTE FUNCTION jq._executions_insert();
+
+-- Again for the relations this script created: default privileges a DBA set on schema jq
+-- (ALTER DEFAULT PRIVILEGES IN SCHEMA jq GRANT SELECT ON TABLES ..., as 0.1.0's docs invited)
+-- gave them to the new jq.jobs and jq.executions.
+DO $$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT DISTINCT c.oid::regclass AS rel, pg_catalog.format('jq.%I', c.relname) AS label,
+                    c.relkind, a.grantee::regrole AS grantee
+             FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+             WHERE c.relnamespace = 'jq'::regnamespace AND c.relkind IN ('r', 'S', 'v')
+               AND a.grantee <> c.relowner AND a.grantee <> 0
+    LOOP
+        -- WARNING, not NOTICE: PostgreSQL raises client_min_messages to WARNING while it runs
+        -- an extension script, so a NOTICE would never reach the DBA.
+        RAISE WARNING 'jq 0.2.0: revoking the privileges of role % on %; give it queues with jq.grant', r.grantee, r.label;
+        EXECUTE pg_catalog.format('REVOKE ALL ON %s %s FROM %s',
+            CASE r.relkind WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END, r.rel, r.grantee);
+    END LOOP;
+END $$;
 
 -- security_barrier: a reader's own (leaky) function in a WHERE on this view is evaluated only
 -- on the rows the view lets it see (docs/security.md).

@@ -157,7 +157,14 @@ DECLARE
     v_count integer;
 BEGIN
     -- Each queue gets its own budget, so a backlog in one queue never holds up the others.
-    FOR q IN SELECT t.name, t.retention, t.dead_retention, t.history_retention FROM jq.queues t
+    -- A completed job is the record of its execution (sql/schema.sql), so finished jobs stay at
+    -- least min(history_retention, 5 minutes): jq.queue_stats counts the last 5 minutes of
+    -- completions from them, as it counts the other outcomes from the history.
+    FOR q IN SELECT t.name,
+                    pg_catalog.interval_larger(t.retention,
+                        pg_catalog.interval_smaller(t.history_retention, interval '5 minutes')) AS retention,
+                    t.dead_retention, t.history_retention
+             FROM jq.queues t
     LOOP
         DELETE FROM jq.jobs j WHERE j.id = ANY (ARRAY(
             SELECT f.id FROM jq.jobs f
@@ -205,9 +212,10 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION jq._prune(timestamptz, integer) IS
 'Maintenance: per queue, deletes up to batch completed and cancelled jobs finished more than the '
-'queue''s retention before now and up to batch dead jobs past dead_retention; then up to batch '
-'execution rows past their queue''s history_retention, or of queues that no longer exist '
-'(history outlives its jobs); jq.queue_grants rows of dropped roles; and disables (created_by NULL, '
+'queue''s retention before now (but at least min(history_retention, 5 minutes): a completed job '
+'is the record of its execution, which jq.queue_stats counts over 5 minutes) and up to batch dead '
+'jobs past dead_retention; then up to batch jq.execution_log rows past their queue''s '
+'history_retention, or of queues that no longer exist (history outlives its jobs); jq.queue_grants rows of dropped roles; and disables (created_by NULL, '
 'last_error set) schedules whose creator was dropped. Returns how many rows it deleted or disabled. Safe to run concurrently: it '
 'skips rows another session has locked.';
 

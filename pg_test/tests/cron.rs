@@ -244,7 +244,12 @@ fn concurrent_passes_at_the_same_instant_enqueue_each_fire_time_once() {
 #[test]
 fn the_fire_log_survives_job_pruning() {
     let (_db, mut c) = setup("cron_prune");
-    c.batch_execute("SELECT jq.alter_queue('cq', retention => '0'); SELECT jq.schedule('p', '* * * * *', 'cq')").unwrap();
+    // history_retention too: completed jobs are kept at least min(history_retention, 5 minutes).
+    c.batch_execute(
+        "SELECT jq.alter_queue('cq', retention => '0', history_retention => '0');
+         SELECT jq.schedule('p', '* * * * *', 'cq')",
+    )
+    .unwrap();
     let m = hour_ahead(&mut c, 1);
     assert_eq!(tick(&mut c, m), 1);
     let job = claim(&mut c, "cq", "w", 1, None).pop().expect("the job of M");

@@ -311,8 +311,9 @@ fn new_session_under_a_killed_workers_name_does_not_keep_its_old_job_running() {
 // JQ_TEST_BREAK=reap_no_lock_no_fence (reaper scans without FOR UPDATE SKIP LOCKED and updates
 // by id alone) made this test fail: the reaper waited for the worker's row lock instead of
 // skipping the row, and once the completion committed it re-ran its update on the completed
-// row and died on the duplicate (job_id, seq) execution row (23505) - without that primary
-// key it would have put the completed job back to ready.
+// row and put the completed job back to ready ("the completed job was overwritten": ready; seen
+// again after completions stopped writing history rows; before that, the duplicate
+// (job_id, seq) history row also made it die with 23505).
 #[test]
 fn reaper_skips_a_job_whose_completion_is_in_flight_and_the_job_stays_completed() {
     let db = TestDb::new("q02");

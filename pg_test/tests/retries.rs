@@ -101,8 +101,9 @@ fn failed_job_is_retried_after_the_fixed_backoff_until_max_attempts_then_dead() 
 
 // Field case Q05, edge probes. Negative controls: JQ_TEST_BREAK=fail_no_fence (jq.fail's
 // state = 'running' fence removed) made this test fail: jq.fail on a completed job (its lease
-// token is still on the row) rewrote the job and then died with 23505 on the duplicate
-// (job_id, seq) execution row instead of returning NULL. JQ_TEST_BREAK=enqueue_no_attempts_check
+// token is still on the row) rewrote the job ("fail on a completed job": scheduled instead of
+// NULL; seen again after completions stopped writing history rows, which had also made it die
+// with 23505 on the duplicate (job_id, seq) history row). JQ_TEST_BREAK=enqueue_no_attempts_check
 // (jq._job_problem accepts any max_attempts) made it fail: while jq.jobs had a CHECK on
 // max_attempts, with 23514 instead of 22023; since the CHECK went (sql/schema.sql says why),
 // enqueue's check is the only one, and the control was seen failing with "expected an error,

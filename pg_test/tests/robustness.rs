@@ -154,10 +154,11 @@ fn a_maintenance_pass_left_open_does_not_block_the_next_one() {
     let db = TestDb::new("tickopen");
     let mut c = db.connect();
     c.batch_execute(
-        // Failed executions: history rows (a completed execution is its job row).
+        // Failed executions leave history rows, completed ones completed job rows: both pruned.
         "SELECT jq.create_queue('h', history_retention => '0', retention => '0', max_attempts => 1);
          SELECT jq.enqueue('h') FROM generate_series(1, 20);
-         SELECT jq.fail(id, lease_token, 'x') FROM jq.claim('h', 'w', 20);",
+         SELECT jq.fail(id, lease_token, 'x') FROM jq.claim('h', 'w', 10);
+         SELECT jq.complete(id, lease_token) FROM jq.claim('h', 'w', 10);",
     )
     .unwrap();
     if broken("prune_history_waits") {
@@ -168,8 +169,9 @@ fn a_maintenance_pass_left_open_does_not_block_the_next_one() {
     // New work for the second pass: a due retry to promote and more history to prune.
     c.batch_execute(
         "SELECT jq.enqueue('h', delay => '1 second');
-         SELECT jq.enqueue('h') FROM generate_series(1, 5);
-         SELECT jq.fail(id, lease_token, 'x') FROM jq.claim('h', 'w', 5);",
+         SELECT jq.enqueue('h') FROM generate_series(1, 10);
+         SELECT jq.fail(id, lease_token, 'x') FROM jq.claim('h', 'w', 5);
+         SELECT jq.complete(id, lease_token) FROM jq.claim('h', 'w', 5);",
     )
     .unwrap();
     let mut b = db.connect();
@@ -185,6 +187,8 @@ fn a_maintenance_pass_left_open_does_not_block_the_next_one() {
     a.batch_execute("COMMIT").unwrap();
     let left: i64 = c.query_one("SELECT count(*) FROM jq.execution_log", &[]).unwrap().get(0);
     assert!(left <= 5, "the passes together pruned the old history, {left} rows left");
+    let left: i64 = c.query_one("SELECT count(*) FROM jq.jobs WHERE state = 'completed'", &[]).unwrap().get(0);
+    assert!(left <= 5, "the passes together pruned the old completed jobs, {left} left");
 }
 
 /// Intervals whose fields have mixed signs ('1 mon -30 days 1 second') compare as positive but

@@ -141,19 +141,14 @@ for f, name in (('cron.sql', '_cron_fire'), ('maintenance.sql', '_prune'), ('mai
 w('-- Changed comments.\n')
 for s in find('queues.sql', r'^COMMENT ON FUNCTION jq\.create_queue\('):
     w(s + '\n')
-w('''-- 0.1.0 granted nothing and told DBAs to give their roles USAGE on jq and privileges on its
--- tables. In 0.2.0 the tables change only through the functions and payloads are visible only
--- per queue: take back every privilege a role other than the owner holds on jq's tables and
--- sequences (jq_admin's SELECT is granted again below). Give those roles queues with jq.grant
--- (docs/upgrades.md).
-DO $$
+REVOKE_OTHERS = """DO $$
 DECLARE
     r record;
 BEGIN
     FOR r IN SELECT DISTINCT c.oid::regclass AS rel, pg_catalog.format('jq.%I', c.relname) AS label,
                     c.relkind, a.grantee::regrole AS grantee
              FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
-             WHERE c.relnamespace = 'jq'::regnamespace AND c.relkind IN ('r', 'S')
+             WHERE c.relnamespace = 'jq'::regnamespace AND c.relkind IN ('r', 'S', 'v')
                AND a.grantee <> c.relowner AND a.grantee <> 0
     LOOP
         -- WARNING, not NOTICE: PostgreSQL raises client_min_messages to WARNING while it runs
@@ -164,7 +159,13 @@ BEGIN
     END LOOP;
 END $$;
 
-''')
+"""
+w('''-- 0.1.0 granted nothing and told DBAs to give their roles USAGE on jq and privileges on its
+-- tables. In 0.2.0 the tables change only through the functions and payloads are visible only
+-- per queue: take back every privilege a role other than the owner holds on jq's tables, views
+-- and sequences (jq_admin's SELECT is granted again below). Give those roles queues with
+-- jq.grant (docs/upgrades.md).
+''' + REVOKE_OTHERS)
 # jq.jobs in 0.2.0's column order (sql/schema.sql: less WAL per transition). After the revoke
 # above, so that the WARNING names the roles that had privileges on the old table.
 cols = re.findall(r'^    ([a-z_]+)\s+(?:bigint|integer|text|jq\.job_state|timestamptz|boolean|interval|uuid|jsonb)\b',
@@ -217,8 +218,14 @@ for st in find('schema.sql', r'^COMMENT ON TABLE jq\.execution_log'):
     w(st + '\n')
 for st in find('schema.sql', r'^CREATE VIEW jq\.executions'):
     w(st + '\n')
-for st in find('schema.sql', r'^COMMENT ON VIEW jq\.executions'):
-    w(st + '\n')
+for pat in (r'^COMMENT ON VIEW jq\.executions', r'^CREATE FUNCTION jq\._executions_insert\(',
+            r'^COMMENT ON FUNCTION jq\._executions_insert\(', r'^CREATE TRIGGER executions_insert '):
+    for st in find('schema.sql', pat):
+        w(st + '\n')
+w('''-- Again for the relations this script created: default privileges a DBA set on schema jq
+-- (ALTER DEFAULT PRIVILEGES IN SCHEMA jq GRANT SELECT ON TABLES ..., as 0.1.0's docs invited)
+-- gave them to the new jq.jobs and jq.executions.
+''' + REVOKE_OTHERS)
 for st in find('maintenance.sql', r'^CREATE VIEW jq\.queue_stats'):
     w(st + '\n')
 for st in find('maintenance.sql', r'^COMMENT ON VIEW jq\.queue_stats'):

@@ -200,7 +200,8 @@ pub struct QueueOptions {
     /// How long dead jobs are kept (interval).
     #[arg(long)]
     pub dead_retention: Option<String>,
-    /// How long execution history is kept (interval).
+    /// How long the history of executions that did not complete their job is kept (interval;
+    /// a completed execution is kept with its job, by --retention).
     #[arg(long)]
     pub history_retention: Option<String>,
 }
