@@ -214,6 +214,9 @@ fn upgrade_of_a_populated_database_while_workers_hold_leases() {
         )
         .unwrap();
     } else {
+        // The upgrade script without its cancel loop for jq.executions' lock (bfbb0c1)
+        // deadlocked with a worker's jq.complete here in 1 of 10 runs and once in CI
+        // (docs/upgrades.md); with it, 15 of 15 passed.
         u.batch_execute("ALTER EXTENSION jq UPDATE").expect("ALTER EXTENSION jq UPDATE");
     }
     let took = t.elapsed();

@@ -182,7 +182,35 @@ DROP VIEW jq.queue_stats;
 -- its job row (sql/schema.sql). The rows of completions whose job row is still there go (the
 -- view jq.executions shows them from the job); those of pruned jobs stay, until
 -- history_retention.
-LOCK TABLE jq.executions IN ACCESS EXCLUSIVE MODE;
+-- The rename needs jq.executions' ACCESS EXCLUSIVE lock while this holds jq.jobs'. A 0.1.0
+-- jq.complete running a cached plan locks jq.executions first and then waits for jq.jobs,
+-- behind this script: waiting for it would be a deadlock, and the deadlock check would as
+-- likely abort the upgrade as the worker (seen in a test run). So the upgrade cancels the
+-- statements of exactly those sessions (they hold a lock on jq.executions and wait for this
+-- one; their calls fail with 57014 and their clients retry) and queues its own lock request at
+-- once, before their retries, which then wait behind it. It waits 200 ms per round for the
+-- sessions that were not waiting for it to finish.
+DO $$
+DECLARE
+    v_rel     regclass := 'jq.executions'::regclass;
+    v_timeout text := pg_catalog.current_setting('lock_timeout');
+BEGIN
+    FOR i IN 1 .. 50 LOOP
+        PERFORM pg_catalog.pg_cancel_backend(l.pid)
+        FROM pg_catalog.pg_locks l
+        WHERE l.relation = v_rel AND l.granted AND l.pid <> pg_catalog.pg_backend_pid()
+          AND pg_catalog.pg_backend_pid() = ANY (pg_catalog.pg_blocking_pids(l.pid));
+        BEGIN
+            PERFORM pg_catalog.set_config('lock_timeout', '200ms', true);
+            LOCK TABLE jq.executions IN ACCESS EXCLUSIVE MODE;
+            PERFORM pg_catalog.set_config('lock_timeout', v_timeout, true);
+            RETURN;
+        EXCEPTION WHEN lock_not_available THEN
+            NULL;  -- the setting is rolled back with the block
+        END;
+    END LOOP;
+    LOCK TABLE jq.executions IN ACCESS EXCLUSIVE MODE;  -- after ~10 s: wait like any DDL
+END $$;
 ALTER TABLE jq.executions RENAME TO execution_log;
 ALTER INDEX jq.executions_pkey RENAME TO execution_log_pkey;
 ALTER INDEX jq.executions_finished_brin RENAME TO execution_log_finished_brin;

@@ -57,7 +57,11 @@ pub(crate) fn is_transient(e: &tokio_postgres::Error) -> bool {
                 || code == "57P03"           // cannot_connect_now (starting up)
                 || code == "53300"           // too_many_connections
                 || code == "40001"           // serialization_failure: retry is the documented cure
-                || code == "40P01" // deadlock_detected
+                || code == "40P01"           // deadlock_detected
+                // query_canceled: an administrator's pg_cancel_backend, or the 0.1.0 -> 0.2.0
+                // upgrade cancelling calls that wait for it (docs/upgrades.md); the retry backs
+                // off and gives up at the call's deadline.
+                || code == "57014"
         }
     }
 }
