@@ -85,7 +85,7 @@ else
     echo "== cron: skipped (this jq has no jq.schedule yet)"
 fi
 
-echo "== generating $jobs files and enqueueing one checksum job per file"
+echo "== generating $jobs files and enqueueing one checksum job per file, plus 2 jobs for missing files (they fail and go dead)"
 rm -rf "$files"; mkdir -p "$files"
 for i in $(seq 1 "$jobs"); do
     head -c $(( (i * 7919) % 65536 + 1024 )) /dev/urandom > "$files/f$i.bin"
@@ -128,6 +128,7 @@ done
 if [ "${worker_user:-}" ] && [ "$(psql_ -At -c "SELECT count(*) FROM jq.schedules")" != 0 ]; then
     # The drain can end before the first minute boundary: wait for the first cron report (fired
     # by the background worker, worked by the same workers) so that every run shows one.
+    echo "-- waiting up to 75 s for the first cron report (fired at a minute boundary)"
     for _ in $(seq 1 75); do
         [ "$(psql_ -At -c "SELECT count(*) FROM jq.jobs WHERE queue = 'reports' AND state = 'completed'")" != 0 ] && break
         sleep 1
