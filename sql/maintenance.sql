@@ -401,8 +401,8 @@ COMMENT ON VIEW jq.queue_stats IS
 'minutes: crashed or stuck workers); wait_p95_5m: 95th percentile of the wait between a job '
 'becoming due and being claimed (started_at - run_at, interval), over the jobs claimed in the '
 'last 5 minutes that are running or completed (NULL when none). completed_5m and wait_p95_5m '
-'need the queue''s retention to be at least 5 minutes, the other history counts its '
-'history_retention at least 15 minutes. Shows only the queues the reader may use '
+'count completed jobs, which pruning keeps at least min(history_retention, 5 minutes); the other '
+'history counts need the queue''s history_retention to be at least 15 minutes. Shows only the queues the reader may use '
 '(a superuser or member of jq_admin, or a jq.grant on the queue or ''*'').';
 
 CREATE VIEW jq.table_health AS

@@ -6,7 +6,7 @@
 
 use std::sync::Mutex;
 
-use jq_pg_test::{claim, complete, TestDb};
+use jq_pg_test::{claim, complete, Claimed, TestDb};
 use postgres::Client;
 
 /// The tests read every record between two WAL positions, whoever wrote it: one at a time.
@@ -29,6 +29,35 @@ fn insert_lsn(c: &mut Client) -> String {
     c.query_one("SELECT pg_current_wal_insert_lsn()::text", &[]).unwrap().get(0)
 }
 
+/// One job enqueued into `queue` (`enqueue_args`: the rest of jq.enqueue's arguments, as SQL)
+/// on a fresh database (a 0.1.0 install when `old`), then claimed by worker `<queue>-worker` and
+/// completed; returns the job and the WAL insert positions before the claim, before the
+/// completion and after it.
+fn claim_and_complete_one(old: bool, queue: &str, enqueue_args: &str) -> (TestDb, Client, Claimed, [String; 3]) {
+    let db = if old {
+        TestDb::with_setup(&format!("{queue}_old"), "CREATE EXTENSION jq VERSION '0.1.0'")
+    } else {
+        TestDb::new(queue)
+    };
+    let mut c = db.connect();
+    c.batch_execute(&format!(
+        // pg_walinspect reads only flushed WAL: every commit of this session flushes.
+        "SET synchronous_commit = on;
+         CREATE EXTENSION IF NOT EXISTS pg_walinspect;
+         SELECT jq.create_queue('{queue}');
+         SELECT jq.enqueue('{queue}', {enqueue_args});"
+    ))
+    .unwrap();
+    let before_claim = insert_lsn(&mut c);
+    let mut jobs = claim(&mut c, queue, &format!("{queue}-worker"), 1, None);
+    assert_eq!(jobs.len(), 1);
+    let job = jobs.remove(0);
+    let before_complete = insert_lsn(&mut c);
+    assert!(complete(&mut c, &job));
+    let after = insert_lsn(&mut c);
+    (db, c, job, [before_claim, before_complete, after])
+}
+
 /// One job with a 1,000-byte payload and a 40-character kind is claimed and completed; the
 /// claim's update record must stay under 170 bytes and the completion's under 100, whatever
 /// the payload. The row itself is over 1,100 bytes, so neither record may carry the payload,
@@ -36,31 +65,16 @@ fn insert_lsn(c: &mut Client) -> String {
 ///
 /// Seen failing (negative control): `JQ_TEST_BREAK=wal_old_layout` runs the same steps on a
 /// 0.1.0 install, whose jq.jobs has the old column order (state fourth, the claim's columns
-/// spread between the enqueue-only ones): "the claim logged 193 bytes for the row"; its
+/// spread between the enqueue-only ones): "the claim logged 194 bytes for the row"; its
 /// completion logged 173 bytes, against 155 and 88 with 0.2.0's order.
 #[test]
 fn claim_and_completion_log_only_the_columns_they_write() {
     let _one = WAL_READERS.lock().unwrap_or_else(|e| e.into_inner());
-    let db = if jq_pg_test::broken("wal_old_layout") {
-        TestDb::with_setup("wal_old", "CREATE EXTENSION jq VERSION '0.1.0'")
-    } else {
-        TestDb::new("wal")
-    };
-    let mut c = db.connect();
-    c.batch_execute(
-        // pg_walinspect reads only flushed WAL: every commit of this session flushes.
-        "SET synchronous_commit = on;
-         CREATE EXTENSION IF NOT EXISTS pg_walinspect;
-         SELECT jq.create_queue('walq');
-         SELECT jq.enqueue('walq', jsonb_build_object('pad', repeat('x', 1000)), kind => repeat('k', 40));",
-    )
-    .unwrap();
-    let before_claim = insert_lsn(&mut c);
-    let jobs = claim(&mut c, "walq", "wal-worker", 1, None);
-    assert_eq!(jobs.len(), 1);
-    let before_complete = insert_lsn(&mut c);
-    assert!(complete(&mut c, &jobs[0]));
-    let after = insert_lsn(&mut c);
+    let (_db, mut c, _, [before_claim, before_complete, after]) = claim_and_complete_one(
+        jq_pg_test::broken("wal_old_layout"),
+        "walq",
+        "jsonb_build_object('pad', repeat('x', 1000)), kind => repeat('k', 40)",
+    );
 
     let claim_updates = heap_updates(&mut c, &before_claim, &before_complete);
     let complete_updates = heap_updates(&mut c, &before_complete, &after);
@@ -94,24 +108,8 @@ fn records(c: &mut Client, from: &str, to: &str, rmgr: &str, kind: &str) -> i64 
 #[test]
 fn a_completion_writes_no_history_row() {
     let _one = WAL_READERS.lock().unwrap_or_else(|e| e.into_inner());
-    let db = if jq_pg_test::broken("completion_history") {
-        TestDb::with_setup("wal_hist_old", "CREATE EXTENSION jq VERSION '0.1.0'")
-    } else {
-        TestDb::new("wal_hist")
-    };
-    let mut c = db.connect();
-    c.batch_execute(
-        "SET synchronous_commit = on;
-         CREATE EXTENSION IF NOT EXISTS pg_walinspect;
-         SELECT jq.create_queue('walh');
-         SELECT jq.enqueue('walh', '{}');",
-    )
-    .unwrap();
-    let jobs = claim(&mut c, "walh", "walh-worker", 1, None);
-    assert_eq!(jobs.len(), 1);
-    let before = insert_lsn(&mut c);
-    assert!(complete(&mut c, &jobs[0]));
-    let after = insert_lsn(&mut c);
+    let (_db, mut c, job, [_, before, after]) =
+        claim_and_complete_one(jq_pg_test::broken("completion_history"), "walh", "'{}'");
     let inserts = records(&mut c, &before, &after, "Heap", "INSERT");
     let leaves = records(&mut c, &before, &after, "Btree", "INSERT_LEAF");
     eprintln!("completion: {inserts} heap inserts, {leaves} index entries");
@@ -120,7 +118,7 @@ fn a_completion_writes_no_history_row() {
     let history: (i32, i32, String, String) = {
         let r = c
             .query_one("SELECT seq::int4, attempt, outcome::text, worker FROM jq.executions WHERE job_id = $1",
-                       &[&jobs[0].id])
+                       &[&job.id])
             .unwrap();
         (r.get(0), r.get(1), r.get(2), r.get(3))
     };
