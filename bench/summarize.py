@@ -108,16 +108,23 @@ if drain:
         out.append("Cells that drained their whole prefill (their rate is a lower bound; the empty claim at the end "
                    "aborts pgbench's script, which is not a duplicate: finished = prefilled): "
                    + "; ".join(f"round {r['round']} {r['system']} b{r['batch']} c{r['conns']}" for r in dry) + ".")
-    dups = []
+    dups, e2e_dry = [], []
     for r in rows:
         if r["cell"] == "drain" and "'duplicates'" in r["detail"]:
             try:
-                o = json.loads(r["detail"].replace("'", '"'))
+                # "prefilled=N {driver's JSON line}" (older runs: the JSON line alone)
+                d = r["detail"]
+                o = json.loads(d[d.index("{"):].replace("'", '"'))
                 dups.append(o.get("duplicates", 0))
+                if o.get("left") == 0:
+                    e2e_dry.append(r)
             except Exception:
                 pass
     if dups:
         out.append(f"End-to-end cells: duplicates seen by the handlers, total {sum(dups)} over {len(dups)} cells.")
+    if e2e_dry:
+        out.append("End-to-end cells that ran out of jobs (their rate is a lower bound): "
+                   + "; ".join(f"round {r['round']} {r['system']} b{r['batch']} c{r['conns']}" for r in e2e_dry) + ".")
     out.append("")
 
 ceil = keys("ceiling")
