@@ -5,6 +5,7 @@ Usage: bench/summarize.py RESULTS_DIR   (reads RESULTS_DIR/cells.csv and machine
 """
 import csv
 import json
+import re
 import statistics
 import sys
 from collections import defaultdict
@@ -112,11 +113,12 @@ if drain:
     for r in rows:
         if r["cell"] == "drain" and "'duplicates'" in r["detail"]:
             try:
-                # "prefilled=N {driver's JSON line}" (older runs: the JSON line alone)
-                d = r["detail"]
-                o = json.loads(d[d.index("{"):].replace("'", '"'))
+                # "prefilled=N finished=M {driver's JSON line}" (older runs: the JSON line alone)
+                det = r["detail"]
+                o = json.loads(det[det.index("{"):].replace("'", '"'))
                 dups.append(o.get("duplicates", 0))
-                if o.get("left") == 0:
+                pf = re.search(r"prefilled=(\d+) finished=(\d+)", det)
+                if o.get("left") == 0 or (pf and int(pf.group(2)) >= int(pf.group(1))):
                     e2e_dry.append(r)
             except Exception:
                 pass
