@@ -14,7 +14,7 @@ use tokio_postgres::{Config, NoTls, Row};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::conn::{describe, is_transient, Backoff, Conn};
+use crate::conn::{describe, is_transient, Backoff, Conn, QueryError};
 use crate::{BoxError, Error, Handler, Job};
 
 /// Largest `n` jq.claim accepts (`jq.max_claim_batch()`).
@@ -694,40 +694,42 @@ async fn claim_loop(mut cl: ClaimLoop) {
         let n = permits.len() as i32;
         let wait: Option<f64> = (cl.has_wait && idle).then(|| cl.opts.idle_wait.as_secs_f64());
         let started = Instant::now();
-        let result = {
-            let client = match cl.conn.get().await {
-                Ok(c) => c,
-                Err(e) => {
-                    drop(permits);
-                    tracing::warn!(error = %e, "cannot connect; retrying");
-                    if sleep_or_stop(reconnect.next_delay(), &cl.stop).await {
-                        break;
-                    }
-                    continue;
+        let result = match cl.conn.prepared(&sql).await {
+            Err(QueryError::Connect(e)) => {
+                drop(permits);
+                tracing::warn!(error = %e, "cannot connect; retrying");
+                if sleep_or_stop(reconnect.next_delay(), &cl.stop).await {
+                    break;
                 }
-            };
-            let cancel = client.cancel_token();
-            let queue_single: &str = &cl.opts.queues[0];
-            let params: [&(dyn ToSql + Sync); 5] = [
-                if single { &queue_single } else { &cl.opts.queues },
-                &cl.opts.worker_name,
-                &n,
-                &lease_secs,
-                &wait,
-            ];
-            let params = if cl.has_wait { &params[..] } else { &params[..4] };
-            let fut = client.query(sql.as_str(), params);
-            tokio::pin!(fut);
-            tokio::select! {
-                r = &mut fut => r,
-                _ = cl.stop.cancelled(), if wait.is_some() => {
-                    // Stop waiting: cancel the statement; if it claimed jobs anyway they come
-                    // back below and are released.
-                    let _ = cancel.cancel_query(NoTls).await;
-                    fut.await
+                continue;
+            }
+            Err(QueryError::Db(e)) => Err(e),
+            Ok((client, statement)) => {
+                let cancel = client.cancel_token();
+                let queue_single: &str = &cl.opts.queues[0];
+                let params: [&(dyn ToSql + Sync); 5] = [
+                    if single { &queue_single } else { &cl.opts.queues },
+                    &cl.opts.worker_name,
+                    &n,
+                    &lease_secs,
+                    &wait,
+                ];
+                let params = if cl.has_wait { &params[..] } else { &params[..4] };
+                let fut = client.query(&statement, params);
+                tokio::pin!(fut);
+                tokio::select! {
+                    r = &mut fut => r,
+                    _ = cl.stop.cancelled(), if wait.is_some() => {
+                        // Stop waiting: cancel the statement; if it claimed jobs anyway they come
+                        // back below and are released.
+                        let _ = cancel.cancel_query(NoTls).await;
+                        fut.await
+                    }
                 }
             }
         };
+        // A suspect connection is dropped here (reconnect on the next claim).
+        let result = cl.conn.settle(&sql, result);
         match result {
             Ok(rows) => {
                 reconnect.reset();
@@ -761,7 +763,6 @@ async fn claim_loop(mut cl: ClaimLoop) {
                 }
                 if is_transient(&e) {
                     tracing::warn!(error = %describe(&e), "claim: connection lost; reconnecting");
-                    cl.conn.reset();
                 } else {
                     tracing::error!(error = %describe(&e), "claim failed; retrying");
                 }
@@ -1005,23 +1006,18 @@ async fn heartbeat(shared: &Shared, opts: &Opts, conn: &mut Conn) {
     }
     let extend: Option<f64> = opts.lease.map(|l| l.as_secs_f64());
     let sent = Instant::now();
-    let result = match conn.get().await {
-        Ok(client) => client
-            .query(
-                "SELECT u.id, h.cancel_requested, extract(epoch FROM h.lease_expires_at - clock_timestamp())::float8 \
-                 FROM unnest($1::int8[], $2::uuid[]) AS u(id, token) \
-                 CROSS JOIN LATERAL jq.heartbeat(u.id, u.token, $3::float8 * interval '1 second') AS h",
-                &[&ids, &tokens, &extend],
-            )
-            .await
-            .map_err(|e| {
-                if is_transient(&e) {
-                    conn.reset();
-                }
-                describe(&e)
-            }),
-        Err(e) => Err(e.to_string()),
-    };
+    let result = conn
+        .query(
+            "SELECT u.id, h.cancel_requested, extract(epoch FROM h.lease_expires_at - clock_timestamp())::float8 \
+             FROM unnest($1::int8[], $2::uuid[]) AS u(id, token) \
+             CROSS JOIN LATERAL jq.heartbeat(u.id, u.token, $3::float8 * interval '1 second') AS h",
+            &[&ids, &tokens, &extend],
+        )
+        .await
+        .map_err(|e| match e {
+            QueryError::Connect(e) => e.to_string(),
+            QueryError::Db(e) => describe(&e),
+        });
     let mut jobs = shared.jobs.lock().unwrap();
     match result {
         Ok(rows) => {
@@ -1082,16 +1078,12 @@ async fn call_retrying(
 ) -> Result<Vec<Row>, CallErr> {
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
     loop {
-        let err = match conn.get().await {
-            Ok(client) => match client.query(sql, params).await {
-                Ok(rows) => return Ok(rows),
-                Err(e) if is_transient(&e) => {
-                    conn.reset();
-                    describe(&e)
-                }
-                Err(e) => return Err(CallErr::Refused(describe(&e))),
-            },
-            Err(e) => e.to_string(),
+        let err = match conn.query(sql, params).await {
+            Ok(rows) => return Ok(rows),
+            // conn.query dropped the suspect connection: retry on a new one
+            Err(QueryError::Db(e)) if is_transient(&e) => describe(&e),
+            Err(QueryError::Db(e)) => return Err(CallErr::Refused(describe(&e))),
+            Err(QueryError::Connect(e)) => e.to_string(),
         };
         let delay = backoff.next_delay();
         if Instant::now() + delay >= deadline {
