@@ -86,8 +86,9 @@ pub(crate) fn describe(e: &tokio_postgres::Error) -> String {
 /// plans the statement again. `tokio_postgres::Client::query` with SQL text prepares a new
 /// statement every time, a second round trip and a parse and plan on the server: at batch 1 with one handler,
 /// the Rust client's database CPU per job fell from 392 to 199 µs and its rate rose from 3,586
-/// to 6,589 jobs/s once statements were kept (`bench/run`, one round each, docs/BENCHMARKS.md). Through PgBouncer in transaction
-/// mode this needs its prepared-statement support (`max_prepared_statements`, PgBouncer
+/// to 6,589 jobs/s once statements were kept (`bench/run`, one round each:
+/// bench/results/2026-12-01T1055-bddc20c-dirty-client-uncached and …T1059-…-client-prepared).
+/// Through PgBouncer in transaction mode this needs its prepared-statement support (`max_prepared_statements`, PgBouncer
 /// 1.21+), as tokio-postgres' uncached statements already do.
 pub(crate) struct Conn {
     config: Config,
@@ -137,26 +138,50 @@ impl Conn {
     /// cache after the first call on this connection.
     pub(crate) async fn prepared(&mut self, sql: &str) -> Result<(&Client, Statement), QueryError> {
         self.get().await.map_err(QueryError::Connect)?;
-        let client = self.client.as_ref().expect("connected above");
-        if let Some(st) = self.statements.get(sql) {
-            return Ok((client, st.clone()));
-        }
-        let st = client.prepare(sql).await.map_err(QueryError::Db)?;
-        self.statements.insert(sql.to_owned(), st.clone());
-        Ok((client, st))
+        let st = match self.statements.get(sql) {
+            Some(st) => st.clone(),
+            None => {
+                let prepared = self.client.as_ref().expect("connected above").prepare(sql).await;
+                match prepared {
+                    Ok(st) => {
+                        self.statements.insert(sql.to_owned(), st.clone());
+                        st
+                    }
+                    Err(e) => {
+                        if is_transient(&e) {
+                            self.reset();
+                        }
+                        return Err(QueryError::Db(e));
+                    }
+                }
+            }
+        };
+        Ok((self.client.as_ref().expect("connected above"), st))
     }
 
-    /// Runs `sql` as a statement prepared once per connection (see [`Conn::prepared`]).
+    /// Runs `sql` as a statement prepared once per connection (see [`Conn::prepared`]). A kept
+    /// statement the server no longer accepts ([`is_stale_statement`]) is prepared again and
+    /// the call made once more: both errors come from Bind, before anything ran.
     pub(crate) async fn query(&mut self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, QueryError> {
+        let kept = self.statements.contains_key(sql);
+        match self.query_once(sql, params).await {
+            Err(QueryError::Db(e)) if kept && is_stale_statement(&e) => {
+                tracing::debug!(error = %describe(&e), "kept statement refused; preparing it again");
+                self.query_once(sql, params).await
+            }
+            r => r,
+        }
+    }
+
+    async fn query_once(&mut self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, QueryError> {
         let (client, st) = self.prepared(sql).await?;
         let r = client.query(&st, params).await;
         self.settle(sql, r).map_err(QueryError::Db)
     }
 
     /// Looks at a call's result: a server error drops `sql`'s prepared statement, so the next
-    /// call prepares it again (after `ALTER EXTENSION jq UPDATE` a kept statement may fail with
-    /// 0A000 "cached plan must not change result type" until then); an error that makes the
-    /// connection suspect drops the connection (and every statement).
+    /// call prepares it again; an error that makes the connection suspect drops the connection
+    /// (and every statement).
     pub(crate) fn settle<T>(&mut self, sql: &str, r: Result<T, tokio_postgres::Error>) -> Result<T, tokio_postgres::Error> {
         if let Err(e) = &r {
             if is_transient(e) {
@@ -167,6 +192,19 @@ impl Conn {
         }
         r
     }
+}
+
+/// True for the errors a kept statement gets when the server no longer accepts it, raised at
+/// Bind (before it runs), so preparing it again and retrying is safe: 26000 (the statement is
+/// gone: a pooler without prepared-statement support, or `DISCARD ALL` / `DEALLOCATE ALL`) and
+/// 0A000 "cached plan must not change result type" (what it returns changed, e.g. after
+/// `ALTER EXTENSION jq UPDATE`).
+pub(crate) fn is_stale_statement(e: &tokio_postgres::Error) -> bool {
+    use tokio_postgres::error::SqlState;
+    e.as_db_error().is_some_and(|db| {
+        *db.code() == SqlState::INVALID_SQL_STATEMENT_NAME
+            || (*db.code() == SqlState::FEATURE_NOT_SUPPORTED && db.message().starts_with("cached plan must not change result type"))
+    })
 }
 
 /// Why a [`Conn::query`] failed.
@@ -215,4 +253,68 @@ pub(crate) fn jitter_fraction() -> f64 {
     h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
     h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
     (h.finish() >> 11) as f64 / (1u64 << 53) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The test cluster pg_test/run starts (`JQ_TEST_PGHOST` / `JQ_TEST_PGPORT`), database
+    /// `postgres`; the test uses a temporary table only.
+    fn test_config() -> Config {
+        let host = std::env::var("JQ_TEST_PGHOST").unwrap_or_else(|_| "127.0.0.1".into());
+        let port = std::env::var("JQ_TEST_PGPORT").unwrap_or_else(|_| "54329".into());
+        format!("host={host} port={port} user=postgres dbname=postgres application_name=jq-client-test")
+            .parse()
+            .expect("test conninfo")
+    }
+
+    /// A kept statement whose result type changed (0A000 "cached plan must not change result
+    /// type", as after an `ALTER EXTENSION jq UPDATE` that changes what a kept statement
+    /// returns) is prepared again and the call succeeds. Seen failing without the retry in
+    /// `Conn::query` (the call failed with 0A000 "cached plan must not change result type").
+    #[tokio::test]
+    async fn a_statement_whose_result_changed_is_prepared_again() {
+        let mut conn = Conn::new(test_config());
+        conn.query("CREATE TEMP TABLE kept (a int)", &[]).await.expect("create");
+        conn.query("INSERT INTO kept VALUES (1)", &[]).await.expect("insert");
+        let sql = "SELECT * FROM kept";
+        assert_eq!(conn.query(sql, &[]).await.expect("first call")[0].len(), 1);
+        conn.query("ALTER TABLE kept ADD COLUMN b int", &[]).await.expect("alter");
+        let rows = conn.query(sql, &[]).await.expect("prepared again and run");
+        assert_eq!(rows[0].len(), 2);
+    }
+
+    /// A kept statement the server has forgotten (26000, as behind a pooler that runs
+    /// `DISCARD ALL`) is prepared again and the call succeeds. Seen failing without the retry
+    /// in `Conn::query` (26000 "prepared statement \"s0\" does not exist").
+    #[tokio::test]
+    async fn a_forgotten_statement_is_prepared_again() {
+        let mut conn = Conn::new(test_config());
+        let sql = "SELECT 1::int4 + $1::int4";
+        let two: i32 = conn.query(sql, &[&1i32]).await.expect("first call")[0].get(0);
+        assert_eq!(two, 2);
+        conn.get().await.expect("client").batch_execute("DEALLOCATE ALL").await.expect("deallocate");
+        let three: i32 = conn.query(sql, &[&2i32]).await.expect("prepared again and run")[0].get(0);
+        assert_eq!(three, 3);
+    }
+
+    /// After its backend is killed, a connection comes back with nothing kept from the old one:
+    /// the next calls run on a new backend.
+    #[tokio::test]
+    async fn a_killed_connection_comes_back() {
+        let mut conn = Conn::new(test_config());
+        let sql = "SELECT pg_backend_pid()";
+        let pid: i32 = conn.query(sql, &[]).await.expect("pid")[0].get(0);
+        let other = connect(&test_config()).await.expect("second connection");
+        other.query("SELECT pg_terminate_backend($1)", &[&pid]).await.expect("terminate");
+        // Either the client already saw the connection close (the next call reconnects at
+        // once), or the next call fails with a connection error and drops the client.
+        let again = match conn.query(sql, &[]).await {
+            Ok(rows) => rows[0].get::<_, i32>(0),
+            Err(QueryError::Db(e)) if is_transient(&e) => conn.query(sql, &[]).await.expect("reconnected")[0].get(0),
+            Err(e) => panic!("{e:?}"),
+        };
+        assert_ne!(again, pid);
+    }
 }

@@ -1176,7 +1176,25 @@ fn finish(
     }
 }
 
-async fn complete_batch(shared: &Shared, conn: &mut Conn, completes: Vec<(Pending, Option<Value>)>) {
+/// Completes one job with `jq.complete`; a result the server refuses fails the job instead.
+async fn complete_one(shared: &Shared, conn: &mut Conn, p: Pending, v: Option<Value>) {
+    let r = call_retrying(conn, p.deadline, "SELECT jq.complete($1, $2, $3::jsonb)", &[&p.id, &p.token, &v]).await;
+    match r {
+        Err(CallErr::Refused(e)) => {
+            fail_one(shared, conn, &p, &format!("the handler succeeded but its result could not be stored: {e}")).await
+        }
+        r => finish(shared, &p, r, |rows| rows.first().is_some_and(|r| r.get::<_, Option<bool>>(0) == Some(true)), &shared.counters.completed, "complete"),
+    }
+}
+
+/// Completes the jobs whose handlers succeeded: one job with `jq.complete`, more in one
+/// `jq.complete_many` (for a single job `jq.complete` costs the server less: no arrays to
+/// unnest, no sort; measured in docs/BENCHMARKS.md).
+async fn complete_batch(shared: &Shared, conn: &mut Conn, mut completes: Vec<(Pending, Option<Value>)>) {
+    if completes.len() == 1 {
+        let (p, v) = completes.pop().expect("one");
+        return complete_one(shared, conn, p, v).await;
+    }
     let ids: Vec<i64> = completes.iter().map(|(p, _)| p.id).collect();
     let tokens: Vec<Uuid> = completes.iter().map(|(p, _)| p.token).collect();
     let results: Vec<Option<Value>> = completes.iter().map(|(_, v)| v.clone()).collect();
@@ -1207,13 +1225,7 @@ async fn complete_batch(shared: &Shared, conn: &mut Conn, completes: Vec<(Pendin
             // complete one by one, and fail the job whose result cannot be stored.
             tracing::warn!(error = %e, "complete_many refused; completing one by one");
             for (p, v) in completes {
-                let r = call_retrying(conn, p.deadline, "SELECT jq.complete($1, $2, $3::jsonb)", &[&p.id, &p.token, &v]).await;
-                match r {
-                    Err(CallErr::Refused(e)) => {
-                        fail_one(shared, conn, &p, &format!("the handler succeeded but its result could not be stored: {e}")).await
-                    }
-                    r => finish(shared, &p, r, |rows| rows.first().is_some_and(|r| r.get::<_, Option<bool>>(0) == Some(true)), &shared.counters.completed, "complete"),
-                }
+                complete_one(shared, conn, p, v).await;
             }
         }
         Err(CallErr::GaveUp(e)) => {
