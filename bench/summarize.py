@@ -59,6 +59,10 @@ def med(k):
 out = [f"# Benchmark summary: {d}\n", "```", open(f"{d}/machine.txt").read().rstrip(), "```\n",
        "Values: median over rounds (min–max). Ratios: computed within each round, then median (min–max).\n"]
 
+def conns(c):
+    return f"{c} connection" + ("" if str(c) == "1" else "s")
+
+
 ALL = ("floor", "jq", "pgmq", "jq-client", "graphile", "graphile-tuned", "procrastinate", "pgboss", "pgboss-work")
 drain = keys("drain")
 if drain:
@@ -274,12 +278,12 @@ for b in ("1", "10"):
     for c in sorted({k[3] for k in drain if k[2] == b}, key=int):
         r = ratio(("drain", "jq", b, c), ("drain", "floor", b, c))
         if r:
-            target(f"jq ≥ 0.8× floor at batch {b}, {c} connections", r, r[0] >= 0.8)
+            target(f"jq ≥ 0.8× floor at batch {b}, {conns(c)}", r, r[0] >= 0.8)
 for k in keys("drain"):
     if k[1] == "jq-client":
         r = ratio(k, ("drain", "jq", k[2], k[3]))
-        where = (f"batch 1, client concurrency {k[3]} against {k[3]} pgbench connections" if k[2] == "1"
-                 else f"batch {k[2]}, {k[3]} connections")
+        where = (f"batch 1, client concurrency {k[3]} against {k[3]} pgbench {conns(k[3]).split(' ', 1)[1]}" if k[2] == "1"
+                 else f"batch {k[2]}, {conns(k[3])}")
         target(f"Rust client ≥ 0.6× jq SQL level ({where})", r, r and r[0] >= 0.6)
 for k in sorted(drain, key=lambda k: (int(k[2]), int(k[3]))):
     if k[1] in ("pgmq", "graphile", "graphile-tuned", "procrastinate", "pgboss"):
@@ -298,7 +302,7 @@ for k in sorted(drain, key=lambda k: (int(k[2]), int(k[3]))):
                    f"{rfmt(r) if r else 'not measured'}"
                    f"{'; the peer ran out of jobs in some round, so its rate is a lower bound' if short else ''})", e, e[0] >= 1.0)
         elif r:
-            target(f"jq (SQL level) ≥ {k[1]} at batch {k[2]}, {k[3]} connections", r, r[0] >= 1.0)
+            target(f"jq (SQL level) ≥ {k[1]} at batch {k[2]}, {conns(k[3])}", r, r[0] >= 1.0)
 v = cell.get(("latency", "jq", "500", "8"), {}).values()
 if v:
     m = statistics.median(v)
@@ -316,7 +320,7 @@ for c in ("enqueue-durable", "enqueue"):
 for k in keys("drain-wal"):
     if k[1] == "jq":
         r = ratio(k, ("drain-wal", "floor", k[2], k[3]))
-        target(f"WAL per job ≤ 1.5× the floor's (batch {k[2]}, {k[3]} connections)", r, r and r[0] <= 1.5)
+        target(f"WAL per job ≤ 1.5× the floor's (batch {k[2]}, {conns(k[3])})", r, r and r[0] <= 1.5)
 for k in steady:
     z, d = med(k), med(("steady-p99-drift", "jq", k[2], k[3]))
     for j in detail[k].values():
