@@ -2673,6 +2673,18 @@ END $$;
 -- already.
 ALTER FUNCTION jq.claim(text, text, integer, interval, interval, bigint) SET plan_cache_mode = force_generic_plan;
 
+-- The same for jq.complete_many and jq.enqueue_many, whose statements read their arrays through
+-- unnest / jq._job_specs: a custom plan sees the array's length, the generic one estimates it,
+-- so whenever the batches a caller sends have the same few elements (one job a call, say) every
+-- custom plan looks cheaper and the big statement was planned again on every call (about 200 µs
+-- for complete_many's one-job UPDATE, five times its execution; enqueue_many's INSERT was
+-- planned on every call even with sizes that varied). Their generic plans are the same joins on
+-- the primary key and on jq.queues (tests/plans.rs, batch_writes_reuse_one_generic_plan).
+ALTER FUNCTION jq.complete_many(bigint[], uuid[], jsonb[]) SET plan_cache_mode = force_generic_plan;
+
+ALTER FUNCTION jq.enqueue_many(text, jsonb, text, timestamptz, interval, integer, integer, boolean, bigint)
+    SET plan_cache_mode = force_generic_plan;
+
 REVOKE ALL ON SCHEMA jq FROM PUBLIC;
 
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA jq FROM PUBLIC;

@@ -1318,6 +1318,73 @@ fn batch_claims_reuse_one_generic_plan() {
     f.finish();
 }
 
+/// jq.complete_many and jq.enqueue_many run their big statement on one cached generic plan.
+/// Their arrays reach the statement as parameters (unnest, jq._job_specs); a custom plan sees
+/// the array and its length, so a caller that always sends the same small batch (one job per
+/// complete_many, say) made every custom plan look cheaper than the generic one, and plpgsql
+/// planned the statement again on every call: complete_many with one job spent ~200 µs per call
+/// planning against ~40 µs executing (auto_explain and pg_stat_statements with track_planning,
+/// docs/BENCHMARKS.md). Both functions pin plan_cache_mode = force_generic_plan
+/// (sql/security.sql). Checked through auto_explain (verbose): in a generic plan the function
+/// scan over the array reads a parameter ("unnest($1)"), in a custom plan the array itself.
+/// Negative control `JQ_TEST_BREAK=custom_batch_writes` (both functions without the setting):
+/// seen failing for calls 1 to 7 of both functions, "a custom plan (function scan
+/// unnest('{…}'::bigint[])), planned again for this call".
+#[test]
+fn batch_writes_reuse_one_generic_plan() {
+    let db = TestDb::new("plans_generic_writes");
+    let mut c = db.connect();
+    c.batch_execute(
+        "SELECT jq.create_queue('genw');
+         SELECT count(*) FROM jq.enqueue_many('genw', (SELECT jsonb_agg(g) FROM generate_series(1, 2000) g));
+         ANALYZE jq.jobs;",
+    )
+    .unwrap();
+    if jq_pg_test::broken("custom_batch_writes") {
+        c.batch_execute(
+            "ALTER FUNCTION jq.complete_many(bigint[], uuid[], jsonb[]) RESET plan_cache_mode;
+             ALTER FUNCTION jq.enqueue_many(text, jsonb, text, timestamptz, interval, integer, integer, boolean, bigint)
+                 RESET plan_cache_mode;",
+        )
+        .unwrap();
+    }
+    let mut t = Traced::connect(&db);
+    t.client.batch_execute("SET auto_explain.log_verbose = on").unwrap();
+    let mut f = Failures::default();
+    t.begin(Mode::Auto);
+    // Seven calls each, the same size every time (under `auto`, plpgsql plans a statement custom
+    // for its first five runs, then keeps whichever wins).
+    for call in 1..=7 {
+        let claimed = t.client.query_one("SELECT id, lease_token FROM jq.claim('genw', 'plans-probe')", &[]).unwrap();
+        let (id, token): (i64, uuid::Uuid) = (claimed.get(0), claimed.get(1));
+        let sql = format!("SELECT jq.complete_many(ARRAY[{id}::bigint], ARRAY['{token}'::uuid])");
+        let (rows, plans) = t.run(&sql);
+        assert_eq!(rows.len(), 1, "{sql}");
+        let stmt = one_statement(&plans, "WITH input AS", &sql);
+        expect_generic(&mut f, stmt, &format!("complete_many, call {call}"));
+
+        let sql = "SELECT * FROM jq.enqueue_many('genw', '[1, 2, 3]')";
+        let (rows, plans) = t.run(sql);
+        assert_eq!(rows.len(), 3, "{sql}");
+        let stmt = one_statement(&plans, "WITH ins AS", sql);
+        expect_generic(&mut f, stmt, &format!("enqueue_many, call {call}"));
+    }
+    t.rollback();
+    f.finish();
+}
+
+/// A generic plan's function scan over a plpgsql array argument calls it through a parameter.
+fn expect_generic(f: &mut Failures, stmt: &Explained, call: &str) {
+    let scans: Vec<String> = stmt
+        .nodes()
+        .into_iter()
+        .filter_map(|n| n.get("Function Call").and_then(Value::as_str).map(str::to_string))
+        .collect();
+    f.expect(!scans.is_empty() && scans.iter().all(|s| s.contains('$')), || {
+        stmt.fail(format!("{call}: a custom plan (function scan {}), planned again for this call", scans.join(", ")))
+    });
+}
+
 /// The tables the ends of executions write (jq.jobs, jq.execution_log) carry no CHECK
 /// constraints. PostgreSQL keeps a CHECK as node text and, in every INSERT or UPDATE statement,
 /// parses it (stringToNode) and compiles it again (ExecRelCheck); jq.jobs' one CHECK

@@ -1188,8 +1188,9 @@ async fn complete_one(shared: &Shared, conn: &mut Conn, p: Pending, v: Option<Va
 }
 
 /// Completes the jobs whose handlers succeeded: one job with `jq.complete`, more in one
-/// `jq.complete_many` (for a single job `jq.complete` costs the server less: no arrays to
-/// unnest, no sort; measured in docs/BENCHMARKS.md).
+/// `jq.complete_many` (for a single job `jq.complete` is the plainer call, no arrays to unnest
+/// and no sort; with one job it costs the server about the same as `complete_many` since
+/// `complete_many` keeps one generic plan, docs/BENCHMARKS.md).
 async fn complete_batch(shared: &Shared, conn: &mut Conn, mut completes: Vec<(Pending, Option<Value>)>) {
     if completes.len() == 1 {
         let (p, v) = completes.pop().expect("one");
