@@ -1373,6 +1373,61 @@ fn batch_writes_reuse_one_generic_plan() {
     f.finish();
 }
 
+/// A plan cached while jq.jobs held a few rows stays an index walk after the table grows.
+/// plpgsql keeps a statement's generic plan for the life of the connection (until ANALYZE of
+/// the table invalidates it); jq.claim and jq.complete_many run generic plans (above), and a
+/// generic plan made on a tiny table looked up the claimed or completed ids with a sequential
+/// scan of jq.jobs. After a burst of 200,000 jobs, every call of that connection then scanned
+/// the whole table (17 ms per one-job claim, 33 ms per complete_many; docs/BENCHMARKS.md) until
+/// autovacuum analyzed it. Both functions pin enable_seqscan = off (sql/security.sql). Here
+/// autovacuum is off for jq.jobs, so nothing replans behind the test's back.
+/// Negative control `JQ_TEST_BREAK=seqscan_after_growth` (both without the setting): seen
+/// failing, "Seq Scan on jobs" in the one-job claim, the batch claim and complete_many.
+#[test]
+fn plans_made_on_a_tiny_table_stay_index_scans() {
+    let db = TestDb::new("plans_tiny");
+    let mut c = db.connect();
+    c.batch_execute(
+        "ALTER TABLE jq.jobs SET (autovacuum_enabled = false);
+         SELECT jq.create_queue('tiny');
+         SELECT count(*) FROM jq.enqueue_many('tiny', (SELECT jsonb_agg(g) FROM generate_series(1, 40) g));",
+    )
+    .unwrap();
+    if jq_pg_test::broken("seqscan_after_growth") {
+        c.batch_execute(
+            "ALTER FUNCTION jq.claim(text, text, integer, interval, interval, bigint) RESET enable_seqscan;
+             ALTER FUNCTION jq.complete_many(bigint[], uuid[], jsonb[]) RESET enable_seqscan;",
+        )
+        .unwrap();
+    }
+    let mut t = Traced::connect(&db);
+    let calls = [
+        "SELECT count(*) FROM (SELECT jq.complete(id, lease_token) FROM jq.claim('tiny', 'plans-probe')) x",
+        "SELECT count(*) FROM (SELECT jq.complete_many(array_agg(id), array_agg(lease_token)) \
+         FROM jq.claim('tiny', 'plans-probe', 3)) x",
+    ];
+    // Seven rounds on the tiny table: the connection's plans are made and cached now.
+    for _ in 1..=7 {
+        for sql in calls {
+            t.run(sql);
+        }
+    }
+    // The burst, from another connection, with no ANALYZE after it.
+    c.batch_execute("SELECT count(*) FROM jq.enqueue_many('tiny', (SELECT jsonb_agg(g) FROM generate_series(1, 50000) g))")
+        .unwrap();
+    let mut f = Failures::default();
+    for sql in calls {
+        let (_, plans) = t.run(sql);
+        for stmt in &plans {
+            let seq = stmt.nodes().into_iter().any(|n| {
+                node_type(n) == "Seq Scan" && n.get("Relation Name").and_then(Value::as_str) == Some("jobs")
+            });
+            f.expect(!seq, || stmt.fail("Seq Scan on jobs: a plan made on the tiny table, kept after it grew"));
+        }
+    }
+    f.finish();
+}
+
 /// A generic plan's function scan over a plpgsql array argument calls it through a parameter.
 fn expect_generic(f: &mut Failures, stmt: &Explained, call: &str) {
     let scans: Vec<String> = stmt
