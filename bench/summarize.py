@@ -296,7 +296,7 @@ for k in sorted(drain, key=lambda k: (int(k[2]), int(k[3]))):
             if m:
                 w, h = m.group(1), m.group(2)
                 shape = (f"jq's client: {w} worker{'' if w == '1' else 's'} × {h} handler{'' if h == '1' else 's'}, "
-                         f"claim batch {k[2]}; ")
+                         f"on {2 * int(w)} connections, claim batch {k[2]}; ")
             short = any(x["system"] == k[1] and x["batch"] == k[2] and x["conns"] == k[3] for x in e2e_dry)
             target(f"jq ≥ {k[1]} at batch {k[2]}, concurrency {k[3]}, both end to end ({shape}jq's SQL level: "
                    f"{rfmt(r) if r else 'not measured'}"

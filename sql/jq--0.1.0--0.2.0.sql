@@ -1942,6 +1942,9 @@ BEGIN
             result = input.result
         FROM input
         WHERE j.id = input.id AND j.lease_token = input.token AND j.state::text = 'running'
+          -- an index condition of its own: a join alone may be planned as a full scan of
+          -- jobs_pkey under a hash join (sql/security.sql, enable_seqscan)
+          AND j.id = ANY (complete_many.ids)
         RETURNING j.id, j.queue, j.concurrency_key
     ), keyed AS (
         -- Keys whose slot is freed, all at once in key order (jq._key_fill_many); one row.
@@ -2685,16 +2688,34 @@ ALTER FUNCTION jq.complete_many(bigint[], uuid[], jsonb[]) SET plan_cache_mode =
 ALTER FUNCTION jq.enqueue_many(text, jsonb, text, timestamptz, interval, integer, integer, boolean, bigint)
     SET plan_cache_mode = force_generic_plan;
 
--- A generic plan is kept for the life of a connection (until ANALYZE of the table invalidates
--- it), and one made while jq.jobs was a few rows (a new install, a truncated table) can pick a
--- sequential scan for the lookups by id: after a burst of 200,000 jobs every claim and every
--- complete_many of that connection scanned the whole table (17 ms and 33 ms a call) until
--- autovacuum analyzed it. Every statement of these functions has an index path (the
--- primary keys, the claim index), so they keep sequential scans off
--- (tests/plans.rs, plans_made_on_a_tiny_table_stay_index_scans).
-ALTER FUNCTION jq.claim(text, text, integer, interval, interval, bigint) SET enable_seqscan = off;
-
-ALTER FUNCTION jq.complete_many(bigint[], uuid[], jsonb[]) SET enable_seqscan = off;
+-- A cached plan is kept for the life of a connection (until ANALYZE of the table invalidates
+-- it), and one made while jq.jobs held a few rows (a new install, a truncated table) can read
+-- the whole table to find a job by id: a sequential scan, or a full scan of the primary key
+-- under a hash or merge join. After a burst of 200,000 jobs every call of that connection then
+-- took 17-40 ms (claim, heartbeat, complete, fail, complete_many) until autovacuum analyzed the
+-- table. Every statement of the functions that act on jobs by id has an index path (the
+-- primary key, the claim index, jq.queues' and jq.key_slots' keys), so they keep sequential
+-- scans off; complete_many also names its ids as an index condition (sql/work.sql).
+-- Tests: tests/plans.rs, plans_made_on_a_small_table_stay_index_lookups.
+DO $$
+DECLARE
+    f regprocedure;
+BEGIN
+    FOREACH f IN ARRAY ARRAY[
+        'jq.claim(text, text, integer, interval, interval, bigint)',
+        'jq.complete(bigint, uuid, jsonb)',
+        'jq.complete_many(bigint[], uuid[], jsonb[])',
+        'jq.fail(bigint, uuid, text, interval)',
+        'jq.heartbeat(bigint, uuid, interval)',
+        'jq.release(bigint, uuid)',
+        'jq.snooze(bigint, uuid, interval)',
+        'jq.cancel(bigint, bigint)',
+        'jq.retry(bigint, bigint)',
+        'jq._key_fill(text, text, integer)']::regprocedure[]
+    LOOP
+        EXECUTE pg_catalog.format('ALTER FUNCTION %s SET enable_seqscan = off', f);
+    END LOOP;
+END $$;
 
 REVOKE ALL ON SCHEMA jq FROM PUBLIC;
 

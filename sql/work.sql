@@ -576,6 +576,9 @@ BEGIN
             result = input.result
         FROM input
         WHERE j.id = input.id AND j.lease_token = input.token AND j.state::text = 'running'
+          -- an index condition of its own: a join alone may be planned as a full scan of
+          -- jobs_pkey under a hash join (sql/security.sql, enable_seqscan)
+          AND j.id = ANY (complete_many.ids)
         RETURNING j.id, j.queue, j.concurrency_key
     ), keyed AS (
         -- Keys whose slot is freed, all at once in key order (jq._key_fill_many); one row.

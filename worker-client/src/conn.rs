@@ -197,13 +197,16 @@ impl Conn {
 /// True for the errors a kept statement gets when the server no longer accepts it, raised at
 /// Bind (before it runs), so preparing it again and retrying is safe: 26000 (the statement is
 /// gone: a pooler without prepared-statement support, or `DISCARD ALL` / `DEALLOCATE ALL`) and
-/// 0A000 "cached plan must not change result type" (what it returns changed, e.g. after
-/// `ALTER EXTENSION jq UPDATE`).
+/// 0A000 "cached plan must not change result type", raised by the server's
+/// `RevalidateCachedQuery` (what it returns changed, e.g. after `ALTER EXTENSION jq UPDATE`).
 pub(crate) fn is_stale_statement(e: &tokio_postgres::Error) -> bool {
     use tokio_postgres::error::SqlState;
     e.as_db_error().is_some_and(|db| {
         *db.code() == SqlState::INVALID_SQL_STATEMENT_NAME
-            || (*db.code() == SqlState::FEATURE_NOT_SUPPORTED && db.message().starts_with("cached plan must not change result type"))
+            || (*db.code() == SqlState::FEATURE_NOT_SUPPORTED
+                // the routine is not translated (lc_messages); the message is, so it is a fallback
+                && (db.routine() == Some("RevalidateCachedQuery")
+                    || db.message().starts_with("cached plan must not change result type")))
     })
 }
 
