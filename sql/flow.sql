@@ -51,7 +51,10 @@ BEGIN
                 ORDER BY b.run_at, b.id
                 LIMIT v_k - v_used
                 FOR UPDATE))
-              AND j.state = 'blocked'
+              -- ::text: the plain form implies jobs_blocked_idx's predicate, whose columns end
+              -- in id, and a plan made while few jobs were blocked walked that whole index
+              -- instead of the primary key (sql/work.sql's header; tests/plans.rs)
+              AND j.state::text = 'blocked'
             RETURNING j.queue, j.priority, j.run_at
         )
         SELECT count(*) INTO v_moved FROM moved m WHERE jq._wake_ready(m.queue, m.priority, m.run_at);

@@ -282,9 +282,11 @@ ALTER FUNCTION jq.enqueue_many(text, jsonb, text, timestamptz, interval, integer
 -- the whole table to find a job by id: a sequential scan, or a full scan of the primary key
 -- under a hash or merge join. After a burst of 200,000 jobs every call of that connection then
 -- took 17-40 ms (claim, heartbeat, complete, fail, complete_many) until autovacuum analyzed the
--- table. Every statement of the functions that act on jobs by id has an index path (the
--- primary key, the claim index, jq.queues' and jq.key_slots' keys), so they keep sequential
--- scans off; complete_many also names its ids as an index condition (sql/work.sql).
+-- table. Every statement of the functions that act on jobs by id has an index path (jq.jobs'
+-- primary key, claim, blocked and running indexes; the keys of jq.queues, jq.key_slots and
+-- jq.queue_grants), so they keep sequential scans off; complete_many also names its ids as an
+-- index condition (sql/work.sql), and _key_fill tests state::text so that its lookup by id has
+-- no partial index but the primary key (sql/flow.sql).
 -- Tests: tests/plans.rs, plans_made_on_a_small_table_stay_index_lookups.
 DO $$
 DECLARE
