@@ -59,8 +59,12 @@ def med(k):
 out = [f"# Benchmark summary: {d}\n", "```", open(f"{d}/machine.txt").read().rstrip(), "```\n",
        "Values: median over rounds (min–max). Ratios: computed within each round, then median (min–max).\n"]
 
+def plural(n, word):
+    return f"{n} {word}" + ("" if str(n) == "1" else "s")
+
+
 def conns(c):
-    return f"{c} connection" + ("" if str(c) == "1" else "s")
+    return plural(c, "connection")
 
 
 ALL = ("floor", "jq", "pgmq", "jq-client", "graphile", "graphile-tuned", "procrastinate", "pgboss", "pgboss-work")
@@ -282,7 +286,7 @@ for b in ("1", "10"):
 for k in keys("drain"):
     if k[1] == "jq-client":
         r = ratio(k, ("drain", "jq", k[2], k[3]))
-        where = (f"batch 1, client concurrency {k[3]} against {k[3]} pgbench {conns(k[3]).split(' ', 1)[1]}" if k[2] == "1"
+        where = (f"batch 1, client concurrency {k[3]} against {plural(k[3], 'pgbench connection')}" if k[2] == "1"
                  else f"batch {k[2]}, {conns(k[3])}")
         target(f"Rust client ≥ 0.6× jq SQL level ({where})", r, r and r[0] >= 0.6)
 for k in sorted(drain, key=lambda k: (int(k[2]), int(k[3]))):
@@ -295,8 +299,8 @@ for k in sorted(drain, key=lambda k: (int(k[2]), int(k[3]))):
             m = re.search(r"'workers':(\d+),'concurrency':(\d+)", next(iter(detail[("drain", "jq-client", k[2], k[3])].values()), ""))
             if m:
                 w, h = m.group(1), m.group(2)
-                shape = (f"jq's client: {w} worker{'' if w == '1' else 's'} × {h} handler{'' if h == '1' else 's'}, "
-                         f"on {2 * int(w)} connections, claim batch {k[2]}; ")
+                shape = (f"jq's client: {plural(w, 'worker')} × {plural(h, 'handler')}, "
+                         f"on {conns(2 * int(w))}, claim batch {k[2]}; ")
             short = any(x["system"] == k[1] and x["batch"] == k[2] and x["conns"] == k[3] for x in e2e_dry)
             target(f"jq ≥ {k[1]} at batch {k[2]}, concurrency {k[3]}, both end to end ({shape}jq's SQL level: "
                    f"{rfmt(r) if r else 'not measured'}"
