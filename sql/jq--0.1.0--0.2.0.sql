@@ -1603,7 +1603,7 @@ BEGIN
           WHERE x.state = 'ready' AND x.next_age_at <= _age.now
           ORDER BY x.next_age_at
           LIMIT _age.batch
-          FOR UPDATE SKIP LOCKED)) AND j.state = 'ready' AND j.next_age_at <= _age.now
+          FOR UPDATE SKIP LOCKED)) AND j.state::text = 'ready' AND j.next_age_at <= _age.now
       AND jq._hint_clear(j.queue);  -- a raised priority sorts before the claim-start hint
     GET DIAGNOSTICS v_count = ROW_COUNT;
     RETURN v_count;
@@ -1621,6 +1621,14 @@ COMMENT ON FUNCTION jq._age(timestamptz, integer) IS
 -- let the planner hash-join the whole backlog for every batch (pg_test/tests/plans.rs). Each locks its rows with FOR UPDATE SKIP LOCKED in bounded
 -- batches and writes only rows still in the state it read, so passes from several sessions at
 -- once partition the work instead of repeating it, and a late pass changes nothing.
+--
+-- That recheck by id tests `j.state::text = '...'`, not `j.state = '...'`: the plain form
+-- implies the predicate of the partial index the batch was picked from, and a plan the
+-- background worker made while jq.jobs was small (it keeps its plans for the life of its
+-- connection) found the batch's rows through that index with the ids as a filter, walking every
+-- due row for every batch. The cast leaves the primary key as the only index for it; the
+-- functions also keep sequential scans off (sql/security.sql). Test: pg_test/tests/plans.rs,
+-- maintenance_plans_made_on_a_small_table_stay_index_lookups.
 
 CREATE OR REPLACE FUNCTION jq._promote(now timestamptz, batch integer DEFAULT 5000) RETURNS integer
 LANGUAGE plpgsql AS $$
@@ -1640,7 +1648,7 @@ BEGIN
             WHERE d.state = 'scheduled' AND d.run_at <= _promote.now
             ORDER BY d.run_at
             LIMIT _promote.batch
-            FOR UPDATE SKIP LOCKED)) AND j.state = 'scheduled' AND j.run_at <= _promote.now
+            FOR UPDATE SKIP LOCKED)) AND j.state::text = 'scheduled' AND j.run_at <= _promote.now
         RETURNING j.queue, j.state, j.concurrency_key, j.priority, j.run_at
     )
     SELECT count(*) AS n,
@@ -1691,7 +1699,7 @@ BEGIN
             WHERE x.state = 'running' AND x.lease_expires_at < _reap.now
             ORDER BY x.lease_expires_at
             LIMIT _reap.batch
-            FOR UPDATE SKIP LOCKED)) AND j.state = 'running' AND j.lease_expires_at < _reap.now
+            FOR UPDATE SKIP LOCKED)) AND j.state::text = 'running' AND j.lease_expires_at < _reap.now
         RETURNING j.id, j.claims, j.attempt, j.state, j.started_at, j.lease_expires_at, j.queue,
                   j.worker, j.concurrency_key, j.priority, j.run_at
     ), keyed AS (
@@ -2701,7 +2709,8 @@ ALTER FUNCTION jq.enqueue_many(text, jsonb, text, timestamptz, interval, integer
 -- jq.queue_grants), so they keep sequential scans off; complete_many also names its ids as an
 -- index condition (sql/work.sql), and _key_fill tests state::text so that its lookup by id has
 -- no partial index but the primary key (sql/flow.sql).
--- Tests: tests/plans.rs, plans_made_on_a_small_table_stay_index_lookups.
+-- Tests: tests/plans.rs, plans_made_on_a_small_table_stay_index_lookups and
+-- maintenance_plans_made_on_a_small_table_stay_index_lookups.
 DO $$
 DECLARE
     f regprocedure;
@@ -2716,7 +2725,12 @@ BEGIN
         'jq.snooze(bigint, uuid, interval)',
         'jq.cancel(bigint, bigint)',
         'jq.retry(bigint, bigint)',
-        'jq._key_fill(text, text, integer)']::regprocedure[]
+        'jq._key_fill(text, text, integer)',
+        -- the background worker's duties: batches picked through a partial index, written by id
+        'jq._promote(timestamptz, integer)',
+        'jq._age(timestamptz, integer)',
+        'jq._reap(timestamptz, integer)',
+        'jq._prune(timestamptz, integer)']::regprocedure[]
     LOOP
         EXECUTE pg_catalog.format('ALTER FUNCTION %s SET enable_seqscan = off', f);
     END LOOP;

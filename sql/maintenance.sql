@@ -4,6 +4,14 @@
 -- let the planner hash-join the whole backlog for every batch (pg_test/tests/plans.rs). Each locks its rows with FOR UPDATE SKIP LOCKED in bounded
 -- batches and writes only rows still in the state it read, so passes from several sessions at
 -- once partition the work instead of repeating it, and a late pass changes nothing.
+--
+-- That recheck by id tests `j.state::text = '...'`, not `j.state = '...'`: the plain form
+-- implies the predicate of the partial index the batch was picked from, and a plan the
+-- background worker made while jq.jobs was small (it keeps its plans for the life of its
+-- connection) found the batch's rows through that index with the ids as a filter, walking every
+-- due row for every batch. The cast leaves the primary key as the only index for it; the
+-- functions also keep sequential scans off (sql/security.sql). Test: pg_test/tests/plans.rs,
+-- maintenance_plans_made_on_a_small_table_stay_index_lookups.
 
 CREATE FUNCTION jq._promote(now timestamptz, batch integer DEFAULT 5000) RETURNS integer
 LANGUAGE plpgsql AS $$
@@ -23,7 +31,7 @@ BEGIN
             WHERE d.state = 'scheduled' AND d.run_at <= _promote.now
             ORDER BY d.run_at
             LIMIT _promote.batch
-            FOR UPDATE SKIP LOCKED)) AND j.state = 'scheduled' AND j.run_at <= _promote.now
+            FOR UPDATE SKIP LOCKED)) AND j.state::text = 'scheduled' AND j.run_at <= _promote.now
         RETURNING j.queue, j.state, j.concurrency_key, j.priority, j.run_at
     )
     SELECT count(*) AS n,
@@ -75,7 +83,7 @@ BEGIN
           WHERE x.state = 'ready' AND x.next_age_at <= _age.now
           ORDER BY x.next_age_at
           LIMIT _age.batch
-          FOR UPDATE SKIP LOCKED)) AND j.state = 'ready' AND j.next_age_at <= _age.now
+          FOR UPDATE SKIP LOCKED)) AND j.state::text = 'ready' AND j.next_age_at <= _age.now
       AND jq._hint_clear(j.queue);  -- a raised priority sorts before the claim-start hint
     GET DIAGNOSTICS v_count = ROW_COUNT;
     RETURN v_count;
@@ -116,7 +124,7 @@ BEGIN
             WHERE x.state = 'running' AND x.lease_expires_at < _reap.now
             ORDER BY x.lease_expires_at
             LIMIT _reap.batch
-            FOR UPDATE SKIP LOCKED)) AND j.state = 'running' AND j.lease_expires_at < _reap.now
+            FOR UPDATE SKIP LOCKED)) AND j.state::text = 'running' AND j.lease_expires_at < _reap.now
         RETURNING j.id, j.claims, j.attempt, j.state, j.started_at, j.lease_expires_at, j.queue,
                   j.worker, j.concurrency_key, j.priority, j.run_at
     ), keyed AS (

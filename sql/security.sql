@@ -287,7 +287,8 @@ ALTER FUNCTION jq.enqueue_many(text, jsonb, text, timestamptz, interval, integer
 -- jq.queue_grants), so they keep sequential scans off; complete_many also names its ids as an
 -- index condition (sql/work.sql), and _key_fill tests state::text so that its lookup by id has
 -- no partial index but the primary key (sql/flow.sql).
--- Tests: tests/plans.rs, plans_made_on_a_small_table_stay_index_lookups.
+-- Tests: tests/plans.rs, plans_made_on_a_small_table_stay_index_lookups and
+-- maintenance_plans_made_on_a_small_table_stay_index_lookups.
 DO $$
 DECLARE
     f regprocedure;
@@ -302,7 +303,12 @@ BEGIN
         'jq.snooze(bigint, uuid, interval)',
         'jq.cancel(bigint, bigint)',
         'jq.retry(bigint, bigint)',
-        'jq._key_fill(text, text, integer)']::regprocedure[]
+        'jq._key_fill(text, text, integer)',
+        -- the background worker's duties: batches picked through a partial index, written by id
+        'jq._promote(timestamptz, integer)',
+        'jq._age(timestamptz, integer)',
+        'jq._reap(timestamptz, integer)',
+        'jq._prune(timestamptz, integer)']::regprocedure[]
     LOOP
         EXECUTE pg_catalog.format('ALTER FUNCTION %s SET enable_seqscan = off', f);
     END LOOP;

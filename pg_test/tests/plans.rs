@@ -1480,6 +1480,124 @@ fn plans_made_on_a_small_table_stay_index_lookups() {
     f.finish();
 }
 
+/// The background worker's duties keep their plans for the life of its connection too (one
+/// backend per database, for days), and a plan made while jq.jobs was small must not walk a
+/// whole index after a burst: the rows of a batch are picked through a partial index
+/// (jobs_scheduled_idx, jobs_running_idx, jobs_aging_idx, jobs_finished_idx) and then written
+/// by id, and that second lookup must go through jobs_pkey. Written with the plain state test
+/// (`j.state = 'scheduled'`), it implies the partial index's predicate, and a plan made on a
+/// small table found the batch's rows through that index with the ids as a mere filter: every
+/// batch of promotion, reaping or aging walked every due row. The duties run as the worker runs
+/// them (jq._maintain_guarded at a given instant), seven times on a small table (plans made and
+/// cached), then once after a burst of 50,000 scheduled, 20,000 aging, 5,000 expired and 2,500
+/// completed jobs made from another connection with no ANALYZE; never analyzed and analyzed at
+/// 40 rows of each kind. The cron duty checks a skip_if_running schedule's last job by id
+/// (through jobs_pkey in every variant seen: it has no partial index to stray into). Every scan of jq.jobs must be an index scan with an index condition,
+/// and none may filter on id (a lookup by id that walks another index).
+/// Negative control `JQ_TEST_BREAK=maintenance_seqscan_after_growth` (the duties' enable_seqscan
+/// setting reset and their by-id rechecks written as plain state tests, as they were): seen
+/// failing in both variants. Never analyzed: promote's and reap's rechecks walked
+/// jobs_scheduled_idx / jobs_running_idx with the ids as a filter, aging walked all of
+/// jobs_claim_idx, prune deleted by id with a Seq Scan; analyzed: Seq Scans in all four.
+#[test]
+fn maintenance_plans_made_on_a_small_table_stay_index_lookups() {
+    let mut f = Failures::default();
+    for analyzed in [false, true] {
+        let db = TestDb::new(if analyzed { "plans_maint_analyzed" } else { "plans_maint" });
+        let mut c = db.connect();
+        c.batch_execute(
+            "ALTER TABLE jq.jobs SET (autovacuum_enabled = false);
+             SELECT jq.create_queue('mt', retention => '1 minute', history_retention => '1 minute');
+             SELECT jq.alter_queue('mt', priority_aging => '1 minute');
+             SELECT count(*) FROM jq.enqueue_many('mt', (SELECT jsonb_agg(g) FROM generate_series(1, 40) g), delay => '1 hour');
+             SELECT count(*) FROM jq.enqueue_many('mt', (SELECT jsonb_agg(g) FROM generate_series(1, 80) g));
+             SELECT count(*) FROM (SELECT jq.complete(id, lease_token) FROM jq.claim('mt', 'plans-probe', 20)) x;
+             SELECT count(*) FROM jq.claim('mt', 'plans-probe', 20, lease => '1 hour');
+             SELECT name FROM jq.schedule('mt-every-minute', '* * * * *', 'mt', overlap => 'skip_if_running');
+             CREATE TABLE t0 AS SELECT now() AS t0;",
+        )
+        .unwrap();
+        if jq_pg_test::broken("maintenance_seqscan_after_growth") {
+            c.batch_execute(
+                "DO $$ DECLARE f regprocedure; BEGIN
+                   FOR f IN SELECT p.oid FROM pg_proc p WHERE p.pronamespace = 'jq'::regnamespace
+                            AND p.proname IN ('_promote', '_reap', '_age', '_prune')
+                            AND 'enable_seqscan=off' = ANY (p.proconfig) LOOP
+                     EXECUTE format('ALTER FUNCTION %s RESET enable_seqscan', f);
+                   END LOOP; END $$",
+            )
+            .unwrap();
+            for (func, state) in [("jq._promote(timestamptz,integer)", "scheduled"),
+                                  ("jq._reap(timestamptz,integer)", "running"),
+                                  ("jq._age(timestamptz,integer)", "ready")] {
+                let from = format!("AND j.state::text = '{state}'");
+                jq_pg_test::sabotage(&mut c, func, &from, &format!("AND j.state = '{state}'"), 1);
+            }
+        }
+        if analyzed {
+            c.batch_execute("ANALYZE jq.jobs").unwrap();
+        }
+        let mut t = Traced::connect(&db);
+        // A minute apart: the schedule fires (or skips, its last job still waits) every time;
+        // little else is due on the small table, and the plans are made all the same.
+        let duty = |d: &str, after: &str| {
+            format!("SELECT done, error FROM jq._maintain_guarded('{d}', (SELECT t0 + interval '{after}' FROM t0))")
+        };
+        for minute in 1..=7 {
+            for d in ["promote", "reap", "prune", "cron"] {
+                let (rows, _) = t.run(&duty(d, &format!("{minute} minutes")));
+                let error: Option<String> = rows[0].get(1);
+                assert!(error.is_none(), "{d} on the small table: {error:?}");
+            }
+        }
+        // The burst, from another connection, with no ANALYZE after it: due at t0 + 30 minutes.
+        c.batch_execute(
+            "SELECT count(*) FROM jq.enqueue_many('mt', (SELECT jsonb_agg(g) FROM generate_series(1, 50000) g), delay => '2 minutes');
+             SELECT count(*) FROM jq.enqueue_many('mt', (SELECT jsonb_agg(g) FROM generate_series(1, 20000) g));
+             SELECT count(*) FROM (SELECT jq.complete(id, lease_token) FROM jq.claim('mt', 'plans-probe', 1000) x
+                                   UNION ALL SELECT jq.complete(id, lease_token) FROM jq.claim('mt', 'plans-probe', 1000) x
+                                   UNION ALL SELECT jq.complete(id, lease_token) FROM jq.claim('mt', 'plans-probe', 500) x) y;
+             SELECT count(*) FROM (SELECT * FROM jq.claim('mt', 'plans-probe', 1000, lease => '1 minute')
+                                   UNION ALL SELECT * FROM jq.claim('mt', 'plans-probe', 1000, lease => '1 minute')
+                                   UNION ALL SELECT * FROM jq.claim('mt', 'plans-probe', 1000, lease => '1 minute')
+                                   UNION ALL SELECT * FROM jq.claim('mt', 'plans-probe', 1000, lease => '1 minute')
+                                   UNION ALL SELECT * FROM jq.claim('mt', 'plans-probe', 1000, lease => '1 minute')) x;",
+        )
+        .unwrap();
+        for d in ["promote", "reap", "prune", "cron"] {
+            let sql = duty(d, "30 minutes");
+            let (rows, plans) = t.run(&sql);
+            let (done, error): (i32, Option<String>) = (rows[0].get(0), rows[0].get(1));
+            assert!(error.is_none() && (done > 0 || d == "cron"), "{d} after the burst: done {done}, error {error:?}");
+            let mut scans = 0;
+            for stmt in &plans {
+                for n in stmt.nodes() {
+                    let on_jobs = n.get("Relation Name").and_then(Value::as_str) == Some("jobs")
+                        || n.get("Index Name").and_then(Value::as_str).is_some_and(|i| i.starts_with("jobs_"));
+                    if !on_jobs || node_type(n) == "Bitmap Heap Scan" || node_type(n) == "ModifyTable" {
+                        continue;
+                    }
+                    scans += 1;
+                    let cond = n.get("Index Cond").and_then(Value::as_str).unwrap_or("");
+                    let filter = n.get("Filter").and_then(Value::as_str).unwrap_or("");
+                    let indexed = matches!(node_type(n), "Index Scan" | "Index Only Scan" | "Bitmap Index Scan")
+                        && !cond.is_empty()
+                        && !filter.contains("(id = ");
+                    f.expect(indexed, || {
+                        stmt.fail(format!(
+                            "{d} ({}analyzed small table): {} on jobs ({}, Index Cond {cond:?}, Filter {filter:?}), \
+                             a plan made on the small table, kept after it grew",
+                            if analyzed { "" } else { "never " }, node_type(n),
+                            n.get("Index Name").and_then(Value::as_str).unwrap_or("no index")))
+                    });
+                }
+            }
+            f.expect(scans > 0, || format!("{d}: no scan of jq.jobs traced"));
+        }
+    }
+    f.finish();
+}
+
 /// A generic plan's function scan over a plpgsql array argument calls it through a parameter.
 fn expect_generic(f: &mut Failures, stmt: &Explained, call: &str) {
     let scans: Vec<String> = stmt
