@@ -287,6 +287,9 @@ ALTER FUNCTION jq.enqueue_many(text, jsonb, text, timestamptz, interval, integer
 -- jq.queue_grants), so they keep sequential scans off; complete_many also names its ids as an
 -- index condition (sql/work.sql), and _key_fill tests state::text so that its lookup by id has
 -- no partial index but the primary key (sql/flow.sql).
+-- The background worker's duties pick batches through partial indexes and write them by id
+-- (sql/maintenance.sql); _cron_fire and a duplicate jq.enqueue look one job up (by id, by
+-- idempotency key), where on a table of a page or two a Seq Scan costs less than the index.
 -- Tests: tests/plans.rs, plans_made_on_a_small_table_stay_index_lookups and
 -- maintenance_plans_made_on_a_small_table_stay_index_lookups.
 DO $$
@@ -308,7 +311,11 @@ BEGIN
         'jq._promote(timestamptz, integer)',
         'jq._age(timestamptz, integer)',
         'jq._reap(timestamptz, integer)',
-        'jq._prune(timestamptz, integer)']::regprocedure[]
+        'jq._prune(timestamptz, integer)',
+        -- a skip_if_running schedule's last job, by id (a page or two: a Seq Scan is cheaper)
+        'jq._cron_fire(jq.schedules, timestamptz)',
+        -- a duplicate enqueue's lookup of the unfinished job with its idempotency key
+        'jq.enqueue(text, jsonb, text, timestamptz, interval, integer, integer, text, text, bigint)']::regprocedure[]
     LOOP
         EXECUTE pg_catalog.format('ALTER FUNCTION %s SET enable_seqscan = off', f);
     END LOOP;

@@ -157,8 +157,15 @@ fn two_passes_for_the_same_minute_enqueue_one_job_even_after_a_clock_step() {
 fn a_corrected_forward_clock_step_does_not_silence_a_schedule() {
     let (_db, mut c) = setup("cron_clock_back");
     c.batch_execute("SELECT jq.schedule('cb', '* * * * *', 'cq')").unwrap();
-    c.batch_execute("SELECT jq.schedule('cb_daily', '0 3 * * *', 'cq', misfire => 'skip')").unwrap();
     let m = hour_ahead(&mut c, 1);
+    // Daily, twelve hours away from M's hour: a fixed hour made the test fail when run in the
+    // hour before it (M itself was then a fire time of the daily schedule too).
+    let m_hour: i64 = c
+        .query_one("SELECT extract(hour FROM to_timestamp($1::bigint) AT TIME ZONE 'UTC')::bigint", &[&m])
+        .unwrap()
+        .get(0);
+    let daily_hour = (m_hour + 12) % 24;
+    c.batch_execute(&format!("SELECT jq.schedule('cb_daily', '0 {daily_hour} * * *', 'cq', misfire => 'skip')")).unwrap();
     let year = epoch(&mut c, &format!("to_timestamp({m}) + interval '1 year'"));
     assert_eq!(tick(&mut c, m), 1, "the minute M fires");
     // The step: one job for the latest minute (fire_once), the rest of the year counted.

@@ -32,7 +32,7 @@ fn apply_breaks(c: &mut Client) {
         sabotage(
             c,
             REAP,
-            "\n            FOR UPDATE SKIP LOCKED)) AND j.state = 'running' AND j.lease_expires_at < _reap.now\n",
+            "\n            FOR UPDATE SKIP LOCKED)) AND j.state::text = 'running' AND j.lease_expires_at < _reap.now\n",
             "))\n",
             1,
         );
