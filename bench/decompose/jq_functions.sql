@@ -19,14 +19,14 @@ BEGIN
     IF p_history THEN
         WITH done AS (
             UPDATE jq.jobs j SET state = 'completed', finished_at = clock_timestamp()
-            WHERE j.id = p_id AND j.lease_token = p_token AND j.state = 'running'
+            WHERE j.id = p_id AND j.lease_token = p_token AND j.state::text = 'running'
             RETURNING j.id, j.claims, j.attempt, j.started_at, j.lease_expires_at, j.finished_at, j.queue, j.worker)
         INSERT INTO jq.execution_log (job_id, seq, attempt, outcome, started_at, lease_expires_at, finished_at, queue, worker)
         SELECT d.id, d.claims, d.attempt, 'completed', d.started_at, d.lease_expires_at, d.finished_at, d.queue, d.worker
         FROM done d;
     ELSE
         UPDATE jq.jobs j SET state = 'completed', finished_at = clock_timestamp()
-        WHERE j.id = p_id AND j.lease_token = p_token AND j.state = 'running';
+        WHERE j.id = p_id AND j.lease_token = p_token AND j.state::text = 'running';
     END IF;
     RETURN FOUND;
 END $$;
