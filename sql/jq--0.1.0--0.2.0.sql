@@ -1508,6 +1508,36 @@ COMMENT ON FUNCTION jq._cron_fire(jq.schedules, timestamptz) IS
 'next_run_at = jq.cron_next(cron, at, timezone), next_run_from = at and the counters; returns jobs '
 'enqueued (0 when nothing in [next_run_at, at] is due). Raises on any problem.';
 
+CREATE OR REPLACE FUNCTION jq._prune_jobs(queue text, finished_before timestamptz, dead_before timestamptz,
+                               batch integer) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_total integer;
+    v_count integer;
+BEGIN
+    -- Its own function so that it alone keeps sequential scans off (sql/security.sql): the rest
+    -- of jq._prune reads small tables without a fitting index (jq.queue_grants, jq.schedules),
+    -- where that setting left only disabled plans, whose cost made PostgreSQL JIT-compile them.
+    DELETE FROM jq.jobs j WHERE j.id = ANY (ARRAY(
+        SELECT f.id FROM jq.jobs f
+        WHERE f.queue = _prune_jobs.queue AND f.state IN ('completed', 'cancelled')
+          AND f.finished_at < _prune_jobs.finished_before
+        LIMIT _prune_jobs.batch FOR UPDATE SKIP LOCKED));
+    GET DIAGNOSTICS v_total = ROW_COUNT;
+    DELETE FROM jq.jobs j WHERE j.id = ANY (ARRAY(
+        SELECT f.id FROM jq.jobs f
+        WHERE f.queue = _prune_jobs.queue AND f.state = 'dead'
+          AND f.finished_at < _prune_jobs.dead_before
+        LIMIT _prune_jobs.batch FOR UPDATE SKIP LOCKED));
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_total + v_count;
+END $$;
+
+COMMENT ON FUNCTION jq._prune_jobs(text, timestamptz, timestamptz, integer) IS
+'Internal (jq._prune): deletes up to batch completed and cancelled jobs of queue finished before '
+'finished_before and up to batch dead jobs finished before dead_before; returns how many. Skips '
+'rows another session has locked.';
+
 CREATE OR REPLACE FUNCTION jq._prune(now timestamptz, batch integer DEFAULT 5000) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -1525,20 +1555,8 @@ BEGIN
                     t.dead_retention, t.history_retention
              FROM jq.queues t
     LOOP
-        DELETE FROM jq.jobs j WHERE j.id = ANY (ARRAY(
-            SELECT f.id FROM jq.jobs f
-            WHERE f.queue = q.name AND f.state IN ('completed', 'cancelled')
-              AND f.finished_at < _prune.now - q.retention
-            LIMIT _prune.batch FOR UPDATE SKIP LOCKED));
-        GET DIAGNOSTICS v_count = ROW_COUNT;
-        v_total := v_total + v_count;
-        DELETE FROM jq.jobs j WHERE j.id = ANY (ARRAY(
-            SELECT f.id FROM jq.jobs f
-            WHERE f.queue = q.name AND f.state = 'dead'
-              AND f.finished_at < _prune.now - q.dead_retention
-            LIMIT _prune.batch FOR UPDATE SKIP LOCKED));
-        GET DIAGNOSTICS v_count = ROW_COUNT;
-        v_total := v_total + v_count;
+        v_total := v_total + jq._prune_jobs(q.name, _prune.now - q.retention, _prune.now - q.dead_retention,
+                                            _prune.batch);
     END LOOP;
     -- History in one pass over all queues: the BRIN index narrows the scan to rows older than
     -- the shortest history_retention, each row is then held to its own queue's retention, and
@@ -1965,8 +1983,11 @@ BEGIN
                                      pg_catalog.array_agg(1)) END AS moved
         FROM done d WHERE d.concurrency_key IS NOT NULL
     )
-    -- As in jq.complete, the job rows record the executions.
-    SELECT d.id FROM done d, keyed k WHERE jq._wake_slot(d.queue) ORDER BY d.id;
+    -- As in jq.complete, the job rows record the executions. keyed (one row) as a sub-select,
+    -- not joined: with nested loops off (sql/security.sql) a join of it would be a disabled
+    -- nested loop, whose cost (10^10) makes PostgreSQL JIT-compile the statement on every call.
+    SELECT d.id FROM done d WHERE jq._wake_slot(d.queue) AND (SELECT k.moved IS NULL OR true FROM keyed k)
+    ORDER BY d.id;
 END $$;
 
 COMMENT ON FUNCTION jq.complete_many(bigint[], uuid[], jsonb[]) IS
@@ -2742,7 +2763,7 @@ BEGIN
         'jq._promote(timestamptz, integer)',
         'jq._age(timestamptz, integer)',
         'jq._reap(timestamptz, integer)',
-        'jq._prune(timestamptz, integer)',
+        'jq._prune_jobs(text, timestamptz, timestamptz, integer)',
         -- a skip_if_running schedule's last job, by id (a page or two: a Seq Scan is cheaper)
         'jq._cron_fire(jq.schedules, timestamptz)',
         -- a duplicate enqueue's lookup of the unfinished job with its idempotency key

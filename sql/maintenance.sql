@@ -157,6 +157,35 @@ COMMENT ON FUNCTION jq._reap(timestamptz, integer) IS
 'forever). Recovery depends only on the job row, never on worker names. Each gets an execution '
 'row with outcome lease_expired. Safe to run concurrently; a job completed meanwhile is skipped.';
 
+CREATE FUNCTION jq._prune_jobs(queue text, finished_before timestamptz, dead_before timestamptz,
+                               batch integer) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_total integer;
+    v_count integer;
+BEGIN
+    -- Its own function so that it alone keeps sequential scans off (sql/security.sql): the rest
+    -- of jq._prune reads small tables without a fitting index (jq.queue_grants, jq.schedules),
+    -- where that setting left only disabled plans, whose cost made PostgreSQL JIT-compile them.
+    DELETE FROM jq.jobs j WHERE j.id = ANY (ARRAY(
+        SELECT f.id FROM jq.jobs f
+        WHERE f.queue = _prune_jobs.queue AND f.state IN ('completed', 'cancelled')
+          AND f.finished_at < _prune_jobs.finished_before
+        LIMIT _prune_jobs.batch FOR UPDATE SKIP LOCKED));
+    GET DIAGNOSTICS v_total = ROW_COUNT;
+    DELETE FROM jq.jobs j WHERE j.id = ANY (ARRAY(
+        SELECT f.id FROM jq.jobs f
+        WHERE f.queue = _prune_jobs.queue AND f.state = 'dead'
+          AND f.finished_at < _prune_jobs.dead_before
+        LIMIT _prune_jobs.batch FOR UPDATE SKIP LOCKED));
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_total + v_count;
+END $$;
+COMMENT ON FUNCTION jq._prune_jobs(text, timestamptz, timestamptz, integer) IS
+'Internal (jq._prune): deletes up to batch completed and cancelled jobs of queue finished before '
+'finished_before and up to batch dead jobs finished before dead_before; returns how many. Skips '
+'rows another session has locked.';
+
 CREATE FUNCTION jq._prune(now timestamptz, batch integer DEFAULT 5000) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -174,20 +203,8 @@ BEGIN
                     t.dead_retention, t.history_retention
              FROM jq.queues t
     LOOP
-        DELETE FROM jq.jobs j WHERE j.id = ANY (ARRAY(
-            SELECT f.id FROM jq.jobs f
-            WHERE f.queue = q.name AND f.state IN ('completed', 'cancelled')
-              AND f.finished_at < _prune.now - q.retention
-            LIMIT _prune.batch FOR UPDATE SKIP LOCKED));
-        GET DIAGNOSTICS v_count = ROW_COUNT;
-        v_total := v_total + v_count;
-        DELETE FROM jq.jobs j WHERE j.id = ANY (ARRAY(
-            SELECT f.id FROM jq.jobs f
-            WHERE f.queue = q.name AND f.state = 'dead'
-              AND f.finished_at < _prune.now - q.dead_retention
-            LIMIT _prune.batch FOR UPDATE SKIP LOCKED));
-        GET DIAGNOSTICS v_count = ROW_COUNT;
-        v_total := v_total + v_count;
+        v_total := v_total + jq._prune_jobs(q.name, _prune.now - q.retention, _prune.now - q.dead_retention,
+                                            _prune.batch);
     END LOOP;
     -- History in one pass over all queues: the BRIN index narrows the scan to rows older than
     -- the shortest history_retention, each row is then held to its own queue's retention, and

@@ -318,7 +318,7 @@ BEGIN
         'jq._promote(timestamptz, integer)',
         'jq._age(timestamptz, integer)',
         'jq._reap(timestamptz, integer)',
-        'jq._prune(timestamptz, integer)',
+        'jq._prune_jobs(text, timestamptz, timestamptz, integer)',
         -- a skip_if_running schedule's last job, by id (a page or two: a Seq Scan is cheaper)
         'jq._cron_fire(jq.schedules, timestamptz)',
         -- a duplicate enqueue's lookup of the unfinished job with its idempotency key
