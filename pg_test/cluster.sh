@@ -29,7 +29,19 @@ jq_cluster_start() {
     opts+=" -c shared_buffers=256MB -c max_prepared_transactions=10 -c log_min_messages=warning"
     local extra
     for extra in "$@"; do opts+=" -c $extra"; done
-    jq_as_postgres "$JQ_PG_BIN/pg_ctl" -D "$dir" -l "$dir/server.log" -o "$opts" -w -t 60 start >/dev/null
+    # The ports used here lie in Linux's ephemeral range (32768-60999), so a client connection
+    # of an earlier step may hold the port for a moment ("Address already in use": seen once,
+    # bench/smoke right after the test suite). Retry a few times before giving up.
+    local try
+    for try in 1 2 3 4 5 6 7 8 9 10; do
+        if jq_as_postgres "$JQ_PG_BIN/pg_ctl" -D "$dir" -l "$dir/server.log" -o "$opts" -w -t 60 start >/dev/null; then
+            return 0
+        fi
+        tail -n 5 "$dir/server.log" | grep -q "Address already in use" || return 1
+        echo "jq_cluster_start: port $port is busy, retrying ($try)" >&2
+        sleep 2
+    done
+    return 1
 }
 
 jq_cluster_stop() {
