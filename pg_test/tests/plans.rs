@@ -1421,8 +1421,7 @@ fn complete_many_reads_its_input_once() {
                     "round {round}: {what}: {} rows x {} loops for 100 jobs", num("Actual Rows"), num("Actual Loops"))));
                 f.expect(num("Rows Removed by Join Filter") <= 100, || stmt.fail(format!(
                     "round {round}: {what} threw away {} rows in its join filter", num("Rows Removed by Join Filter"))));
-                let on_jobs = n.get("Relation Name").and_then(Value::as_str) == Some("jobs")
-                    || n.get("Index Name").and_then(Value::as_str).is_some_and(|i| i.starts_with("jobs_"));
+                let on_jobs = reads_jobs(n);
                 if on_jobs && node_type(n) != "ModifyTable" && node_type(n) != "Bitmap Heap Scan" {
                     buffers += num("Shared Hit Blocks") + num("Shared Read Blocks");
                 }
@@ -1517,8 +1516,7 @@ fn plans_made_on_a_small_table_stay_index_lookups() {
             let mut scans = 0;
             for stmt in &plans {
                 for n in stmt.nodes() {
-                    let on_jobs = n.get("Relation Name").and_then(Value::as_str) == Some("jobs")
-                        || n.get("Index Name").and_then(Value::as_str).is_some_and(|i| i.starts_with("jobs_"));
+                    let on_jobs = reads_jobs(n);
                     if !on_jobs || node_type(n) == "Bitmap Heap Scan" || node_type(n) == "ModifyTable" {
                         continue;
                     }
@@ -1639,8 +1637,7 @@ fn maintenance_plans_made_on_a_small_table_stay_index_lookups() {
             let mut scans = 0;
             for stmt in &plans {
                 for n in stmt.nodes() {
-                    let on_jobs = n.get("Relation Name").and_then(Value::as_str) == Some("jobs")
-                        || n.get("Index Name").and_then(Value::as_str).is_some_and(|i| i.starts_with("jobs_"));
+                    let on_jobs = reads_jobs(n);
                     let filter = n.get("Filter").and_then(Value::as_str).unwrap_or("");
                     if on_jobs && node_type(n) == "Bitmap Heap Scan" {
                         // its index is the Bitmap Index Scan below; the ids must be a condition there
