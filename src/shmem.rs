@@ -118,16 +118,31 @@ pub struct SpinCell<T> {
     value: UnsafeCell<T>,
 }
 
-impl<T> SpinCell<T> {
-    /// Runs `f` on the value under the spin lock. `f` must not call into PostgreSQL.
-    pub fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
-        while self
-            .lock
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
+/// Busy-wait rounds before a waiting [`acquire`] yields its CPU.
+const SPINS_BEFORE_YIELD: u32 = 100;
+
+/// Takes a spin lock (`flag` false -> true; release by storing false). A waiter spins briefly,
+/// then yields its CPU between tries, as PostgreSQL's own s_lock sleeps after its spins
+/// (src/backend/storage/lmgr/s_lock.c): with more backends than CPUs the holder may have been
+/// preempted inside its few instructions, and a waiter that only spins burns its whole time
+/// slice before the holder runs again.
+fn acquire(flag: &AtomicBool) {
+    let mut spins = 0u32;
+    while flag.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+        spins += 1;
+        if spins < SPINS_BEFORE_YIELD {
             std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
         }
+    }
+}
+
+impl<T> SpinCell<T> {
+    /// Runs `f` on the value under the spin lock ([`acquire`]). `f` must not call into
+    /// PostgreSQL.
+    pub fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        acquire(&self.lock);
         // SAFETY: the spin lock gives exclusive access to the cell.
         let r = f(unsafe { &mut *self.value.get() });
         self.lock.store(false, Ordering::Release);
@@ -233,6 +248,22 @@ impl Shared {
         self.dbs.iter().find(|s| s.with(|st| st.dboid == dboid && st.state != slot_state::FREE))
     }
 
+    /// As [`Shared::slot_of`], for hot paths (a committing transaction): tries the slot this
+    /// backend found last first, so a lookup usually takes one slot's lock, not one per slot
+    /// before it.
+    pub fn slot_of_cached(&self, dboid: u32) -> Option<&DbSlot> {
+        thread_local! {
+            static LAST: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
+        }
+        let held = |s: &DbSlot| s.with(|st| st.dboid == dboid && st.state != slot_state::FREE);
+        if let Some(s) = self.dbs.get(LAST.get()).filter(|s| held(s)) {
+            return Some(s);
+        }
+        let i = self.dbs.iter().position(held)?;
+        LAST.set(i);
+        Some(&self.dbs[i])
+    }
+
     /// The slot of `dboid`, allocating a free one (in state STARTING). None when the table is full.
     pub fn slot_for(&self, dboid: u32) -> Option<&DbSlot> {
         self.slot_for_in(dboid, slot_state::STARTING)
@@ -240,13 +271,7 @@ impl Shared {
 
     /// The slot of `dboid`, allocating a free one in `state`. None when the table is full.
     pub fn slot_for_in(&self, dboid: u32, state: u32) -> Option<&DbSlot> {
-        while self
-            .slots_lock
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            std::hint::spin_loop();
-        }
+        acquire(&self.slots_lock);
         let found = self.slot_of(dboid).or_else(|| {
             self.dbs.iter().find(|s| {
                 s.with(|st| {

@@ -134,7 +134,9 @@ unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: 
         .map(|p| if commit { Pending { abort: 0, ..p } } else { Pending { hash: p.hash, ready: p.abort, slot: 0, abort: 0 } })
         .filter(|p| p.ready > 0 || p.slot > 0)
         .collect();
-    wake(&wakes, commit);
+    if !wakes.is_empty() {
+        wake(&wakes, commit);  // not for a claim's commit (its only entry is `abort`)
+    }
 }
 
 #[pg_guard]
@@ -173,8 +175,9 @@ fn wake(wakes: &[Pending], notify: bool) {
     let Some(sh) = shmem::get() else { return };
     // SAFETY: MyDatabaseId is set in every backend connected to a database.
     let db = unsafe { pg_sys::MyDatabaseId }.to_u32();
-    if notify {
-        if let Some(slot) = sh.slot_of(db) {
+    // A completion's commit marks nothing (slot wakes only): no slot lookup on its path.
+    if notify && wakes.iter().any(|p| p.ready > 0) {
+        if let Some(slot) = sh.slot_of_cached(db) {
             for p in wakes.iter().filter(|p| p.ready > 0) {
                 let bit = (p.hash as usize) % shmem::READY_BITS;
                 slot.ready[bit / 64].fetch_or(1 << (bit % 64), Ordering::Relaxed);
