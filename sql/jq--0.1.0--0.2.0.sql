@@ -523,39 +523,38 @@ BEGIN
     -- an old snapshot is open. Uncapped, unlimited queues only (the gate below); the rest comes
     -- from below the hint's priority (v_below).
     IF jq._claim_hint(claim.queue) THEN
-        -- Two copies, as below: the one-job copy has a constant LIMIT 1 and no ORDER BY.
+        -- Two copies, as below: the one-job copy has a constant LIMIT 1, no ORDER BY and no
+        -- outer SELECT.
         IF claim.n = 1 THEN
         RETURN QUERY
-        WITH claimed AS (
-            UPDATE jq.jobs j SET
-                state = 'running',
-                attempt = j.attempt + 1,
-                claims = j.claims + 1,
-                worker = claim.worker,
-                lease_token = pg_catalog.gen_random_uuid(),
-                started_at = pg_catalog.clock_timestamp(),
-                lease = coalesce(claim.lease, q.lease),
-                lease_expires_at = pg_catalog.clock_timestamp() + coalesce(claim.lease, q.lease)
-            FROM jq.queues q
-            WHERE q.name = claim.queue
-              AND j.id = ANY (ARRAY(
-                  SELECT p.id FROM jq.jobs p
-                  WHERE p.queue = claim.queue AND p.state = 'ready'
-                    AND p.priority = jq._hint_priority()
-                    AND (p.run_at, p.id) >= (jq._hint_run_at(), jq._hint_id())
-                    AND EXISTS (SELECT FROM jq.queues g WHERE g.name = claim.queue
-                                AND NOT g.paused AND g.max_concurrency IS NULL AND g.rate_limit IS NULL)
-                  ORDER BY p.run_at, p.id
-                  LIMIT 1
-                  FOR UPDATE OF p SKIP LOCKED))
-            RETURNING j.id, j.queue, j.kind, j.payload, j.attempt, j.max_attempts, j.lease_token,
-                      j.lease_expires_at, j.priority, j.run_at, j.created_at
-        )
-        SELECT c.id, c.queue, c.kind, c.payload, c.attempt, c.max_attempts, c.lease_token,
-               c.lease_expires_at, c.priority, c.run_at, c.created_at
-        FROM claimed c
-        -- One job: no ORDER BY, so no Sort (whose setup is a measurable part of a one-job claim).
-        WHERE jq._wake_on_abort(c.queue) AND jq._hint_advance(c.queue, c.priority, c.run_at, c.id);
+        UPDATE jq.jobs j SET
+            state = 'running',
+            attempt = j.attempt + 1,
+            claims = j.claims + 1,
+            worker = claim.worker,
+            lease_token = pg_catalog.gen_random_uuid(),
+            started_at = pg_catalog.clock_timestamp(),
+            lease = coalesce(claim.lease, q.lease),
+            lease_expires_at = pg_catalog.clock_timestamp() + coalesce(claim.lease, q.lease)
+        FROM jq.queues q
+        WHERE q.name = claim.queue
+          AND j.id = ANY (ARRAY(
+              SELECT p.id FROM jq.jobs p
+              WHERE p.queue = claim.queue AND p.state = 'ready'
+                AND p.priority = jq._hint_priority()
+                AND (p.run_at, p.id) >= (jq._hint_run_at(), jq._hint_id())
+                AND EXISTS (SELECT FROM jq.queues g WHERE g.name = claim.queue
+                            AND NOT g.paused AND g.max_concurrency IS NULL AND g.rate_limit IS NULL)
+              ORDER BY p.run_at, p.id
+              LIMIT 1
+              FOR UPDATE OF p SKIP LOCKED))
+        RETURNING j.id, j.queue, j.kind, j.payload, j.attempt, j.max_attempts, j.lease_token,
+                  j.lease_expires_at, j.priority, j.run_at,
+                  -- once per claimed row: wake waiters if this claim rolls back, move the hint
+                  -- forward (both always true: created_at is returned as is)
+                  CASE WHEN jq._wake_on_abort(j.queue)
+                            AND jq._hint_advance(j.queue, j.priority, j.run_at, j.id)
+                       THEN j.created_at END;
         ELSE
         RETURN QUERY
         WITH claimed AS (
@@ -624,40 +623,42 @@ BEGIN
         -- lease starts when the row is claimed (clock_timestamp), not when the caller's
         -- transaction or this statement began, so waiting for locks does not shorten it.
         IF coalesce(v_limit, claim.n) = 1 THEN
-        -- One job: no ORDER BY, so no Sort.
+        -- One job: no ORDER BY, so no Sort, and no outer SELECT over the UPDATE: the per-row
+        -- calls sit in RETURNING, which runs once per row updated (in the UPDATE's WHERE the
+        -- planner may run them on rows it then rejects). They wake waiters if this claim rolls
+        -- back (it hands its jobs back) and move the claim-start hint forward
+        -- (src/claim_hint.rs). A CTE with an outer SELECT calling them, as the batch copy has
+        -- (it needs the ORDER BY), cost 7-12% of the drain rate at 64 connections
+        -- (bench/ab_variant.sh, docs/BENCHMARKS.md).
         RETURN QUERY
-        WITH claimed AS (
-            UPDATE jq.jobs j SET
-                state = 'running',
-                attempt = j.attempt + 1,
-                claims = j.claims + 1,
-                worker = claim.worker,
-                lease_token = pg_catalog.gen_random_uuid(),
-                started_at = pg_catalog.clock_timestamp(),
-                lease = coalesce(claim.lease, q.lease),
-                lease_expires_at = pg_catalog.clock_timestamp() + coalesce(claim.lease, q.lease)
-            FROM jq.queues q
-            WHERE q.name = claim.queue
-              AND j.id = ANY (ARRAY(
-                  SELECT p.id FROM jq.jobs p
-                  WHERE p.queue = claim.queue AND p.state = 'ready'
-                    AND p.priority < coalesce(v_below, 2147483648)
-                    AND EXISTS (SELECT FROM jq.queues g WHERE g.name = claim.queue
-                                AND NOT g.paused
-                                AND ((g.max_concurrency IS NULL AND g.rate_limit IS NULL) OR v_locked IS NOT NULL))
-                  ORDER BY p.priority DESC, p.run_at, p.id
-                  LIMIT 1
-                  FOR UPDATE OF p SKIP LOCKED))
-            RETURNING j.id, j.queue, j.kind, j.payload, j.attempt, j.max_attempts, j.lease_token,
-                      j.lease_expires_at, j.priority, j.run_at, j.created_at
-        )
-        SELECT c.id, c.queue, c.kind, c.payload, c.attempt, c.max_attempts, c.lease_token,
-               c.lease_expires_at, c.priority, c.run_at, c.created_at
-        FROM claimed c
-        -- Per claimed row (here, not in the UPDATE's WHERE, where the planner may run them on
-        -- rows it then rejects): a rolled-back claim hands its jobs back, so wake waiters; move
-        -- the claim-start hint forward (src/claim_hint.rs).
-        WHERE jq._wake_on_abort(c.queue) AND jq._hint_advance(c.queue, c.priority, c.run_at, c.id);
+        UPDATE jq.jobs j SET
+            state = 'running',
+            attempt = j.attempt + 1,
+            claims = j.claims + 1,
+            worker = claim.worker,
+            lease_token = pg_catalog.gen_random_uuid(),
+            started_at = pg_catalog.clock_timestamp(),
+            lease = coalesce(claim.lease, q.lease),
+            lease_expires_at = pg_catalog.clock_timestamp() + coalesce(claim.lease, q.lease)
+        FROM jq.queues q
+        WHERE q.name = claim.queue
+          AND j.id = ANY (ARRAY(
+              SELECT p.id FROM jq.jobs p
+              WHERE p.queue = claim.queue AND p.state = 'ready'
+                AND p.priority < coalesce(v_below, 2147483648)
+                AND EXISTS (SELECT FROM jq.queues g WHERE g.name = claim.queue
+                            AND NOT g.paused
+                            AND ((g.max_concurrency IS NULL AND g.rate_limit IS NULL) OR v_locked IS NOT NULL))
+              ORDER BY p.priority DESC, p.run_at, p.id
+              LIMIT 1
+              FOR UPDATE OF p SKIP LOCKED))
+        RETURNING j.id, j.queue, j.kind, j.payload, j.attempt, j.max_attempts, j.lease_token,
+                  j.lease_expires_at, j.priority, j.run_at,
+                  -- once per claimed row: wake waiters if this claim rolls back, move the hint
+                  -- forward (both always true: created_at is returned as is)
+                  CASE WHEN jq._wake_on_abort(j.queue)
+                            AND jq._hint_advance(j.queue, j.priority, j.run_at, j.id)
+                       THEN j.created_at END;
         ELSE
         RETURN QUERY
         WITH claimed AS (
@@ -688,6 +689,8 @@ BEGIN
         SELECT c.id, c.queue, c.kind, c.payload, c.attempt, c.max_attempts, c.lease_token,
                c.lease_expires_at, c.priority, c.run_at, c.created_at
         FROM claimed c
+        -- Per claimed row (here, not in the UPDATE's WHERE, where the planner may run them on
+        -- rows it then rejects): as in the one-job copy's RETURNING.
         WHERE jq._wake_on_abort(c.queue) AND jq._hint_advance(c.queue, c.priority, c.run_at, c.id)
         ORDER BY c.priority DESC, c.run_at, c.id;
         END IF;
@@ -1922,25 +1925,22 @@ COMMENT ON FUNCTION jq.release(bigint, uuid) IS
 CREATE OR REPLACE FUNCTION jq.complete(id bigint, lease_token uuid, result jsonb DEFAULT NULL) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_done integer;
+    v_done boolean;  -- the calls' result (always true); FOUND tells whether the job completed
 BEGIN
     -- The job row is the record of a completed execution (sql/schema.sql, jq.executions): no
-    -- history row is written here.
-    WITH done AS (
-        UPDATE jq.jobs j SET
-            state = 'completed',
-            finished_at = pg_catalog.clock_timestamp(),
-            result = complete.result
-        WHERE j.id = complete.id AND j.lease_token = complete.lease_token AND j.state::text = 'running'
-        RETURNING j.queue, j.concurrency_key
-    )
-    SELECT count(*) INTO v_done
-    FROM done d
-    WHERE jq._wake_slot(d.queue)  -- a capped queue has a free slot at commit
-      -- its key's slot passes to the key's next blocked job (CASE: called only with a key)
-      AND CASE WHEN d.concurrency_key IS NULL THEN true
-               ELSE jq._key_fill(d.queue, d.concurrency_key, 1) >= 0 END;
-    RETURN v_done > 0;
+    -- history row is written here. The per-row calls sit in RETURNING, which runs once for the
+    -- row updated; a CTE with an outer count(*) calling them cost more (see jq.claim).
+    UPDATE jq.jobs j SET
+        state = 'completed',
+        finished_at = pg_catalog.clock_timestamp(),
+        result = complete.result
+    WHERE j.id = complete.id AND j.lease_token = complete.lease_token AND j.state::text = 'running'
+    RETURNING jq._wake_slot(j.queue)  -- a capped queue has a free slot at commit
+              -- its key's slot passes to the key's next blocked job (CASE: called only with a key)
+              AND CASE WHEN j.concurrency_key IS NULL THEN true
+                       ELSE jq._key_fill(j.queue, j.concurrency_key, 1) >= 0 END
+    INTO v_done;
+    RETURN FOUND;
 END $$;
 
 COMMENT ON FUNCTION jq.complete(bigint, uuid, jsonb) IS

@@ -129,7 +129,7 @@ const SPINS_BEFORE_YIELD: u32 = 100;
 fn acquire(flag: &AtomicBool) {
     let mut spins = 0u32;
     while flag.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
-        spins += 1;
+        spins = spins.saturating_add(1);
         if spins < SPINS_BEFORE_YIELD {
             std::hint::spin_loop();
         } else {

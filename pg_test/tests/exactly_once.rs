@@ -32,7 +32,9 @@ fn apply_breaks(c: &mut Client) {
         // The picking sub-select no longer row-locks (no FOR UPDATE OF p SKIP LOCKED); the
         // UPDATE has no state fence, so a claimer that waited for another's row lock re-claims
         // the row it had picked.
-        sabotage(c, CLAIM, "\n                  FOR UPDATE OF p SKIP LOCKED))", "))", 4);
+        // The batch copies' sub-selects sit inside a CTE, one level deeper than the one-job ones.
+        sabotage(c, CLAIM, "\n                  FOR UPDATE OF p SKIP LOCKED))", "))", 2);
+        sabotage(c, CLAIM, "\n              FOR UPDATE OF p SKIP LOCKED))", "))", 2);
     }
     if broken("cap_no_queue_lock") {
         // A capped claim counts running jobs without holding the queue row exclusively (both
