@@ -201,9 +201,10 @@ BEGIN
         -- calls sit in RETURNING, which runs once per row updated (in the UPDATE's WHERE the
         -- planner may run them on rows it then rejects). They wake waiters if this claim rolls
         -- back (it hands its jobs back) and move the claim-start hint forward
-        -- (src/claim_hint.rs). A CTE with an outer SELECT calling them, as the batch copy has
-        -- (it needs the ORDER BY), cost 7-12% of the drain rate at 64 connections
-        -- (bench/ab_variant.sh, docs/BENCHMARKS.md).
+        -- (src/claim_hint.rs). This shape drained 1.07-1.12x as fast at 64 connections as a
+        -- CTE with an outer SELECT calling them, which the batch copy keeps (it needs the ORDER
+        -- BY); measured together with the same change to jq.complete (bench/ab_variant.sh, 5
+        -- rounds; docs/BENCHMARKS.md, "Latest").
         RETURN QUERY
         UPDATE jq.jobs j SET
             state = 'running',
@@ -535,7 +536,8 @@ DECLARE
 BEGIN
     -- The job row is the record of a completed execution (sql/schema.sql, jq.executions): no
     -- history row is written here. The per-row calls sit in RETURNING, which runs once for the
-    -- row updated; a CTE with an outer count(*) calling them cost more (see jq.claim).
+    -- row updated, instead of an outer count(*) over a CTE (measured together with the same
+    -- change to jq.claim's one-job copies; see there).
     UPDATE jq.jobs j SET
         state = 'completed',
         finished_at = pg_catalog.clock_timestamp(),
