@@ -109,6 +109,11 @@ impl DbSlot {
     pub fn with<R>(&self, f: impl FnOnce(&mut SlotStatus) -> R) -> R {
         self.status.with(f)
     }
+
+    /// Whether the slot is in use for database `dboid`.
+    fn holds(&self, dboid: u32) -> bool {
+        self.with(|st| st.dboid == dboid && st.state != slot_state::FREE)
+    }
 }
 
 /// A value behind a tiny spin lock, for records of several fields in shared memory.
@@ -245,7 +250,7 @@ impl Shared {
 
     /// The slot of database `dboid`, if it has one.
     pub fn slot_of(&self, dboid: u32) -> Option<&DbSlot> {
-        self.dbs.iter().find(|s| s.with(|st| st.dboid == dboid && st.state != slot_state::FREE))
+        self.dbs.iter().find(|s| s.holds(dboid))
     }
 
     /// As [`Shared::slot_of`], for hot paths (a committing transaction): tries the slot this
@@ -255,11 +260,10 @@ impl Shared {
         thread_local! {
             static LAST: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
         }
-        let held = |s: &DbSlot| s.with(|st| st.dboid == dboid && st.state != slot_state::FREE);
-        if let Some(s) = self.dbs.get(LAST.get()).filter(|s| held(s)) {
+        if let Some(s) = self.dbs.get(LAST.get()).filter(|s| s.holds(dboid)) {
             return Some(s);
         }
-        let i = self.dbs.iter().position(held)?;
+        let i = self.dbs.iter().position(|s| s.holds(dboid))?;
         LAST.set(i);
         Some(&self.dbs[i])
     }
