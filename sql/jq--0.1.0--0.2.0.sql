@@ -469,6 +469,15 @@ CREATE FUNCTION jq.claim(queue text, worker text, n integer DEFAULT 1, lease int
 RETURNS SETOF jq.claimed_job
 LANGUAGE plpgsql AS $$
 DECLARE
+    -- jq.claim runs as its owner (SECURITY DEFINER) with the caller's search_path: it has no SET
+    -- clause, because PostgreSQL 15 saves and restores the settings around every call of a
+    -- function with one, which cost 7-23% of the drain rate at 64 connections (bench/ab_variant.sh,
+    -- docs/BENCHMARKS.md). So every name in it is schema-qualified: tables and functions, types
+    -- that are not SQL keywords (pg_catalog.text; a temporary type would be found first), and
+    -- operators, which a caller's schema before pg_catalog could otherwise shadow (field case
+    -- Q16): OPERATOR(pg_catalog.=). The internal SQL functions it calls are qualified too or
+    -- have their own SET (sql/security.sql). Tested with a hostile search_path: pg_test/tests/
+    -- security.rs, hot_functions_ignore_the_callers_search_path.
     -- No DECLARE defaults and few plpgsql expressions on the hot path: plpgsql prepares each
     -- expression again in every transaction, and a worker's claim is usually its transaction's
     -- only call (measured: docs/BENCHMARKS.md, "Where jq's time goes").
@@ -477,30 +486,32 @@ DECLARE
     v_paused   boolean;
     v_cap      integer;
     v_running  integer;
-    v_deadline timestamptz;       -- long-poll: when waiting ends
+    v_deadline pg_catalog.timestamptz;       -- long-poll: when waiting ends
     v_rate     integer;           -- rate-limited queue: its rate_limit (docs/flow-control.md)
     v_tokens   double precision;  -- tokens in the bucket, computed under the queue row lock
-    v_token_at timestamptz;       -- long-poll: when the next token arrives
+    v_token_at pg_catalog.timestamptz;       -- long-poll: when the next token arrives
     v_got      integer;
-    v_now      timestamptz;
-    v_caller   oid;
+    v_now      pg_catalog.timestamptz;
+    v_caller   pg_catalog.oid;
     v_hinted   integer;           -- jobs claimed past the claim-start hint
     v_below    bigint;            -- after a hinted claim: the full claim looks only at
                                   -- priorities below the hint's (NULL: at every priority)
 BEGIN
     v_caller := jq._authorize(claim.caller_ticket, ARRAY[claim.queue], 'work');
     -- One test for the usual arguments; the slow branch tells which one is wrong.
-    IF claim.n IS NULL OR claim.n < 1 OR claim.n > jq.max_claim_batch() OR claim.worker IS NULL
-       OR pg_catalog.length(claim.worker) > 200 OR claim.lease IS NOT NULL OR claim.wait IS NOT NULL THEN
-        IF claim.n IS NULL OR claim.n < 1 OR claim.n > jq.max_claim_batch() THEN
-            RAISE EXCEPTION 'n must be between 1 and %, got %', jq.max_claim_batch(), coalesce(claim.n::text, 'NULL')
+    IF claim.n IS NULL OR claim.n OPERATOR(pg_catalog.<) 1 OR claim.n OPERATOR(pg_catalog.>) jq.max_claim_batch()
+       OR claim.worker IS NULL OR pg_catalog.length(claim.worker) OPERATOR(pg_catalog.>) 200
+       OR claim.lease IS NOT NULL OR claim.wait IS NOT NULL THEN
+        IF claim.n IS NULL OR claim.n OPERATOR(pg_catalog.<) 1 OR claim.n OPERATOR(pg_catalog.>) jq.max_claim_batch() THEN
+            RAISE EXCEPTION 'n must be between 1 and %, got %', jq.max_claim_batch(), coalesce(claim.n::pg_catalog.text, 'NULL')
                 USING ERRCODE = '22023';
         END IF;
-        IF claim.worker IS NULL OR pg_catalog.length(claim.worker) > 200 THEN
+        IF claim.worker IS NULL OR pg_catalog.length(claim.worker) OPERATOR(pg_catalog.>) 200 THEN
             RAISE EXCEPTION 'worker must be a non-NULL name of at most 200 characters'
                 USING ERRCODE = '22023';
         END IF;
-        IF claim.lease IS NOT NULL AND (claim.lease <= interval '0' OR claim.lease > interval '100 years'
+        IF claim.lease IS NOT NULL AND (claim.lease OPERATOR(pg_catalog.<=) interval '0'
+                                        OR claim.lease OPERATOR(pg_catalog.>) interval '100 years'
                                         OR NOT jq._interval_fields_nonnegative(claim.lease)) THEN
             RAISE EXCEPTION 'lease must be greater than zero and at most 100 years, got %', claim.lease
                 USING ERRCODE = '22023';
@@ -511,7 +522,7 @@ BEGIN
         IF v_deadline IS NOT NULL THEN
             -- Registered before the first look, so a commit after that look wakes us.
             PERFORM jq._wait_register(ARRAY[claim.queue],
-                ARRAY[EXISTS (SELECT FROM jq.queues t WHERE t.name = claim.queue
+                ARRAY[EXISTS (SELECT FROM jq.queues t WHERE t.name OPERATOR(pg_catalog.=) claim.queue
                               AND t.max_concurrency IS NOT NULL)]);
         END IF;
     END IF;
@@ -525,25 +536,25 @@ BEGIN
     IF jq._claim_hint(claim.queue) THEN
         -- Two copies, as below: the one-job copy has a constant LIMIT 1, no ORDER BY and no
         -- outer SELECT.
-        IF claim.n = 1 THEN
+        IF claim.n OPERATOR(pg_catalog.=) 1 THEN
         RETURN QUERY
         UPDATE jq.jobs j SET
             state = 'running',
-            attempt = j.attempt + 1,
-            claims = j.claims + 1,
+            attempt = j.attempt OPERATOR(pg_catalog.+) 1,
+            claims = j.claims OPERATOR(pg_catalog.+) 1,
             worker = claim.worker,
             lease_token = pg_catalog.gen_random_uuid(),
             started_at = pg_catalog.clock_timestamp(),
             lease = coalesce(claim.lease, q.lease),
-            lease_expires_at = pg_catalog.clock_timestamp() + coalesce(claim.lease, q.lease)
+            lease_expires_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) coalesce(claim.lease, q.lease)
         FROM jq.queues q
-        WHERE q.name = claim.queue
-          AND j.id = ANY (ARRAY(
+        WHERE q.name OPERATOR(pg_catalog.=) claim.queue
+          AND j.id OPERATOR(pg_catalog.=) ANY (ARRAY(
               SELECT p.id FROM jq.jobs p
-              WHERE p.queue = claim.queue AND p.state = 'ready'
-                AND p.priority = jq._hint_priority()
-                AND (p.run_at, p.id) >= (jq._hint_run_at(), jq._hint_id())
-                AND EXISTS (SELECT FROM jq.queues g WHERE g.name = claim.queue
+              WHERE p.queue OPERATOR(pg_catalog.=) claim.queue AND p.state OPERATOR(pg_catalog.=) 'ready'
+                AND p.priority OPERATOR(pg_catalog.=) jq._hint_priority()
+                AND (p.run_at, p.id) OPERATOR(pg_catalog.>=) (jq._hint_run_at(), jq._hint_id())
+                AND EXISTS (SELECT FROM jq.queues g WHERE g.name OPERATOR(pg_catalog.=) claim.queue
                             AND NOT g.paused AND g.max_concurrency IS NULL AND g.rate_limit IS NULL)
               ORDER BY p.run_at, p.id
               LIMIT 1
@@ -560,24 +571,24 @@ BEGIN
         WITH claimed AS (
             UPDATE jq.jobs j SET
                 state = 'running',
-                attempt = j.attempt + 1,
-                claims = j.claims + 1,
+                attempt = j.attempt OPERATOR(pg_catalog.+) 1,
+                claims = j.claims OPERATOR(pg_catalog.+) 1,
                 worker = claim.worker,
                 lease_token = pg_catalog.gen_random_uuid(),
                 started_at = pg_catalog.clock_timestamp(),
                 lease = coalesce(claim.lease, q.lease),
-                lease_expires_at = pg_catalog.clock_timestamp() + coalesce(claim.lease, q.lease)
+                lease_expires_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) coalesce(claim.lease, q.lease)
             FROM jq.queues q
-            WHERE q.name = claim.queue
-              AND j.id = ANY (ARRAY(
+            WHERE q.name OPERATOR(pg_catalog.=) claim.queue
+              AND j.id OPERATOR(pg_catalog.=) ANY (ARRAY(
                   SELECT p.id FROM jq.jobs p
-                  WHERE p.queue = claim.queue AND p.state = 'ready'
-                    AND p.priority = jq._hint_priority()
-                    AND (p.run_at, p.id) >= (jq._hint_run_at(), jq._hint_id())
-                    AND EXISTS (SELECT FROM jq.queues g WHERE g.name = claim.queue
+                  WHERE p.queue OPERATOR(pg_catalog.=) claim.queue AND p.state OPERATOR(pg_catalog.=) 'ready'
+                    AND p.priority OPERATOR(pg_catalog.=) jq._hint_priority()
+                    AND (p.run_at, p.id) OPERATOR(pg_catalog.>=) (jq._hint_run_at(), jq._hint_id())
+                    AND EXISTS (SELECT FROM jq.queues g WHERE g.name OPERATOR(pg_catalog.=) claim.queue
                                 AND NOT g.paused AND g.max_concurrency IS NULL AND g.rate_limit IS NULL)
                   ORDER BY p.run_at, p.id
-                  LIMIT claim.n
+                  LIMIT (SELECT claim.n)  -- a sub-select: see the full batch copy below
                   FOR UPDATE OF p SKIP LOCKED))
             RETURNING j.id, j.queue, j.kind, j.payload, j.attempt, j.max_attempts, j.lease_token,
                       j.lease_expires_at, j.priority, j.run_at, j.created_at
@@ -589,13 +600,13 @@ BEGIN
         ORDER BY c.run_at, c.id;
         END IF;
         GET DIAGNOSTICS v_hinted = ROW_COUNT;
-        IF v_hinted = claim.n THEN
+        IF v_hinted OPERATOR(pg_catalog.=) claim.n THEN
             IF v_deadline IS NOT NULL THEN
                 PERFORM jq._wait_done();
             END IF;
             RETURN;
-        ELSIF v_hinted > 0 THEN
-            v_limit := claim.n - v_hinted;  -- the full claim takes the rest (below)
+        ELSIF v_hinted OPERATOR(pg_catalog.>) 0 THEN
+            v_limit := claim.n OPERATOR(pg_catalog.-) v_hinted;  -- the full claim takes the rest (below)
         END IF;
         -- The rest comes from the priorities below the hint's: the hint's own level was just
         -- read from the hint's key on, and a job that becomes claimable before the hint moves
@@ -616,13 +627,16 @@ BEGIN
         -- gives the default lease, so the common case costs one statement. Written as
         -- id = ANY (ARRAY(...)), not as a join against a CTE, whose cached generic plan was a
         -- hash join over the whole queue. n = 1 has its own copy with a constant LIMIT and no
-        -- ORDER BY (no Sort); the batch copy's LIMIT is a parameter, costed at 10% of the
-        -- queue in a generic plan, so jq.claim pins plan_cache_mode = force_generic_plan
-        -- (sql/security.sql) or plpgsql would plan it again on every call.
+        -- ORDER BY (no Sort). The batch copy's LIMIT is a sub-select, which the planner costs
+        -- at 10% of the queue in custom and generic plans alike: as a bare parameter, every
+        -- custom plan (which sees n) looked cheaper than the generic one, and plpgsql planned
+        -- the statement again on every call (pg_stat_statements with track_planning: as many
+        -- plans as calls). Until 0.2.0's last changes jq.claim pinned plan_cache_mode =
+        -- force_generic_plan instead, which no longer exists: no SET clause (above).
         -- pg_test/tests/plans.rs checks both copies in both plan modes. The
         -- lease starts when the row is claimed (clock_timestamp), not when the caller's
         -- transaction or this statement began, so waiting for locks does not shorten it.
-        IF coalesce(v_limit, claim.n) = 1 THEN
+        IF coalesce(v_limit, claim.n) OPERATOR(pg_catalog.=) 1 THEN
         -- One job: no ORDER BY, so no Sort, and no outer SELECT over the UPDATE: the per-row
         -- calls sit in RETURNING, which runs once per row updated (in the UPDATE's WHERE the
         -- planner may run them on rows it then rejects). They wake waiters if this claim rolls
@@ -634,20 +648,20 @@ BEGIN
         RETURN QUERY
         UPDATE jq.jobs j SET
             state = 'running',
-            attempt = j.attempt + 1,
-            claims = j.claims + 1,
+            attempt = j.attempt OPERATOR(pg_catalog.+) 1,
+            claims = j.claims OPERATOR(pg_catalog.+) 1,
             worker = claim.worker,
             lease_token = pg_catalog.gen_random_uuid(),
             started_at = pg_catalog.clock_timestamp(),
             lease = coalesce(claim.lease, q.lease),
-            lease_expires_at = pg_catalog.clock_timestamp() + coalesce(claim.lease, q.lease)
+            lease_expires_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) coalesce(claim.lease, q.lease)
         FROM jq.queues q
-        WHERE q.name = claim.queue
-          AND j.id = ANY (ARRAY(
+        WHERE q.name OPERATOR(pg_catalog.=) claim.queue
+          AND j.id OPERATOR(pg_catalog.=) ANY (ARRAY(
               SELECT p.id FROM jq.jobs p
-              WHERE p.queue = claim.queue AND p.state = 'ready'
-                AND p.priority < coalesce(v_below, 2147483648)
-                AND EXISTS (SELECT FROM jq.queues g WHERE g.name = claim.queue
+              WHERE p.queue OPERATOR(pg_catalog.=) claim.queue AND p.state OPERATOR(pg_catalog.=) 'ready'
+                AND p.priority OPERATOR(pg_catalog.<) coalesce(v_below, 2147483648)
+                AND EXISTS (SELECT FROM jq.queues g WHERE g.name OPERATOR(pg_catalog.=) claim.queue
                             AND NOT g.paused
                             AND ((g.max_concurrency IS NULL AND g.rate_limit IS NULL) OR v_locked IS NOT NULL))
               ORDER BY p.priority DESC, p.run_at, p.id
@@ -665,24 +679,24 @@ BEGIN
         WITH claimed AS (
             UPDATE jq.jobs j SET
                 state = 'running',
-                attempt = j.attempt + 1,
-                claims = j.claims + 1,
+                attempt = j.attempt OPERATOR(pg_catalog.+) 1,
+                claims = j.claims OPERATOR(pg_catalog.+) 1,
                 worker = claim.worker,
                 lease_token = pg_catalog.gen_random_uuid(),
                 started_at = pg_catalog.clock_timestamp(),
                 lease = coalesce(claim.lease, q.lease),
-                lease_expires_at = pg_catalog.clock_timestamp() + coalesce(claim.lease, q.lease)
+                lease_expires_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) coalesce(claim.lease, q.lease)
             FROM jq.queues q
-            WHERE q.name = claim.queue
-              AND j.id = ANY (ARRAY(
+            WHERE q.name OPERATOR(pg_catalog.=) claim.queue
+              AND j.id OPERATOR(pg_catalog.=) ANY (ARRAY(
                   SELECT p.id FROM jq.jobs p
-                  WHERE p.queue = claim.queue AND p.state = 'ready'
-                    AND p.priority < coalesce(v_below, 2147483648)
-                    AND EXISTS (SELECT FROM jq.queues g WHERE g.name = claim.queue
+                  WHERE p.queue OPERATOR(pg_catalog.=) claim.queue AND p.state OPERATOR(pg_catalog.=) 'ready'
+                    AND p.priority OPERATOR(pg_catalog.<) coalesce(v_below, 2147483648)
+                    AND EXISTS (SELECT FROM jq.queues g WHERE g.name OPERATOR(pg_catalog.=) claim.queue
                                 AND NOT g.paused
                                 AND ((g.max_concurrency IS NULL AND g.rate_limit IS NULL) OR v_locked IS NOT NULL))
                   ORDER BY p.priority DESC, p.run_at, p.id
-                  LIMIT coalesce(v_limit, claim.n)
+                  LIMIT (SELECT coalesce(v_limit, claim.n))
                   FOR UPDATE OF p SKIP LOCKED))
             RETURNING j.id, j.queue, j.kind, j.payload, j.attempt, j.max_attempts, j.lease_token,
                       j.lease_expires_at, j.priority, j.run_at, j.created_at
@@ -696,16 +710,16 @@ BEGIN
         ORDER BY c.priority DESC, c.run_at, c.id;
         END IF;
         GET DIAGNOSTICS v_got = ROW_COUNT;
-        IF v_got = 0 THEN
+        IF v_got OPERATOR(pg_catalog.=) 0 THEN
             -- A full claim that took the turn (jq._claim_hint) and found nothing ends it now,
             -- not when this transaction ends or after a long-poll's sleep (src/claim_hint.rs).
             PERFORM jq._hint_turn_end(claim.queue);
         END IF;
-        IF v_got > 0 OR v_locked IS NOT NULL OR v_hinted > 0 THEN
+        IF v_got OPERATOR(pg_catalog.>) 0 OR v_locked IS NOT NULL OR v_hinted OPERATOR(pg_catalog.>) 0 THEN
             IF v_tokens IS NOT NULL THEN
                 -- A rate-limited claim (under the queue row lock): take one token per job claimed.
-                UPDATE jq.queues t SET rate_tokens = v_tokens - v_got, rate_updated = v_now
-                WHERE t.name = claim.queue;
+                UPDATE jq.queues t SET rate_tokens = v_tokens OPERATOR(pg_catalog.-) v_got, rate_updated = v_now
+                WHERE t.name OPERATOR(pg_catalog.=) claim.queue;
             END IF;
             IF v_deadline IS NOT NULL THEN
                 PERFORM jq._wait_done();
@@ -715,7 +729,7 @@ BEGIN
 
         -- Nothing claimed: the queue is empty, paused, capped, rate-limited or unknown.
         SELECT t.paused, t.max_concurrency, t.rate_limit INTO v_paused, v_cap, v_rate
-        FROM jq.queues t WHERE t.name = claim.queue;
+        FROM jq.queues t WHERE t.name OPERATOR(pg_catalog.=) claim.queue;
         IF NOT FOUND THEN
             PERFORM jq._unknown_queue(claim.queue);
         END IF;
@@ -727,20 +741,21 @@ BEGIN
             -- wait (an enqueue or a job ending wakes us) instead of taking the queue row lock,
             -- which a claim keeps until its transaction ends; the count is taken again under
             -- the lock below.
-            IF NOT EXISTS (SELECT FROM jq.jobs j WHERE j.queue = claim.queue AND j.state = 'ready') THEN
+            IF NOT EXISTS (SELECT FROM jq.jobs j WHERE j.queue OPERATOR(pg_catalog.=) claim.queue
+                                                   AND j.state OPERATOR(pg_catalog.=) 'ready') THEN
                 EXIT;
             END IF;
             IF v_cap IS NOT NULL THEN
-                SELECT count(*) INTO v_running FROM jq.jobs j
-                WHERE j.queue = claim.queue AND j.state = 'running';
-                IF v_running >= v_cap THEN
+                SELECT pg_catalog.count(*) INTO v_running FROM jq.jobs j
+                WHERE j.queue OPERATOR(pg_catalog.=) claim.queue AND j.state OPERATOR(pg_catalog.=) 'running';
+                IF v_running OPERATOR(pg_catalog.>=) v_cap THEN
                     EXIT;
                 END IF;
             END IF;
             IF v_rate IS NOT NULL THEN
                 -- No token yet: sleep until the next one arrives (or a wakeup), not spin.
                 v_token_at := jq._rate_next_token(claim.queue);
-                IF v_token_at > pg_catalog.clock_timestamp() THEN
+                IF v_token_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp() THEN
                     EXIT;
                 END IF;
             END IF;
@@ -750,30 +765,30 @@ BEGIN
         -- each see room for the cap. The count is a separate statement so that its snapshot is
         -- taken after the lock; an older snapshot (REPEATABLE READ, SERIALIZABLE) would let
         -- the cap be exceeded, so those are refused.
-        IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+        IF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed' THEN
             RAISE EXCEPTION 'jq.claim on a queue with max_concurrency or rate_limit needs READ COMMITTED, not %',
                 pg_catalog.current_setting('transaction_isolation') USING ERRCODE = '25000';
         END IF;
-        IF pg_catalog.current_setting('jq.claim_cap_skip_locked', true) = 'on' THEN
+        IF pg_catalog.current_setting('jq.claim_cap_skip_locked', true) OPERATOR(pg_catalog.=) 'on' THEN
             -- Inside jq.claim(text[]), which already holds, in name order, the rows of the
             -- capped queues it saw. A queue that became capped since is not waited for: its
             -- row is taken only if free (else: no room now, try the next queue), so claims
             -- never wait for a queue row out of order.
             SELECT t.paused, t.max_concurrency, t.rate_limit INTO v_paused, v_cap, v_rate
-            FROM jq.queues t WHERE t.name = claim.queue FOR NO KEY UPDATE SKIP LOCKED;
+            FROM jq.queues t WHERE t.name OPERATOR(pg_catalog.=) claim.queue FOR NO KEY UPDATE SKIP LOCKED;
         ELSE
             SELECT t.paused, t.max_concurrency, t.rate_limit INTO v_paused, v_cap, v_rate
-            FROM jq.queues t WHERE t.name = claim.queue FOR NO KEY UPDATE;
+            FROM jq.queues t WHERE t.name OPERATOR(pg_catalog.=) claim.queue FOR NO KEY UPDATE;
         END IF;
         IF NOT FOUND OR v_paused THEN
             RETURN;
         END IF;
         v_limit := claim.n;
         IF v_cap IS NOT NULL THEN
-            SELECT count(*) INTO v_running FROM jq.jobs j
-            WHERE j.queue = claim.queue AND j.state = 'running';
-            v_limit := LEAST(claim.n, v_cap - v_running);
-            IF v_limit <= 0 THEN
+            SELECT pg_catalog.count(*) INTO v_running FROM jq.jobs j
+            WHERE j.queue OPERATOR(pg_catalog.=) claim.queue AND j.state OPERATOR(pg_catalog.=) 'running';
+            v_limit := LEAST(claim.n, v_cap OPERATOR(pg_catalog.-) v_running);
+            IF v_limit OPERATOR(pg_catalog.<=) 0 THEN
                 RETURN;
             END IF;
         END IF;
@@ -783,7 +798,7 @@ BEGIN
             v_now := pg_catalog.clock_timestamp();
             v_tokens := jq._rate_tokens(claim.queue, v_now);
             v_limit := LEAST(v_limit, pg_catalog.floor(v_tokens)::integer);
-            IF v_limit <= 0 THEN
+            IF v_limit OPERATOR(pg_catalog.<=) 0 THEN
                 RETURN;
             END IF;
         END IF;
@@ -1512,6 +1527,22 @@ COMMENT ON FUNCTION jq._cron_fire(jq.schedules, timestamptz) IS
 'next_run_at = jq.cron_next(cron, at, timezone), next_run_from = at and the counters; returns jobs '
 'enqueued (0 when nothing in [next_run_at, at] is due). Raises on any problem.';
 
+-- True when no field of the interval (months, days, time) is negative. Postgres compares
+-- intervals with 30-day months, so '1 mon -30 days 1 second' is "positive" although it ends
+-- before it starts in a 31-day month.
+CREATE OR REPLACE FUNCTION jq._interval_fields_nonnegative(value interval) RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    -- Qualified to the operators: jq.claim, which has no SET search_path, inlines it with the
+    -- caller's search_path (see jq.claim).
+    SELECT extract(year FROM value) OPERATOR(pg_catalog.>=) 0
+       AND extract(month FROM value) OPERATOR(pg_catalog.>=) 0
+       AND extract(day FROM value) OPERATOR(pg_catalog.>=) 0
+       AND value OPERATOR(pg_catalog.-) pg_catalog.date_trunc('day', value) OPERATOR(pg_catalog.>=) interval '0'
+$$;
+
+COMMENT ON FUNCTION jq._interval_fields_nonnegative(interval) IS
+'Internal: true when the interval''s months, days and time fields are all >= 0.';
+
 CREATE OR REPLACE FUNCTION jq._prune_jobs(queue text, finished_before timestamptz, dead_before timestamptz,
                                batch integer) RETURNS integer
 LANGUAGE plpgsql AS $$
@@ -1928,6 +1959,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_done boolean;  -- the calls' result (always true); FOUND tells whether the job completed
 BEGIN
+    -- Every name schema-qualified, operators too: no SET search_path (see jq.claim).
     -- The job row is the record of a completed execution (sql/schema.sql, jq.executions): no
     -- history row is written here. The per-row calls sit in RETURNING, which runs once for the
     -- row updated, instead of an outer count(*) over a CTE (measured together with the same
@@ -1936,11 +1968,13 @@ BEGIN
         state = 'completed',
         finished_at = pg_catalog.clock_timestamp(),
         result = complete.result
-    WHERE j.id = complete.id AND j.lease_token = complete.lease_token AND j.state::text = 'running'
+    WHERE j.id OPERATOR(pg_catalog.=) complete.id
+      AND j.lease_token OPERATOR(pg_catalog.=) complete.lease_token
+      AND j.state::pg_catalog.text OPERATOR(pg_catalog.=) 'running'
     RETURNING jq._wake_slot(j.queue)  -- a capped queue has a free slot at commit
               -- its key's slot passes to the key's next blocked job (CASE: called only with a key)
               AND CASE WHEN j.concurrency_key IS NULL THEN true
-                       ELSE jq._key_fill(j.queue, j.concurrency_key, 1) >= 0 END
+                       ELSE jq._key_fill(j.queue, j.concurrency_key, 1) OPERATOR(pg_catalog.>=) 0 END
     INTO v_done;
     RETURN FOUND;
 END $$;
@@ -2452,11 +2486,14 @@ SELECT pg_catalog.pg_extension_config_dump('jq.queue_grants', '');
 
 CREATE FUNCTION jq._may(caller oid, queue text, privilege text) RETURNS boolean
 LANGUAGE sql STABLE AS $$
+    -- Qualified to the operators: jq.claim and jq.complete, which have no SET search_path,
+    -- reach it through jq._authorize with the caller's search_path (see jq.claim).
     SELECT pg_catalog.pg_has_role(caller, 'jq_admin', 'USAGE')
         OR EXISTS (SELECT 1 FROM jq.queue_grants g
-                   WHERE g.queue IN (_may.queue, '*')
-                     AND (g.privilege = _may.privilege OR g.privilege = 'admin'
-                          OR _may.privilege = 'any')
+                   WHERE g.queue OPERATOR(pg_catalog.=) ANY (ARRAY[_may.queue, '*'])
+                     AND (g.privilege OPERATOR(pg_catalog.=) _may.privilege
+                          OR g.privilege OPERATOR(pg_catalog.=) 'admin'
+                          OR _may.privilege OPERATOR(pg_catalog.=) 'any')
                      AND pg_catalog.pg_has_role(caller, g.grantee, 'USAGE'))
 $$;
 
@@ -2467,9 +2504,11 @@ COMMENT ON FUNCTION jq._may(oid, text, text) IS
 
 CREATE FUNCTION jq._denial(caller oid, queues text[], privilege text) RETURNS text
 LANGUAGE sql STABLE AS $$
-    SELECT pg_catalog.format('permission denied: role "%s" may not %s queue "%s"', caller::regrole,
-               CASE privilege WHEN 'enqueue' THEN 'enqueue to' WHEN 'work' THEN 'claim from'
-                              ELSE 'administer' END, q)
+    -- Qualified to the operators, as jq._may.
+    SELECT pg_catalog.format('permission denied: role "%s" may not %s queue "%s"', caller::pg_catalog.regrole,
+               CASE WHEN privilege OPERATOR(pg_catalog.=) 'enqueue' THEN 'enqueue to'
+                    WHEN privilege OPERATOR(pg_catalog.=) 'work' THEN 'claim from'
+                    ELSE 'administer' END, q)
     FROM pg_catalog.unnest(queues) AS q
     WHERE NOT pg_catalog.pg_has_role(caller, 'jq_admin', 'USAGE')
       AND (q IS NULL OR NOT jq._may(caller, q, privilege))
@@ -2683,9 +2722,7 @@ BEGIN
     FOREACH f IN ARRAY ARRAY[
         'jq.enqueue(text, jsonb, text, timestamptz, interval, integer, integer, text, text, bigint)',
         'jq.enqueue_many(text, jsonb, text, timestamptz, interval, integer, integer, boolean, bigint)',
-        'jq.claim(text, text, integer, interval, interval, bigint)',
         'jq.claim(text[], text, integer, interval, interval, bigint)',
-        'jq.complete(bigint, uuid, jsonb)',
         'jq.complete_many(bigint[], uuid[], jsonb[])',
         'jq.fail(bigint, uuid, text, interval)',
         'jq.heartbeat(bigint, uuid, interval)',
@@ -2703,17 +2740,32 @@ BEGIN
     END LOOP;
 END $$;
 
--- jq.claim's batch statements take LIMIT n as a parameter. A generic plan costs a LIMIT
--- parameter at 10% of the queue, so plpgsql's plan cache judged every custom plan cheaper and
--- planned those statements again on every call (pg_stat_statements with track_planning: as many
--- plans as calls). Its generic plans are the same index walks (pg_test/tests/plans.rs checks
--- both plan modes), so they are forced; one-job claims have constant LIMITs and were generic
--- already.
-ALTER FUNCTION jq.claim(text, text, integer, interval, interval, bigint) SET plan_cache_mode = force_generic_plan;
+-- The two calls of every job's life, jq.claim and jq.complete, run as the owner with no SET
+-- clause: PostgreSQL 15 saves and restores the settings around every call of a function that
+-- has one (and walks all of them when it returns), which cost 7-23% of the drain rate at 64
+-- connections (docs/BENCHMARKS.md). Instead every name in them is schema-qualified, operators
+-- included, and so are the internal SQL functions that run inside them with the caller's
+-- search_path (jq._may and jq._denial through jq._authorize, jq._interval_fields_nonnegative,
+-- inlined); the plpgsql and non-inlined ones below get their own SET. Field case Q16 for these
+-- paths: pg_test/tests/security.rs, hot_functions_ignore_the_callers_search_path.
+ALTER FUNCTION jq.claim(text, text, integer, interval, interval, bigint) SECURITY DEFINER;
 
--- The same for jq.complete_many and jq.enqueue_many, whose statements read their arrays through
--- unnest / jq._job_specs: a custom plan sees the array's length, the generic one estimates it,
--- so whenever the batches a caller sends have the same few elements (one job a call, say) every
+ALTER FUNCTION jq.complete(bigint, uuid, jsonb) SECURITY DEFINER;
+
+DO $$
+DECLARE
+    f regprocedure;
+BEGIN
+    FOREACH f IN ARRAY ARRAY[
+        'jq._wait_deadline(interval)', 'jq._unknown_queue(text)', 'jq._rate_tokens(text, timestamptz)',
+        'jq._rate_next_token(text)', 'jq._key_fill(text, text, integer)']::regprocedure[]
+    LOOP
+        EXECUTE pg_catalog.format('ALTER FUNCTION %s SET search_path = pg_catalog, jq, pg_temp', f);
+    END LOOP;
+END $$;
+
+-- jq.complete_many and jq.enqueue_many read their arrays through unnest / jq._job_specs: a
+-- custom plan sees the array's length, the generic one estimates it, so whenever the batches a caller sends have the same few elements (one job a call, say) every
 -- custom plan looks cheaper and the big statement was planned again on every call (about 200 µs
 -- for complete_many's one-job UPDATE, five times its execution; enqueue_many's INSERT was
 -- planned on every call even with sizes that varied). Their generic plans are the same joins on
@@ -2731,49 +2783,14 @@ ALTER FUNCTION jq.complete_many(bigint[], uuid[], jsonb[]) SET enable_nestloop =
 ALTER FUNCTION jq.enqueue_many(text, jsonb, text, timestamptz, interval, integer, integer, boolean, bigint)
     SET plan_cache_mode = force_generic_plan;
 
--- A cached plan is kept for the life of a connection (until ANALYZE of the table invalidates
--- it), and one made while jq.jobs held a few rows (a new install, a truncated table) can read
--- the whole table to find a job by id: a sequential scan, or a full scan of the primary key
--- under a hash or merge join. After a burst of 200,000 jobs every call of that connection then
--- took 17-40 ms (claim, heartbeat, complete, fail, complete_many) until autovacuum analyzed the
--- table. Every statement of the functions that act on jobs by id has an index path (jq.jobs'
--- primary key, claim, blocked and running indexes; the keys of jq.queues, jq.key_slots and
--- jq.queue_grants), so they keep sequential scans off; complete_many also names its ids as an
--- index condition (sql/work.sql), and _key_fill tests state::text so that its lookup by id has
--- no partial index but the primary key (sql/flow.sql).
--- The background worker's duties pick batches through partial indexes and write them by id
--- (sql/maintenance.sql); _cron_fire and a duplicate jq.enqueue look one job up (by id, by
--- idempotency key), where on a table of a page or two a Seq Scan costs less than the index.
--- Tests: tests/plans.rs, plans_made_on_a_small_table_stay_index_lookups and
+-- A cached plan is kept for the life of a connection (until ANALYZE or VACUUM of the table
+-- invalidates it), and one made while jq.jobs held a few rows would find a job by id with a
+-- sequential scan after it grew. jq's planner hook plans jq.jobs as at least jq.plan_min_pages
+-- pages (src/planner.rs), so no function needs to pin enable_seqscan = off (as 0.2.0 did until
+-- its last changes). complete_many also names its ids as an index condition (sql/work.sql), and
+-- _key_fill tests state::text so that its lookup by id has no partial index but the primary key
+-- (sql/flow.sql). Tests: tests/plans.rs, plans_made_on_a_small_table_stay_index_lookups and
 -- maintenance_plans_made_on_a_small_table_stay_index_lookups.
-DO $$
-DECLARE
-    f regprocedure;
-BEGIN
-    FOREACH f IN ARRAY ARRAY[
-        'jq.claim(text, text, integer, interval, interval, bigint)',
-        'jq.complete(bigint, uuid, jsonb)',
-        'jq.complete_many(bigint[], uuid[], jsonb[])',
-        'jq.fail(bigint, uuid, text, interval)',
-        'jq.heartbeat(bigint, uuid, interval)',
-        'jq.release(bigint, uuid)',
-        'jq.snooze(bigint, uuid, interval)',
-        'jq.cancel(bigint, bigint)',
-        'jq.retry(bigint, bigint)',
-        'jq._key_fill(text, text, integer)',
-        -- the background worker's duties: batches picked through a partial index, written by id
-        'jq._promote(timestamptz, integer)',
-        'jq._age(timestamptz, integer)',
-        'jq._reap(timestamptz, integer)',
-        'jq._prune_jobs(text, timestamptz, timestamptz, integer)',
-        -- a skip_if_running schedule's last job, by id (a page or two: a Seq Scan is cheaper)
-        'jq._cron_fire(jq.schedules, timestamptz)',
-        -- a duplicate enqueue's lookup of the unfinished job with its idempotency key
-        'jq.enqueue(text, jsonb, text, timestamptz, interval, integer, integer, text, text, bigint)']::regprocedure[]
-    LOOP
-        EXECUTE pg_catalog.format('ALTER FUNCTION %s SET enable_seqscan = off', f);
-    END LOOP;
-END $$;
 
 REVOKE ALL ON SCHEMA jq FROM PUBLIC;
 

@@ -38,9 +38,12 @@ COMMENT ON FUNCTION jq._unknown_queue(text) IS
 -- before it starts in a 31-day month.
 CREATE FUNCTION jq._interval_fields_nonnegative(value interval) RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT extract(year FROM value) >= 0 AND extract(month FROM value) >= 0
-       AND extract(day FROM value) >= 0
-       AND value - pg_catalog.date_trunc('day', value) >= interval '0'
+    -- Qualified to the operators: jq.claim, which has no SET search_path, inlines it with the
+    -- caller's search_path (see jq.claim).
+    SELECT extract(year FROM value) OPERATOR(pg_catalog.>=) 0
+       AND extract(month FROM value) OPERATOR(pg_catalog.>=) 0
+       AND extract(day FROM value) OPERATOR(pg_catalog.>=) 0
+       AND value OPERATOR(pg_catalog.-) pg_catalog.date_trunc('day', value) OPERATOR(pg_catalog.>=) interval '0'
 $$;
 COMMENT ON FUNCTION jq._interval_fields_nonnegative(interval) IS
 'Internal: true when the interval''s months, days and time fields are all >= 0.';

@@ -19,11 +19,14 @@ SELECT pg_catalog.pg_extension_config_dump('jq.queue_grants', '');
 
 CREATE FUNCTION jq._may(caller oid, queue text, privilege text) RETURNS boolean
 LANGUAGE sql STABLE AS $$
+    -- Qualified to the operators: jq.claim and jq.complete, which have no SET search_path,
+    -- reach it through jq._authorize with the caller's search_path (see jq.claim).
     SELECT pg_catalog.pg_has_role(caller, 'jq_admin', 'USAGE')
         OR EXISTS (SELECT 1 FROM jq.queue_grants g
-                   WHERE g.queue IN (_may.queue, '*')
-                     AND (g.privilege = _may.privilege OR g.privilege = 'admin'
-                          OR _may.privilege = 'any')
+                   WHERE g.queue OPERATOR(pg_catalog.=) ANY (ARRAY[_may.queue, '*'])
+                     AND (g.privilege OPERATOR(pg_catalog.=) _may.privilege
+                          OR g.privilege OPERATOR(pg_catalog.=) 'admin'
+                          OR _may.privilege OPERATOR(pg_catalog.=) 'any')
                      AND pg_catalog.pg_has_role(caller, g.grantee, 'USAGE'))
 $$;
 COMMENT ON FUNCTION jq._may(oid, text, text) IS
@@ -33,9 +36,11 @@ COMMENT ON FUNCTION jq._may(oid, text, text) IS
 
 CREATE FUNCTION jq._denial(caller oid, queues text[], privilege text) RETURNS text
 LANGUAGE sql STABLE AS $$
-    SELECT pg_catalog.format('permission denied: role "%s" may not %s queue "%s"', caller::regrole,
-               CASE privilege WHEN 'enqueue' THEN 'enqueue to' WHEN 'work' THEN 'claim from'
-                              ELSE 'administer' END, q)
+    -- Qualified to the operators, as jq._may.
+    SELECT pg_catalog.format('permission denied: role "%s" may not %s queue "%s"', caller::pg_catalog.regrole,
+               CASE WHEN privilege OPERATOR(pg_catalog.=) 'enqueue' THEN 'enqueue to'
+                    WHEN privilege OPERATOR(pg_catalog.=) 'work' THEN 'claim from'
+                    ELSE 'administer' END, q)
     FROM pg_catalog.unnest(queues) AS q
     WHERE NOT pg_catalog.pg_has_role(caller, 'jq_admin', 'USAGE')
       AND (q IS NULL OR NOT jq._may(caller, q, privilege))
@@ -241,9 +246,7 @@ BEGIN
     FOREACH f IN ARRAY ARRAY[
         'jq.enqueue(text, jsonb, text, timestamptz, interval, integer, integer, text, text, bigint)',
         'jq.enqueue_many(text, jsonb, text, timestamptz, interval, integer, integer, boolean, bigint)',
-        'jq.claim(text, text, integer, interval, interval, bigint)',
         'jq.claim(text[], text, integer, interval, interval, bigint)',
-        'jq.complete(bigint, uuid, jsonb)',
         'jq.complete_many(bigint[], uuid[], jsonb[])',
         'jq.fail(bigint, uuid, text, interval)',
         'jq.heartbeat(bigint, uuid, interval)',
@@ -260,16 +263,29 @@ BEGIN
         EXECUTE pg_catalog.format('ALTER FUNCTION %s SECURITY DEFINER SET search_path = pg_catalog, jq, pg_temp', f);
     END LOOP;
 END $$;
--- jq.claim's batch statements take LIMIT n as a parameter. A generic plan costs a LIMIT
--- parameter at 10% of the queue, so plpgsql's plan cache judged every custom plan cheaper and
--- planned those statements again on every call (pg_stat_statements with track_planning: as many
--- plans as calls). Its generic plans are the same index walks (pg_test/tests/plans.rs checks
--- both plan modes), so they are forced; one-job claims have constant LIMITs and were generic
--- already.
-ALTER FUNCTION jq.claim(text, text, integer, interval, interval, bigint) SET plan_cache_mode = force_generic_plan;
--- The same for jq.complete_many and jq.enqueue_many, whose statements read their arrays through
--- unnest / jq._job_specs: a custom plan sees the array's length, the generic one estimates it,
--- so whenever the batches a caller sends have the same few elements (one job a call, say) every
+-- The two calls of every job's life, jq.claim and jq.complete, run as the owner with no SET
+-- clause: PostgreSQL 15 saves and restores the settings around every call of a function that
+-- has one (and walks all of them when it returns), which cost 7-23% of the drain rate at 64
+-- connections (docs/BENCHMARKS.md). Instead every name in them is schema-qualified, operators
+-- included, and so are the internal SQL functions that run inside them with the caller's
+-- search_path (jq._may and jq._denial through jq._authorize, jq._interval_fields_nonnegative,
+-- inlined); the plpgsql and non-inlined ones below get their own SET. Field case Q16 for these
+-- paths: pg_test/tests/security.rs, hot_functions_ignore_the_callers_search_path.
+ALTER FUNCTION jq.claim(text, text, integer, interval, interval, bigint) SECURITY DEFINER;
+ALTER FUNCTION jq.complete(bigint, uuid, jsonb) SECURITY DEFINER;
+DO $$
+DECLARE
+    f regprocedure;
+BEGIN
+    FOREACH f IN ARRAY ARRAY[
+        'jq._wait_deadline(interval)', 'jq._unknown_queue(text)', 'jq._rate_tokens(text, timestamptz)',
+        'jq._rate_next_token(text)', 'jq._key_fill(text, text, integer)']::regprocedure[]
+    LOOP
+        EXECUTE pg_catalog.format('ALTER FUNCTION %s SET search_path = pg_catalog, jq, pg_temp', f);
+    END LOOP;
+END $$;
+-- jq.complete_many and jq.enqueue_many read their arrays through unnest / jq._job_specs: a
+-- custom plan sees the array's length, the generic one estimates it, so whenever the batches a caller sends have the same few elements (one job a call, say) every
 -- custom plan looks cheaper and the big statement was planned again on every call (about 200 µs
 -- for complete_many's one-job UPDATE, five times its execution; enqueue_many's INSERT was
 -- planned on every call even with sizes that varied). Their generic plans are the same joins on
@@ -284,49 +300,14 @@ ALTER FUNCTION jq.complete_many(bigint[], uuid[], jsonb[]) SET plan_cache_mode =
 ALTER FUNCTION jq.complete_many(bigint[], uuid[], jsonb[]) SET enable_nestloop = off;
 ALTER FUNCTION jq.enqueue_many(text, jsonb, text, timestamptz, interval, integer, integer, boolean, bigint)
     SET plan_cache_mode = force_generic_plan;
--- A cached plan is kept for the life of a connection (until ANALYZE of the table invalidates
--- it), and one made while jq.jobs held a few rows (a new install, a truncated table) can read
--- the whole table to find a job by id: a sequential scan, or a full scan of the primary key
--- under a hash or merge join. After a burst of 200,000 jobs every call of that connection then
--- took 17-40 ms (claim, heartbeat, complete, fail, complete_many) until autovacuum analyzed the
--- table. Every statement of the functions that act on jobs by id has an index path (jq.jobs'
--- primary key, claim, blocked and running indexes; the keys of jq.queues, jq.key_slots and
--- jq.queue_grants), so they keep sequential scans off; complete_many also names its ids as an
--- index condition (sql/work.sql), and _key_fill tests state::text so that its lookup by id has
--- no partial index but the primary key (sql/flow.sql).
--- The background worker's duties pick batches through partial indexes and write them by id
--- (sql/maintenance.sql); _cron_fire and a duplicate jq.enqueue look one job up (by id, by
--- idempotency key), where on a table of a page or two a Seq Scan costs less than the index.
--- Tests: tests/plans.rs, plans_made_on_a_small_table_stay_index_lookups and
+-- A cached plan is kept for the life of a connection (until ANALYZE or VACUUM of the table
+-- invalidates it), and one made while jq.jobs held a few rows would find a job by id with a
+-- sequential scan after it grew. jq's planner hook plans jq.jobs as at least jq.plan_min_pages
+-- pages (src/planner.rs), so no function needs to pin enable_seqscan = off (as 0.2.0 did until
+-- its last changes). complete_many also names its ids as an index condition (sql/work.sql), and
+-- _key_fill tests state::text so that its lookup by id has no partial index but the primary key
+-- (sql/flow.sql). Tests: tests/plans.rs, plans_made_on_a_small_table_stay_index_lookups and
 -- maintenance_plans_made_on_a_small_table_stay_index_lookups.
-DO $$
-DECLARE
-    f regprocedure;
-BEGIN
-    FOREACH f IN ARRAY ARRAY[
-        'jq.claim(text, text, integer, interval, interval, bigint)',
-        'jq.complete(bigint, uuid, jsonb)',
-        'jq.complete_many(bigint[], uuid[], jsonb[])',
-        'jq.fail(bigint, uuid, text, interval)',
-        'jq.heartbeat(bigint, uuid, interval)',
-        'jq.release(bigint, uuid)',
-        'jq.snooze(bigint, uuid, interval)',
-        'jq.cancel(bigint, bigint)',
-        'jq.retry(bigint, bigint)',
-        'jq._key_fill(text, text, integer)',
-        -- the background worker's duties: batches picked through a partial index, written by id
-        'jq._promote(timestamptz, integer)',
-        'jq._age(timestamptz, integer)',
-        'jq._reap(timestamptz, integer)',
-        'jq._prune_jobs(text, timestamptz, timestamptz, integer)',
-        -- a skip_if_running schedule's last job, by id (a page or two: a Seq Scan is cheaper)
-        'jq._cron_fire(jq.schedules, timestamptz)',
-        -- a duplicate enqueue's lookup of the unfinished job with its idempotency key
-        'jq.enqueue(text, jsonb, text, timestamptz, interval, integer, integer, text, text, bigint)']::regprocedure[]
-    LOOP
-        EXECUTE pg_catalog.format('ALTER FUNCTION %s SET enable_seqscan = off', f);
-    END LOOP;
-END $$;
 
 REVOKE ALL ON SCHEMA jq FROM PUBLIC;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA jq FROM PUBLIC;

@@ -36,6 +36,10 @@ pub static WAKEUPS: GucSetting<bool> = GucSetting::<bool>::new(true);
 /// claim-start hint, past the dead head of the claim index (src/claim_hint.rs). On by default.
 pub static CLAIM_HINTS: GucSetting<bool> = GucSetting::<bool>::new(true);
 
+/// `jq.plan_min_pages` (superuser): the fewest pages the planner assumes `jq.jobs` has, so that
+/// plans made while it is small stay index lookups after it grows (src/planner.rs); 0 = off.
+pub static PLAN_MIN_PAGES: GucSetting<i32> = GucSetting::<i32>::new(1000);
+
 /// Registers every GUC. Called once from `_PG_init`.
 pub fn init() {
     GucRegistry::define_string_guc(
@@ -89,6 +93,16 @@ pub fn init() {
         60_000,
         GucContext::Userset,
         GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"jq.plan_min_pages",
+        c"The fewest pages the planner assumes jq.jobs has (0 = its real size).",
+        c"Plans made while jq.jobs is small then stay index lookups after it grows. Planning only; cached plans keep the value they were made with.",
+        &PLAN_MIN_PAGES,
+        0,
+        1_000_000,
+        GucContext::Suset,
+        GucFlags::default(),
     );
 }
 

@@ -16,6 +16,7 @@ pub mod claim_hint;
 pub mod cron;
 mod cron_sql;
 pub mod gucs;
+pub mod planner;
 pub mod security;
 pub mod shmem;
 pub mod wakeup;
@@ -36,6 +37,7 @@ pub extern "C-unwind" fn _PG_init() {
         std::env::set_var("RUST_LIB_BACKTRACE", "0");
     }
     gucs::init();
+    planner::init();
     // SAFETY: a PostgreSQL global, read in _PG_init.
     if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
         shmem::init();

@@ -47,8 +47,8 @@ fn apply_breaks(c: &mut Client) {
         sabotage(
             c,
             CLAIM,
-            "WHERE p.queue = claim.queue AND p.state = 'ready'\n",
-            "WHERE p.queue = claim.queue AND p.state = 'ready' AND pg_try_advisory_lock(p.id)\n",
+            "WHERE p.queue OPERATOR(pg_catalog.=) claim.queue AND p.state OPERATOR(pg_catalog.=) 'ready'\n",
+            "WHERE p.queue OPERATOR(pg_catalog.=) claim.queue AND p.state OPERATOR(pg_catalog.=) 'ready' AND pg_try_advisory_lock(p.id)\n",
             4,
         );
     }

@@ -31,7 +31,7 @@ fn apply_breaks(c: &mut Client) {
     }
     if broken("rate_no_tokens_taken") {
         // The claim computes the bucket but never takes tokens from it.
-        sabotage(c, CLAIM, "rate_tokens = v_tokens - v_got", "rate_tokens = v_tokens", 1);
+        sabotage(c, CLAIM, "rate_tokens = v_tokens OPERATOR(pg_catalog.-) v_got", "rate_tokens = v_tokens", 1);
     }
 }
 

@@ -24,7 +24,7 @@ const COMPLETE: &str = "jq.complete(bigint,uuid,jsonb)";
 fn apply_breaks(c: &mut Client) {
     if broken("complete_no_token") {
         // A completion fenced on the job id and state only (no lease token).
-        sabotage(c, COMPLETE, "j.id = complete.id AND j.lease_token = complete.lease_token AND", "j.id = complete.id AND", 1);
+        sabotage(c, COMPLETE, "AND j.lease_token OPERATOR(pg_catalog.=) complete.lease_token", "AND true", 1);
     }
     if broken("reap_no_lock_no_fence") {
         // A reaper that picks without locking and updates by id alone (River #1302): the

@@ -335,13 +335,13 @@ const CLAIM_PICK: HotPath = HotPath {
     label: "jq.claim: selection of ready jobs",
     function: "jq.claim(text,text,integer,interval,interval,bigint)",
     source: "SELECT p.id FROM jq.jobs p
-             WHERE p.queue = claim.queue AND p.state = 'ready'
-               AND p.priority < coalesce(v_below, 2147483648)
-               AND EXISTS (SELECT FROM jq.queues g WHERE g.name = claim.queue
+             WHERE p.queue OPERATOR(pg_catalog.=) claim.queue AND p.state OPERATOR(pg_catalog.=) 'ready'
+               AND p.priority OPERATOR(pg_catalog.<) coalesce(v_below, 2147483648)
+               AND EXISTS (SELECT FROM jq.queues g WHERE g.name OPERATOR(pg_catalog.=) claim.queue
                            AND NOT g.paused
                            AND ((g.max_concurrency IS NULL AND g.rate_limit IS NULL) OR v_locked IS NOT NULL))
              ORDER BY p.priority DESC, p.run_at, p.id
-             LIMIT coalesce(v_limit, claim.n)
+             LIMIT (SELECT coalesce(v_limit, claim.n))
              FOR UPDATE OF p SKIP LOCKED",
     // v_below NULL: the full claim with no claim-start hint before it, from the head of the
     // queue (after a hinted claim the same index range starts at the hint's priority;
@@ -357,9 +357,9 @@ const CLAIM_PICK_ONE: HotPath = HotPath {
     label: "jq.claim: selection of one ready job",
     function: "jq.claim(text,text,integer,interval,interval,bigint)",
     source: "SELECT p.id FROM jq.jobs p
-             WHERE p.queue = claim.queue AND p.state = 'ready'
-               AND p.priority < coalesce(v_below, 2147483648)
-               AND EXISTS (SELECT FROM jq.queues g WHERE g.name = claim.queue
+             WHERE p.queue OPERATOR(pg_catalog.=) claim.queue AND p.state OPERATOR(pg_catalog.=) 'ready'
+               AND p.priority OPERATOR(pg_catalog.<) coalesce(v_below, 2147483648)
+               AND EXISTS (SELECT FROM jq.queues g WHERE g.name OPERATOR(pg_catalog.=) claim.queue
                            AND NOT g.paused
                            AND ((g.max_concurrency IS NULL AND g.rate_limit IS NULL) OR v_locked IS NOT NULL))
              ORDER BY p.priority DESC, p.run_at, p.id
@@ -372,8 +372,8 @@ const CLAIM_PICK_ONE: HotPath = HotPath {
 const CLAIM_RUNNING_COUNT: HotPath = HotPath {
     label: "jq.claim: running count for max_concurrency",
     function: "jq.claim(text,text,integer,interval,interval,bigint)",
-    source: "SELECT count(*) INTO v_running FROM jq.jobs j
-             WHERE j.queue = claim.queue AND j.state = 'running'",
+    source: "SELECT pg_catalog.count(*) INTO v_running FROM jq.jobs j
+             WHERE j.queue OPERATOR(pg_catalog.=) claim.queue AND j.state OPERATOR(pg_catalog.=) 'running'",
     subst: &[("INTO v_running ", ""), ("claim.queue", "$1")],
     types: "text",
 };
@@ -755,7 +755,7 @@ fn claim_selection_walks_claim_index_in_order_and_reads_n_rows() {
         let (rows, plans) = t.run(sql);
         assert_eq!(rows.len(), 10);
         // (plpgsql strips the INTO clause from the statement it runs.)
-        f.check(check_indexed(one_statement(&plans, "SELECT count(*) FROM jq.jobs j", sql)));
+        f.check(check_indexed(one_statement(&plans, "SELECT pg_catalog.count(*) FROM jq.jobs j", sql)));
         t.rollback();
     }
     f.finish();
@@ -1199,7 +1199,9 @@ const COMPLETE_UPDATE: HotPath = HotPath {
             state = 'completed',
             finished_at = pg_catalog.clock_timestamp(),
             result = complete.result
-        WHERE j.id = complete.id AND j.lease_token = complete.lease_token AND j.state::text = 'running'",
+        WHERE j.id OPERATOR(pg_catalog.=) complete.id
+          AND j.lease_token OPERATOR(pg_catalog.=) complete.lease_token
+          AND j.state::pg_catalog.text OPERATOR(pg_catalog.=) 'running'",
     subst: &[("complete.result", "NULL"), ("complete.id", "$1"), ("complete.lease_token", "$2")],
     types: "bigint, uuid",
 };
@@ -1229,7 +1231,8 @@ fn worker_calls_find_the_job_by_primary_key_after_an_idle_analyze() {
     COMPLETE_UPDATE.check_source(&mut c);
     HEARTBEAT_UPDATE.check_source(&mut c);
     if jq_pg_test::broken("running_idx_lookup") {
-        jq_pg_test::sabotage(&mut c, "jq.complete(bigint,uuid,jsonb)", "j.state::text = 'running'", "j.state = 'running'", 1);
+        jq_pg_test::sabotage(&mut c, "jq.complete(bigint,uuid,jsonb)", "j.state::pg_catalog.text OPERATOR(pg_catalog.=) 'running'",
+                             "j.state OPERATOR(pg_catalog.=) 'running'", 1);
     }
     // Statistics say nothing runs; now 5,000 do.
     let jobs = jq_pg_test::claim(&mut c, "pk", "w", 1000, None);
@@ -1246,12 +1249,14 @@ fn worker_calls_find_the_job_by_primary_key_after_an_idle_analyze() {
         let live = HotPath {
             label: "jq.complete as installed",
             function: "jq.complete(bigint,uuid,jsonb)",
-            source: if body.contains("j.state::text = 'running'") { COMPLETE_UPDATE.source } else {
+            source: if body.contains("j.state::pg_catalog.text OPERATOR(pg_catalog.=) 'running'") { COMPLETE_UPDATE.source } else {
                 "UPDATE jq.jobs j SET
             state = 'completed',
             finished_at = pg_catalog.clock_timestamp(),
             result = complete.result
-        WHERE j.id = complete.id AND j.lease_token = complete.lease_token AND j.state = 'running'"
+        WHERE j.id OPERATOR(pg_catalog.=) complete.id
+          AND j.lease_token OPERATOR(pg_catalog.=) complete.lease_token
+          AND j.state OPERATOR(pg_catalog.=) 'running'"
             },
             ..COMPLETE_UPDATE
         };
@@ -1439,15 +1444,18 @@ fn complete_many_reads_its_input_once() {
 /// table to find a job by id: a sequential scan, or (complete_many) a full scan of jobs_pkey
 /// under a join. After a burst of 50,000–200,000 jobs every call of that connection then took
 /// 17–40 ms until autovacuum analyzed the table (docs/BENCHMARKS.md). The functions that act on
-/// jobs by id keep sequential scans off and complete_many names its ids as an index condition
-/// (sql/security.sql). Two small tables: never analyzed (the planner assumes 10 pages) and
+/// jobs by id are planned by jq's planner hook, which tells the planner jq.jobs has at least
+/// jq.plan_min_pages pages (src/planner.rs), and complete_many names its ids as an index
+/// condition (sql/work.sql). Two small tables: never analyzed (the planner assumes 10 pages) and
 /// analyzed at 40 rows (it believes them). Autovacuum is off for jq.jobs here, so nothing
 /// replans behind the test's back. Every scan of jq.jobs after the burst must be an index scan
 /// with an index condition.
-/// Negative controls: `JQ_TEST_BREAK=seqscan_after_growth` (the setting reset on every
-/// function): seen failing, never analyzed: the one-job claim, the batch claim and
-/// complete_many ("Seq Scan on jobs"); analyzed: also heartbeat, complete, fail and release,
-/// and a duplicate enqueue's lookup of the job holding its idempotency key.
+/// Negative controls: `JQ_TEST_BREAK=seqscan_after_growth` (`jq.plan_min_pages = 0` for the
+/// test's database: the planner sees the real size): seen failing again with the hook
+/// (2026-12-02), never analyzed: the one-job claim (hinted), the batch claim, complete_many and
+/// the keyed complete's _key_fill ("Seq Scan on jobs"); analyzed: also heartbeat, complete,
+/// fail and release. (Until the hook, the control reset the functions' enable_seqscan = off
+/// pin, and failed the same way.)
 /// `JQ_TEST_BREAK=blocked_idx_after_growth` (_key_fill testing `j.state = 'blocked'`, which
 /// implies jobs_blocked_idx's predicate): seen failing, never analyzed: the keyed complete's
 /// _key_fill walked all of jobs_blocked_idx with no Index Cond.
@@ -1474,14 +1482,8 @@ fn plans_made_on_a_small_table_stay_index_lookups() {
             c.batch_execute("ANALYZE jq.jobs").unwrap();
         }
         if jq_pg_test::broken("seqscan_after_growth") {
-            c.batch_execute(
-                "DO $$ DECLARE f regprocedure; BEGIN
-                   FOR f IN SELECT p.oid FROM pg_proc p WHERE p.pronamespace = 'jq'::regnamespace
-                            AND 'enable_seqscan=off' = ANY (p.proconfig) LOOP
-                     EXECUTE format('ALTER FUNCTION %s RESET enable_seqscan', f);
-                   END LOOP; END $$",
-            )
-            .unwrap();
+            // the planner sees jq.jobs' real size (src/planner.rs off) in the traced connection
+            c.batch_execute(&format!("ALTER DATABASE {} SET jq.plan_min_pages = 0", db.name)).unwrap();
         }
         let mut t = Traced::connect(&db);
         let calls = [
@@ -1555,12 +1557,13 @@ fn plans_made_on_a_small_table_stay_index_lookups() {
 /// completed jobs made from another connection with no ANALYZE; never analyzed and analyzed at
 /// 40 rows of each kind. The cron duty checks a skip_if_running schedule's last job by id: no
 /// partial index to stray into, and at this table size the pkey in every variant seen, but on
-/// a table of a page or two a sequential scan costs less than the pkey lookup, so _cron_fire
-/// keeps sequential scans off as well (review finding). Every scan of jq.jobs must be an index scan with an index condition,
-/// and none may filter on id (a lookup by id that walks another index).
-/// Negative control `JQ_TEST_BREAK=maintenance_seqscan_after_growth` (the duties' enable_seqscan
-/// setting reset and their by-id rechecks written as plain state tests, as they were): seen
-/// failing in both variants. Never analyzed: promote's and reap's rechecks walked
+/// a table of a page or two a sequential scan costs less than the pkey lookup; the planner hook
+/// (src/planner.rs) covers it as it covers the others. Every scan of jq.jobs must be an index
+/// scan with an index condition, and none may filter on id (a lookup by id that walks another
+/// index).
+/// Negative control `JQ_TEST_BREAK=maintenance_seqscan_after_growth` (`jq.plan_min_pages = 0`
+/// for the test's database, and the duties' by-id rechecks written as plain state tests, as
+/// they were): seen failing in both variants, again with the hook (2026-12-02). Never analyzed: promote's and reap's rechecks walked
 /// jobs_scheduled_idx / jobs_running_idx with the ids as a filter, aging walked all of
 /// jobs_claim_idx, prune deleted by id with a Seq Scan; analyzed: Seq Scans in all four.
 #[test]
@@ -1582,15 +1585,7 @@ fn maintenance_plans_made_on_a_small_table_stay_index_lookups() {
         )
         .unwrap();
         if jq_pg_test::broken("maintenance_seqscan_after_growth") {
-            c.batch_execute(
-                "DO $$ DECLARE f regprocedure; BEGIN
-                   FOR f IN SELECT p.oid FROM pg_proc p WHERE p.pronamespace = 'jq'::regnamespace
-                            AND p.proname IN ('_promote', '_reap', '_age', '_prune_jobs', '_cron_fire')
-                            AND 'enable_seqscan=off' = ANY (p.proconfig) LOOP
-                     EXECUTE format('ALTER FUNCTION %s RESET enable_seqscan', f);
-                   END LOOP; END $$",
-            )
-            .unwrap();
+            c.batch_execute(&format!("ALTER DATABASE {} SET jq.plan_min_pages = 0", db.name)).unwrap();
             jq_pg_test::sabotage(&mut c, "jq._promote(timestamptz,integer)", "AND j.state::text = 'scheduled'",
                                  "AND j.state = 'scheduled'", 1);
             jq_pg_test::sabotage(&mut c, "jq._reap(timestamptz,integer)", "AND j.state::text = 'running'",

@@ -12,6 +12,10 @@
 //! - `public_execute`: EXECUTE on jq.enqueue granted to PUBLIC; the catalog matrix fails.
 //! - `unpinned_search_path`: jq.enqueue without its search_path; Q16's attack runs as the owner.
 //! - `leaky_view`: jq.queue_stats without security_barrier; a reader's function sees every queue.
+//! - `unqualified_operator`, `unqualified_type`, `unqualified_may`, `unqualified_complete`:
+//!   jq.claim, jq._may (which jq.claim reaches through jq._authorize) or jq.complete with one
+//!   operator or one variable's type left to the caller's search_path; the hostile
+//!   search_path test fails.
 
 use jq_pg_test::{broken, sabotage, Client, TestDb};
 use postgres::error::SqlState;
@@ -81,6 +85,14 @@ fn must_be_definer(proname: &str) -> bool {
         Some(r) if (!r.is_empty() && r != EVERYONE) || proname == "status"
     )
 }
+
+/// SECURITY DEFINER functions with no SET clause (sql/security.sql: the settings' save and
+/// restore cost the hot path 7-23%): every name in them is schema-qualified, operators included,
+/// which [`hot_functions_ignore_the_callers_search_path`] checks with a hostile search_path.
+const UNPINNED_DEFINERS: &[&str] = &[CLAIM, "jq.complete(bigint,uuid,jsonb)"];
+
+/// The hot one-queue claim, as sabotage names it.
+const CLAIM: &str = "jq.claim(text,text,integer,interval,interval,bigint)";
 
 /// Per-queue roles of the behaviour matrix and what jq.grant gave them.
 const TENANTS: &[(&str, &[(&str, &str)])] = &[
@@ -260,7 +272,12 @@ fn every_function_and_relation_grants_exactly_what_sql_security_says() {
         if secdef != definer {
             problems.push(format!("{sig}: SECURITY DEFINER is {secdef}, expected {definer}"));
         }
-        if secdef && !config.contains("search_path=pg_catalog, jq, pg_temp") {
+        if UNPINNED_DEFINERS.contains(&sig.as_str()) {
+            // qualified throughout instead (hot_functions_ignore_the_callers_search_path)
+            if !config.is_empty() {
+                problems.push(format!("{sig}: a SET clause ({config}) on a function that must have none"));
+            }
+        } else if secdef && !config.contains("search_path=pg_catalog, jq, pg_temp") {
             problems.push(format!("{sig}: SECURITY DEFINER without the pinned search_path ({config})"));
         }
     }
@@ -578,4 +595,166 @@ fn a_schedule_fires_only_while_its_creator_may_enqueue() {
     assert_eq!(by, "postgres");
     drop(c2);
     drop(db);
+}
+
+/// jq.claim and jq.complete run as the owner with the caller's search_path (no SET clause:
+/// sql/security.sql), so every name in them, and in the internal SQL functions that run inside
+/// them with that search_path (jq._authorize's jq._denial and jq._may,
+/// jq._interval_fields_nonnegative), must be schema-qualified (field case Q16). A worker role
+/// that may create schemas shadows every pg_catalog operator of the comparison and arithmetic
+/// families (=, <>, <, >, <=, >=, +, -, ||, ~~) on concrete types, and the enum comparisons on
+/// jq.job_state, with operators of its own that raise, puts its schema before pg_catalog, and
+/// defines temporary domains named text, timestamptz, oid, uuid, jsonb and regrole (pg_temp is
+/// searched first for types when the search_path does not name it), plus count(*). Then, from a
+/// new connection (so that plpgsql compiles the functions under that search_path), every path of
+/// claim and complete the test can reach runs as usual: one job (hinted and not), a batch, an
+/// explicit lease, a capped queue, a rate-limited queue, a keyed job whose completion fills its
+/// key's slot, a long-poll that times out, a paused queue, bad arguments (22023), a queue the
+/// role may not use (42501), a stale lease token. None of the role's objects may run.
+/// Negative controls (seen failing, 2026-12-02): `unqualified_operator` (jq.claim's queue-row
+/// join `q.name = claim.queue` unqualified, in its four copies): "evil operator =(text, text)
+/// ran"; `unqualified_type` (jq.claim's v_now declared `timestamptz`): the rate-limited claim
+/// fails assigning a timestamp to the caller's temporary domain; `unqualified_may` (jq._may's
+/// privilege test unqualified): "evil operator =(text, text) ran" in the first claim, through
+/// jq._authorize; `unqualified_complete` (jq.complete's test of the id unqualified): "evil
+/// operator =(bigint, bigint) ran" in the first completion.
+#[test]
+fn hot_functions_ignore_the_callers_search_path() {
+    let roles;
+    let db = TestDb::new("sec_path");
+    let mut c = db.connect();
+    let mut a = jq_pg_test::admin();
+    roles = Roles::new(&mut a, "secpath", &[("w", "NOLOGIN")]);
+    let w = roles.get("w").to_string();
+    c.batch_execute(&format!(
+        "GRANT jq_worker TO {w};
+         GRANT CREATE ON DATABASE {db} TO {w};
+         SELECT jq.create_queue('h');
+         SELECT jq.create_queue('hc', max_concurrency => 2);
+         SELECT jq.create_queue('hr');
+         SELECT jq.alter_queue('hr', rate_limit => 100, rate_period => '1 second', burst => 10);
+         SELECT jq.create_queue('hk', key_concurrency => 1);
+         SELECT jq.create_queue('he');
+         SELECT jq.create_queue('hp', paused => true);
+         SELECT jq.create_queue('other');
+         SELECT jq.grant(q, '{w}', 'work') FROM unnest(ARRAY['h', 'hc', 'hr', 'hk', 'he', 'hp']) q;
+         SELECT count(jq.enqueue('h', jsonb_build_object('n', g))) FROM generate_series(1, 20) g;
+         SELECT count(jq.enqueue(q, '{{}}')) FROM unnest(ARRAY['hc', 'hr', 'hp', 'other']) q;
+         SELECT jq.enqueue('hk', '{{\"k\": 1}}', concurrency_key => 'k');
+         SELECT jq.enqueue('hk', '{{\"k\": 2}}', concurrency_key => 'k');",
+        db = db.name
+    ))
+    .unwrap();
+    if broken("unqualified_operator") {
+        sabotage(&mut c, CLAIM, "WHERE q.name OPERATOR(pg_catalog.=) claim.queue", "WHERE q.name = claim.queue", 4);
+    }
+    if broken("unqualified_type") {
+        sabotage(&mut c, CLAIM, "v_now      pg_catalog.timestamptz;", "v_now      timestamptz;", 1);
+    }
+    if broken("unqualified_complete") {
+        sabotage(&mut c, "jq.complete(bigint,uuid,jsonb)", "WHERE j.id OPERATOR(pg_catalog.=) complete.id",
+                 "WHERE j.id = complete.id", 1);
+    }
+    if broken("unqualified_may") {
+        sabotage(&mut c, "jq._may(oid,text,text)", "g.privilege OPERATOR(pg_catalog.=) _may.privilege",
+                 "g.privilege = _may.privilege", 1);
+    }
+    let mut h = db.connect();
+    h.batch_execute(&format!("SET ROLE {w}")).unwrap();
+    h.batch_execute(
+        r#"CREATE SCHEMA evil;
+        DO $$
+        DECLARE
+            o record;
+            n integer := 0;
+        BEGIN
+            FOR o IN
+                SELECT op.oprname, op.oprleft::regtype AS l, op.oprright::regtype AS r, op.oprresult::regtype AS res
+                FROM pg_catalog.pg_operator op
+                JOIN pg_catalog.pg_type tl ON tl.oid = op.oprleft
+                JOIN pg_catalog.pg_type tr ON tr.oid = op.oprright
+                WHERE op.oprnamespace = 'pg_catalog'::regnamespace
+                  AND op.oprname IN ('=', '<>', '<', '>', '<=', '>=', '+', '-', '||', '~~')
+                  AND tl.typtype IN ('b', 'r', 'm') AND tr.typtype IN ('b', 'r', 'm')
+                  AND tl.typcategory <> 'P' AND tr.typcategory <> 'P'
+                UNION ALL
+                SELECT o2, 'jq.job_state'::regtype, 'jq.job_state'::regtype, 'boolean'::regtype
+                FROM unnest(ARRAY['=', '<>', '<', '>', '<=', '>=']) o2
+            LOOP
+                n := n + 1;
+                EXECUTE format('CREATE FUNCTION evil.op%s(a %s, b %s) RETURNS %s LANGUAGE plpgsql AS '
+                               '$f$BEGIN RAISE EXCEPTION %L; END$f$',
+                               n, o.l, o.r, o.res, format('evil operator %s(%s, %s) ran', o.oprname, o.l, o.r));
+                EXECUTE format('CREATE OPERATOR evil.%s (LEFTARG = %s, RIGHTARG = %s, FUNCTION = evil.op%s)',
+                               o.oprname, o.l, o.r, n);
+            END LOOP;
+            RAISE NOTICE '% evil operators', n;
+        END $$;
+        CREATE FUNCTION evil.cnt(bigint) RETURNS bigint LANGUAGE plpgsql AS
+            $f$BEGIN RAISE EXCEPTION 'evil count(*) ran'; END$f$;
+        CREATE AGGREGATE evil.count(*) (SFUNC = evil.cnt, STYPE = bigint, INITCOND = '0');
+        CREATE DOMAIN pg_temp.text AS integer;
+        CREATE DOMAIN pg_temp.timestamptz AS integer;
+        CREATE DOMAIN pg_temp.oid AS integer;
+        CREATE DOMAIN pg_temp.uuid AS integer;
+        CREATE DOMAIN pg_temp.jsonb AS integer;
+        CREATE DOMAIN pg_temp.regrole AS integer;
+        SET search_path = evil, pg_catalog, public;"#,
+    )
+    .unwrap();
+    let evil_ops: i64 = h.query_one("SELECT pg_catalog.count(*) FROM pg_catalog.pg_operator WHERE oprnamespace OPERATOR(pg_catalog.=) 'evil'::pg_catalog.regnamespace", &[]).unwrap().get(0);
+    assert!(evil_ops > 300, "only {evil_ops} evil operators");
+    // (id, lease_token::pg_catalog.text): the caller's own SQL avoids its operators and types too.
+    let claim = |h: &mut Client, args: &str| -> Result<Vec<(i64, String)>, postgres::Error> {
+        h.query(&format!("SELECT id, lease_token::pg_catalog.text FROM jq.claim({args})"), &[])
+            .map(|rows| rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    };
+    let complete = |h: &mut Client, id: i64, token: &str| -> bool {
+        h.query_one(&format!("SELECT jq.complete({id}, '{token}')"), &[])
+            .unwrap_or_else(|e| panic!("jq.complete({id}): {}", db_message(&e)))
+            .get(0)
+    };
+    let mut claimed = 0;
+    for (args, expect) in [
+        ("'h', 'w'", 1),
+        ("'h', 'w'", 1), // after a claim: the queue has a claim-start hint
+        ("'h', 'w', 3", 3),
+        ("'h', 'w', lease => '1 minute'", 1),
+        ("'hc', 'w'", 1),
+        ("'hr', 'w'", 1),
+        ("'hk', 'w'", 1), // the key's first job; its completion makes the second ready
+        ("'hk', 'w'", 1),
+        ("'he', 'w', wait => '0.1 s'", 0),
+        ("'hp', 'w'", 0),
+    ] {
+        let jobs = claim(&mut h, args).unwrap_or_else(|e| panic!("jq.claim({args}): {}", db_message(&e)));
+        assert_eq!(jobs.len(), expect, "jq.claim({args})");
+        for (id, token) in &jobs {
+            let stale = "00000000-0000-0000-0000-000000000000";
+            assert!(!complete(&mut h, *id, stale), "jq.complete({id}) with a stale token");
+            assert!(complete(&mut h, *id, token), "jq.complete({id})");
+            claimed += 1;
+        }
+    }
+    assert_eq!(claimed, 10);
+    for (args, state) in [
+        ("'h', 'w', 0", SqlState::INVALID_PARAMETER_VALUE),
+        ("'h', 'w', lease => '-1 second'", SqlState::INVALID_PARAMETER_VALUE),
+        ("'h', 'w', wait => '2 hours'", SqlState::INVALID_PARAMETER_VALUE),
+        ("'other', 'w'", SqlState::INSUFFICIENT_PRIVILEGE),
+    ] {
+        let e = claim(&mut h, args).unwrap_err();
+        assert_eq!(e.code(), Some(&state), "jq.claim({args}): {}", db_message(&e));
+    }
+    drop(h);
+    let done: i64 = c.query_one("SELECT count(*) FROM jq.jobs WHERE state = 'completed'", &[]).unwrap().get(0);
+    assert_eq!(done, 10);
+    drop(c);
+    drop(db);
+    drop(roles);
+}
+
+/// The server's message of a database error (postgres::Error's Display says only "db error").
+fn db_message(e: &postgres::Error) -> String {
+    e.as_db_error().map(|d| d.message().to_string()).unwrap_or_else(|| e.to_string())
 }
