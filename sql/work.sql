@@ -597,7 +597,7 @@ BEGIN
         FROM input
         WHERE j.id = input.id AND j.lease_token = input.token AND j.state::text = 'running'
           -- an index condition of its own: a join alone may be planned as a full scan of
-          -- jobs_pkey under a hash join (sql/security.sql, enable_seqscan); the jobs it finds
+          -- jobs_pkey under a hash join (src/planner.rs); the jobs it finds
           -- are hash-joined to the input (sql/security.sql, enable_nestloop)
           AND j.id = ANY (complete_many.ids)
         RETURNING j.id, j.queue, j.concurrency_key
