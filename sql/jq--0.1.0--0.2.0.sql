@@ -471,7 +471,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     -- jq.claim runs as its owner (SECURITY DEFINER) with the caller's search_path: it has no SET
     -- clause, because PostgreSQL 15 saves and restores the settings around every call of a
-    -- function with one, which cost 7-23% of the drain rate at 64 connections (bench/ab_variant.sh,
+    -- function with one, which cost about 7% of the drain rate at 64 connections (bench/ab_variant.sh,
     -- docs/BENCHMARKS.md). So every name in it is schema-qualified: tables and functions, types
     -- that are not SQL keywords (pg_catalog.text; a temporary type would be found first), and
     -- operators, which a caller's schema before pg_catalog could otherwise shadow (field case
@@ -2008,7 +2008,7 @@ BEGIN
         FROM input
         WHERE j.id = input.id AND j.lease_token = input.token AND j.state::text = 'running'
           -- an index condition of its own: a join alone may be planned as a full scan of
-          -- jobs_pkey under a hash join (sql/security.sql, enable_seqscan); the jobs it finds
+          -- jobs_pkey under a hash join (src/planner.rs); the jobs it finds
           -- are hash-joined to the input (sql/security.sql, enable_nestloop)
           AND j.id = ANY (complete_many.ids)
         RETURNING j.id, j.queue, j.concurrency_key
@@ -2742,7 +2742,7 @@ END $$;
 
 -- The two calls of every job's life, jq.claim and jq.complete, run as the owner with no SET
 -- clause: PostgreSQL 15 saves and restores the settings around every call of a function that
--- has one (and walks all of them when it returns), which cost 7-23% of the drain rate at 64
+-- has one (and walks all of them when it returns), which cost about 7% of the drain rate at 64
 -- connections (docs/BENCHMARKS.md). Instead every name in them is schema-qualified, operators
 -- included, and so are the internal SQL functions that run inside them with the caller's
 -- search_path (jq._may and jq._denial through jq._authorize, jq._interval_fields_nonnegative,

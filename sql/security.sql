@@ -265,7 +265,7 @@ BEGIN
 END $$;
 -- The two calls of every job's life, jq.claim and jq.complete, run as the owner with no SET
 -- clause: PostgreSQL 15 saves and restores the settings around every call of a function that
--- has one (and walks all of them when it returns), which cost 7-23% of the drain rate at 64
+-- has one (and walks all of them when it returns), which cost about 7% of the drain rate at 64
 -- connections (docs/BENCHMARKS.md). Instead every name in them is schema-qualified, operators
 -- included, and so are the internal SQL functions that run inside them with the caller's
 -- search_path (jq._may and jq._denial through jq._authorize, jq._interval_fields_nonnegative,

@@ -45,7 +45,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     -- jq.claim runs as its owner (SECURITY DEFINER) with the caller's search_path: it has no SET
     -- clause, because PostgreSQL 15 saves and restores the settings around every call of a
-    -- function with one, which cost 7-23% of the drain rate at 64 connections (bench/ab_variant.sh,
+    -- function with one, which cost about 7% of the drain rate at 64 connections (bench/ab_variant.sh,
     -- docs/BENCHMARKS.md). So every name in it is schema-qualified: tables and functions, types
     -- that are not SQL keywords (pg_catalog.text; a temporary type would be found first), and
     -- operators, which a caller's schema before pg_catalog could otherwise shadow (field case

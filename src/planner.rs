@@ -9,7 +9,7 @@
 //! (docs/BENCHMARKS.md, pg_test/tests/plans.rs). Until 0.2.0's last changes the functions that
 //! act on jobs pinned `SET enable_seqscan = off`; a function with any `SET` clause makes every
 //! call save and restore the settings (PostgreSQL 15 walks all ~350 of them when it returns),
-//! which cost jq.claim and jq.complete 7–23% of their drain rate at 64 connections.
+//! which cost jq.claim and jq.complete about 7% of their drain rate at 64 connections.
 //!
 //! Instead, jq's `get_relation_info_hook` tells the planner that `jq.jobs` has at least
 //! [`crate::gucs::PLAN_MIN_PAGES`] pages (and as many rows as that many pages hold at the

@@ -87,7 +87,7 @@ fn must_be_definer(proname: &str) -> bool {
 }
 
 /// SECURITY DEFINER functions with no SET clause (sql/security.sql: the settings' save and
-/// restore cost the hot path 7-23%): every name in them is schema-qualified, operators included,
+/// restore cost the hot path about 7%): every name in them is schema-qualified, operators included,
 /// which [`hot_functions_ignore_the_callers_search_path`] checks with a hostile search_path.
 const UNPINNED_DEFINERS: &[&str] = &[CLAIM, "jq.complete(bigint,uuid,jsonb)"];
 
