@@ -38,6 +38,13 @@ pub extern "C-unwind" fn _PG_init() {
     }
     gucs::init();
     planner::init();
+    if !unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
+        // Loaded by a backend's first call of a jq function (not preloaded): plans this backend
+        // cached before, without the planner hook, are made again with it at their next use.
+        // SAFETY: marks cached plans invalid (as a shared-invalidation reset does); plans in use
+        // stay valid until released.
+        unsafe { pg_sys::ResetPlanCache() };
+    }
     // SAFETY: a PostgreSQL global, read in _PG_init.
     if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
         shmem::init();

@@ -12,7 +12,8 @@
 //! - `public_execute`: EXECUTE on jq.enqueue granted to PUBLIC; the catalog matrix fails.
 //! - `unpinned_search_path`: jq.enqueue without its search_path; Q16's attack runs as the owner.
 //! - `leaky_view`: jq.queue_stats without security_barrier; a reader's function sees every queue.
-//! - `unqualified_operator`, `unqualified_type`, `unqualified_may`, `unqualified_complete`:
+//! - `unqualified_operator`, `unqualified_type`, `unqualified_may`, `unqualified_complete`,
+//!   `unpinned_callees` (the last: two callees without their own search_path):
 //!   jq.claim, jq._may (which jq.claim reaches through jq._authorize) or jq.complete with one
 //!   operator or one variable's type left to the caller's search_path; the hostile
 //!   search_path test fails.
@@ -90,6 +91,12 @@ fn must_be_definer(proname: &str) -> bool {
 /// restore cost the hot path about 7%): every name in them is schema-qualified, operators included,
 /// which [`hot_functions_ignore_the_callers_search_path`] checks with a hostile search_path.
 const UNPINNED_DEFINERS: &[&str] = &[CLAIM, "jq.complete(bigint,uuid,jsonb)"];
+
+/// The plpgsql and non-inlined SQL functions those two call on their slower paths: unqualified
+/// inside, so they must keep their own search_path (sql/security.sql).
+const PINNED_CALLEES: &[&str] = &["jq._wait_deadline(interval)", "jq._unknown_queue(text)",
+                                  "jq._rate_tokens(text,timestamp with time zone)", "jq._rate_next_token(text)",
+                                  "jq._key_fill(text,text,integer)"];
 
 /// The hot one-queue claim, as sabotage names it.
 const CLAIM: &str = "jq.claim(text,text,integer,interval,interval,bigint)";
@@ -277,8 +284,11 @@ fn every_function_and_relation_grants_exactly_what_sql_security_says() {
             if !config.is_empty() {
                 problems.push(format!("{sig}: a SET clause ({config}) on a function that must have none"));
             }
-        } else if secdef && !config.contains("search_path=pg_catalog, jq, pg_temp") {
-            problems.push(format!("{sig}: SECURITY DEFINER without the pinned search_path ({config})"));
+        } else if (secdef || PINNED_CALLEES.contains(&sig.as_str()))
+            && !config.contains("search_path=pg_catalog, jq, pg_temp")
+        {
+            problems.push(format!("{sig}: SECURITY DEFINER or called by one without a SET clause, \
+                                   and without the pinned search_path ({config})"));
         }
     }
 
@@ -602,22 +612,28 @@ fn a_schedule_fires_only_while_its_creator_may_enqueue() {
 /// them with that search_path (jq._authorize's jq._denial and jq._may,
 /// jq._interval_fields_nonnegative), must be schema-qualified (field case Q16). A worker role
 /// that may create schemas shadows every pg_catalog operator of the comparison and arithmetic
-/// families (=, <>, <, >, <=, >=, +, -, ||, ~~) on concrete types, and the enum comparisons on
-/// jq.job_state, with operators of its own that raise, puts its schema before pg_catalog, and
-/// defines temporary domains named text, timestamptz, oid, uuid, jsonb and regrole (pg_temp is
+/// families (=, <>, <, >, <=, >=, +, -, *, /, ||, LIKE and regular-expression matches) on
+/// concrete types, and the enum comparisons on jq.job_state, with operators of its own that
+/// raise, puts its schema before pg_catalog, and defines temporary domains named text, timestamptz, oid, uuid, jsonb and regrole (pg_temp is
 /// searched first for types when the search_path does not name it), plus count(*). Then, from a
-/// new connection (so that plpgsql compiles the functions under that search_path), every path of
-/// claim and complete the test can reach runs as usual: one job (hinted and not), a batch, an
-/// explicit lease, a capped queue, a rate-limited queue, a keyed job whose completion fills its
-/// key's slot, a long-poll that times out, a paused queue, bad arguments (22023), a queue the
-/// role may not use (42501), a stale lease token. None of the role's objects may run.
+/// new connection (so that plpgsql compiles the functions under that search_path), these paths
+/// of claim and complete run as usual: one job (hinted and not), a batch, a batch that takes
+/// the rest from below the hint's priority, an explicit lease, a capped queue, a rate-limited
+/// queue, a keyed job whose completion fills its key's slot, long-polls that time out (empty
+/// queue, capped queue at its cap, rate-limited queue with no token), a paused queue, bad
+/// arguments (22023), a queue the role may not use (42501), an unknown queue (42704), a stale
+/// lease token. None of the role's objects may run. The internal functions they call on these
+/// paths that are not qualified keep their own search_path (PINNED_CALLEES, checked by the
+/// catalog matrix above).
 /// Negative controls (seen failing, 2026-12-02): `unqualified_operator` (jq.claim's queue-row
 /// join `q.name = claim.queue` unqualified, in its four copies): "evil operator =(text, text)
 /// ran"; `unqualified_type` (jq.claim's v_now declared `timestamptz`): the rate-limited claim
 /// fails assigning a timestamp to the caller's temporary domain; `unqualified_may` (jq._may's
 /// privilege test unqualified): "evil operator =(text, text) ran" in the first claim, through
 /// jq._authorize; `unqualified_complete` (jq.complete's test of the id unqualified): "evil
-/// operator =(bigint, bigint) ran" in the first completion.
+/// operator =(bigint, bigint) ran" in the first completion; `unpinned_callees` (jq._unknown_queue
+/// and jq._rate_next_token without their search_path): the rate-limited long-poll fails
+/// assigning a timestamp to the caller's temporary domain timestamptz.
 #[test]
 fn hot_functions_ignore_the_callers_search_path() {
     let roles;
@@ -637,9 +653,14 @@ fn hot_functions_ignore_the_callers_search_path() {
          SELECT jq.create_queue('he');
          SELECT jq.create_queue('hp', paused => true);
          SELECT jq.create_queue('other');
-         SELECT jq.grant(q, '{w}', 'work') FROM unnest(ARRAY['h', 'hc', 'hr', 'hk', 'he', 'hp']) q;
+         SELECT jq.create_queue('hr1');
+         SELECT jq.create_queue('hc1', max_concurrency => 1);
+         SELECT jq.alter_queue('hr1', rate_limit => 1, rate_period => '1 hour', burst => 1);
+         SELECT jq.create_queue('hv');
+         SELECT jq.grant(q, '{w}', 'work') FROM unnest(ARRAY['h', 'hc', 'hr', 'hk', 'he', 'hp', 'hr1', 'hv', 'hc1']) q;
          SELECT count(jq.enqueue('h', jsonb_build_object('n', g))) FROM generate_series(1, 20) g;
-         SELECT count(jq.enqueue(q, '{{}}')) FROM unnest(ARRAY['hc', 'hr', 'hp', 'other']) q;
+         SELECT count(jq.enqueue(q, '{{}}')) FROM unnest(ARRAY['hc', 'hr', 'hp', 'other', 'hr1', 'hr1', 'hc1', 'hc1']) q;
+         SELECT count(jq.enqueue('hv', '{{}}', priority => p)) FROM unnest(ARRAY[5, 5, 0, 0]) p;
          SELECT jq.enqueue('hk', '{{\"k\": 1}}', concurrency_key => 'k');
          SELECT jq.enqueue('hk', '{{\"k\": 2}}', concurrency_key => 'k');",
         db = db.name
@@ -654,6 +675,13 @@ fn hot_functions_ignore_the_callers_search_path() {
     if broken("unqualified_complete") {
         sabotage(&mut c, "jq.complete(bigint,uuid,jsonb)", "WHERE j.id OPERATOR(pg_catalog.=) complete.id",
                  "WHERE j.id = complete.id", 1);
+    }
+    if broken("unpinned_callees") {
+        c.batch_execute(
+            "ALTER FUNCTION jq._unknown_queue(text) RESET search_path;
+             ALTER FUNCTION jq._rate_next_token(text) RESET search_path;",
+        )
+        .unwrap();
     }
     if broken("unqualified_may") {
         sabotage(&mut c, "jq._may(oid,text,text)", "g.privilege OPERATOR(pg_catalog.=) _may.privilege",
@@ -674,7 +702,8 @@ fn hot_functions_ignore_the_callers_search_path() {
                 JOIN pg_catalog.pg_type tl ON tl.oid = op.oprleft
                 JOIN pg_catalog.pg_type tr ON tr.oid = op.oprright
                 WHERE op.oprnamespace = 'pg_catalog'::regnamespace
-                  AND op.oprname IN ('=', '<>', '<', '>', '<=', '>=', '+', '-', '||', '~~')
+                  AND op.oprname IN ('=', '<>', '<', '>', '<=', '>=', '+', '-', '*', '/', '||', '~~', '!~~',
+                                     '~', '!~', '~*', '!~*')
                   AND tl.typtype IN ('b', 'r', 'm') AND tr.typtype IN ('b', 'r', 'm')
                   AND tl.typcategory <> 'P' AND tr.typcategory <> 'P'
                 UNION ALL
@@ -714,6 +743,11 @@ fn hot_functions_ignore_the_callers_search_path() {
             .unwrap_or_else(|e| panic!("jq.complete({id}): {}", db_message(&e)))
             .get(0)
     };
+    // Leases held to the end: the capped queue at its cap, the rate-limited one out of tokens.
+    for (args, expect) in [("'hc1', 'w'", 1), ("'hr1', 'w'", 1)] {
+        let jobs = claim(&mut h, args).unwrap_or_else(|e| panic!("jq.claim({args}): {}", db_message(&e)));
+        assert_eq!(jobs.len(), expect, "jq.claim({args})");
+    }
     let mut claimed = 0;
     for (args, expect) in [
         ("'h', 'w'", 1),
@@ -725,7 +759,11 @@ fn hot_functions_ignore_the_callers_search_path() {
         ("'hk', 'w'", 1), // the key's first job; its completion makes the second ready
         ("'hk', 'w'", 1),
         ("'he', 'w', wait => '0.1 s'", 0),
+        ("'hc1', 'w', wait => '0.1 s'", 0), // long-poll on a capped queue at its cap
+        ("'hr1', 'w', wait => '0.1 s'", 0), // long-poll on a rate-limited queue with no token
         ("'hp', 'w'", 0),
+        ("'hv', 'w'", 1),    // a priority-5 job; the hint is now at priority 5
+        ("'hv', 'w', 3", 3), // the other one from the hint, the rest from below it (v_below)
     ] {
         let jobs = claim(&mut h, args).unwrap_or_else(|e| panic!("jq.claim({args}): {}", db_message(&e)));
         assert_eq!(jobs.len(), expect, "jq.claim({args})");
@@ -736,7 +774,7 @@ fn hot_functions_ignore_the_callers_search_path() {
             claimed += 1;
         }
     }
-    assert_eq!(claimed, 10);
+    assert_eq!(claimed, 14);
     for (args, state) in [
         ("'h', 'w', 0", SqlState::INVALID_PARAMETER_VALUE),
         ("'h', 'w', lease => '-1 second'", SqlState::INVALID_PARAMETER_VALUE),
@@ -746,9 +784,14 @@ fn hot_functions_ignore_the_callers_search_path() {
         let e = claim(&mut h, args).unwrap_err();
         assert_eq!(e.code(), Some(&state), "jq.claim({args}): {}", db_message(&e));
     }
+    // With a grant on every queue, an unknown queue gets past the grant check to 42704
+    // (jq._unknown_queue and the name check it calls).
+    c.batch_execute(&format!("SELECT jq.grant('*', '{w}', 'work')")).unwrap();
+    let e = claim(&mut h, "'no_such_queue', 'w'").unwrap_err();
+    assert_eq!(e.code(), Some(&SqlState::UNDEFINED_OBJECT), "unknown queue: {}", db_message(&e));
     drop(h);
     let done: i64 = c.query_one("SELECT count(*) FROM jq.jobs WHERE state = 'completed'", &[]).unwrap().get(0);
-    assert_eq!(done, 10);
+    assert_eq!(done, 14);
     drop(c);
     drop(db);
     drop(roles);
