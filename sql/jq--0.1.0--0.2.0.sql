@@ -568,36 +568,7 @@ BEGIN
                        THEN j.created_at END;
         ELSE
         RETURN QUERY
-        WITH claimed AS (
-            UPDATE jq.jobs j SET
-                state = 'running',
-                attempt = j.attempt OPERATOR(pg_catalog.+) 1,
-                claims = j.claims OPERATOR(pg_catalog.+) 1,
-                worker = claim.worker,
-                lease_token = pg_catalog.gen_random_uuid(),
-                started_at = pg_catalog.clock_timestamp(),
-                lease = coalesce(claim.lease, q.lease),
-                lease_expires_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) coalesce(claim.lease, q.lease)
-            FROM jq.queues q
-            WHERE q.name OPERATOR(pg_catalog.=) claim.queue
-              AND j.id OPERATOR(pg_catalog.=) ANY (ARRAY(
-                  SELECT p.id FROM jq.jobs p
-                  WHERE p.queue OPERATOR(pg_catalog.=) claim.queue AND p.state OPERATOR(pg_catalog.=) 'ready'
-                    AND p.priority OPERATOR(pg_catalog.=) jq._hint_priority()
-                    AND (p.run_at, p.id) OPERATOR(pg_catalog.>=) (jq._hint_run_at(), jq._hint_id())
-                    AND EXISTS (SELECT FROM jq.queues g WHERE g.name OPERATOR(pg_catalog.=) claim.queue
-                                AND NOT g.paused AND g.max_concurrency IS NULL AND g.rate_limit IS NULL)
-                  ORDER BY p.run_at, p.id
-                  LIMIT (SELECT claim.n)  -- a sub-select: see the full batch copy below
-                  FOR UPDATE OF p SKIP LOCKED))
-            RETURNING j.id, j.queue, j.kind, j.payload, j.attempt, j.max_attempts, j.lease_token,
-                      j.lease_expires_at, j.priority, j.run_at, j.created_at
-        )
-        SELECT c.id, c.queue, c.kind, c.payload, c.attempt, c.max_attempts, c.lease_token,
-               c.lease_expires_at, c.priority, c.run_at, c.created_at
-        FROM claimed c
-        WHERE jq._wake_on_abort(c.queue) AND jq._hint_advance(c.queue, c.priority, c.run_at, c.id)
-        ORDER BY c.run_at, c.id;
+        SELECT * FROM jq._claim_batch(claim.queue, claim.worker, claim.n, claim.lease, true, NULL, NULL);
         END IF;
         GET DIAGNOSTICS v_hinted = ROW_COUNT;
         IF v_hinted OPERATOR(pg_catalog.=) claim.n THEN
@@ -627,12 +598,8 @@ BEGIN
         -- gives the default lease, so the common case costs one statement. Written as
         -- id = ANY (ARRAY(...)), not as a join against a CTE, whose cached generic plan was a
         -- hash join over the whole queue. n = 1 has its own copy with a constant LIMIT and no
-        -- ORDER BY (no Sort). The batch copy's LIMIT is a sub-select, which the planner costs
-        -- at 10% of the queue in custom and generic plans alike: as a bare parameter, every
-        -- custom plan (which sees n) looked cheaper than the generic one, and plpgsql planned
-        -- the statement again on every call (pg_stat_statements with track_planning: as many
-        -- plans as calls). Until 0.2.0's last changes jq.claim pinned plan_cache_mode =
-        -- force_generic_plan instead, which no longer exists: no SET clause (above).
+        -- ORDER BY (no Sort); the batch copy is in jq._claim_batch (its LIMIT is a parameter,
+        -- and it pins plan_cache_mode: see there).
         -- pg_test/tests/plans.rs checks both copies in both plan modes. The
         -- lease starts when the row is claimed (clock_timestamp), not when the caller's
         -- transaction or this statement began, so waiting for locks does not shorten it.
@@ -676,38 +643,8 @@ BEGIN
                        THEN j.created_at END;
         ELSE
         RETURN QUERY
-        WITH claimed AS (
-            UPDATE jq.jobs j SET
-                state = 'running',
-                attempt = j.attempt OPERATOR(pg_catalog.+) 1,
-                claims = j.claims OPERATOR(pg_catalog.+) 1,
-                worker = claim.worker,
-                lease_token = pg_catalog.gen_random_uuid(),
-                started_at = pg_catalog.clock_timestamp(),
-                lease = coalesce(claim.lease, q.lease),
-                lease_expires_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) coalesce(claim.lease, q.lease)
-            FROM jq.queues q
-            WHERE q.name OPERATOR(pg_catalog.=) claim.queue
-              AND j.id OPERATOR(pg_catalog.=) ANY (ARRAY(
-                  SELECT p.id FROM jq.jobs p
-                  WHERE p.queue OPERATOR(pg_catalog.=) claim.queue AND p.state OPERATOR(pg_catalog.=) 'ready'
-                    AND p.priority OPERATOR(pg_catalog.<) coalesce(v_below, 2147483648)
-                    AND EXISTS (SELECT FROM jq.queues g WHERE g.name OPERATOR(pg_catalog.=) claim.queue
-                                AND NOT g.paused
-                                AND ((g.max_concurrency IS NULL AND g.rate_limit IS NULL) OR v_locked IS NOT NULL))
-                  ORDER BY p.priority DESC, p.run_at, p.id
-                  LIMIT (SELECT coalesce(v_limit, claim.n))
-                  FOR UPDATE OF p SKIP LOCKED))
-            RETURNING j.id, j.queue, j.kind, j.payload, j.attempt, j.max_attempts, j.lease_token,
-                      j.lease_expires_at, j.priority, j.run_at, j.created_at
-        )
-        SELECT c.id, c.queue, c.kind, c.payload, c.attempt, c.max_attempts, c.lease_token,
-               c.lease_expires_at, c.priority, c.run_at, c.created_at
-        FROM claimed c
-        -- Per claimed row (here, not in the UPDATE's WHERE, where the planner may run them on
-        -- rows it then rejects): as in the one-job copy's RETURNING.
-        WHERE jq._wake_on_abort(c.queue) AND jq._hint_advance(c.queue, c.priority, c.run_at, c.id)
-        ORDER BY c.priority DESC, c.run_at, c.id;
+        SELECT * FROM jq._claim_batch(claim.queue, claim.worker, coalesce(v_limit, claim.n), claim.lease,
+                                      false, v_below, v_locked);
         END IF;
         GET DIAGNOSTICS v_got = ROW_COUNT;
         IF v_got OPERATOR(pg_catalog.=) 0 THEN
@@ -1542,6 +1479,101 @@ $$;
 
 COMMENT ON FUNCTION jq._interval_fields_nonnegative(interval) IS
 'Internal: true when the interval''s months, days and time fields are all >= 0.';
+
+-- The batch copies of jq.claim's two claim statements (n > 1), called by jq.claim only. Their
+-- LIMIT is a parameter, which a generic plan costs at 10% of the queue while a custom plan sees
+-- n, so under plan_cache_mode = auto plpgsql found every custom plan cheaper and planned them
+-- again on every call (pg_stat_statements with track_planning: as many plans as calls). They
+-- live here, pinned to force_generic_plan (sql/security.sql), because jq.claim has no SET
+-- clause (see there): with the LIMIT written as a sub-select, which both plan modes cost alike,
+-- jq.claim kept its generic plan only until the table's statistics changed; after an
+-- autovacuum in the middle of a drain the new generic plan cost more than the first custom
+-- plans had, plpgsql planned every call again, and the drain ran at 0.70x (bench/run's held
+-- snapshot cell, docs/BENCHMARKS.md). One-job claims stay in jq.claim: their constant LIMIT 1
+-- makes both plans cost the same few units whatever the table's size.
+-- pg_test/tests/plans.rs checks both copies in both plan modes.
+CREATE OR REPLACE FUNCTION jq._claim_batch(queue text, worker text, n integer, lease interval, hinted boolean,
+                                below bigint, locked boolean)
+RETURNS SETOF jq.claimed_job
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF _claim_batch.hinted THEN
+        -- From the claim-start hint's key on, at the hint's priority (see jq.claim).
+        RETURN QUERY
+        WITH claimed AS (
+            UPDATE jq.jobs j SET
+                state = 'running',
+                attempt = j.attempt OPERATOR(pg_catalog.+) 1,
+                claims = j.claims OPERATOR(pg_catalog.+) 1,
+                worker = _claim_batch.worker,
+                lease_token = pg_catalog.gen_random_uuid(),
+                started_at = pg_catalog.clock_timestamp(),
+                lease = coalesce(_claim_batch.lease, q.lease),
+                lease_expires_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) coalesce(_claim_batch.lease, q.lease)
+            FROM jq.queues q
+            WHERE q.name OPERATOR(pg_catalog.=) _claim_batch.queue
+              AND j.id OPERATOR(pg_catalog.=) ANY (ARRAY(
+                  SELECT p.id FROM jq.jobs p
+                  WHERE p.queue OPERATOR(pg_catalog.=) _claim_batch.queue AND p.state OPERATOR(pg_catalog.=) 'ready'
+                    AND p.priority OPERATOR(pg_catalog.=) jq._hint_priority()
+                    AND (p.run_at, p.id) OPERATOR(pg_catalog.>=) (jq._hint_run_at(), jq._hint_id())
+                    AND EXISTS (SELECT FROM jq.queues g WHERE g.name OPERATOR(pg_catalog.=) _claim_batch.queue
+                                AND NOT g.paused AND g.max_concurrency IS NULL AND g.rate_limit IS NULL)
+                  ORDER BY p.run_at, p.id
+                  LIMIT _claim_batch.n
+                  FOR UPDATE OF p SKIP LOCKED))
+            RETURNING j.id, j.queue, j.kind, j.payload, j.attempt, j.max_attempts, j.lease_token,
+                      j.lease_expires_at, j.priority, j.run_at, j.created_at
+        )
+        SELECT c.id, c.queue, c.kind, c.payload, c.attempt, c.max_attempts, c.lease_token,
+               c.lease_expires_at, c.priority, c.run_at, c.created_at
+        FROM claimed c
+        WHERE jq._wake_on_abort(c.queue) AND jq._hint_advance(c.queue, c.priority, c.run_at, c.id)
+        ORDER BY c.run_at, c.id;
+    ELSE
+        -- The full claim: every priority below below (NULL: all); gated on the queue row as in
+        -- jq.claim (locked: the caller holds a capped or rate-limited queue's row lock).
+        RETURN QUERY
+        WITH claimed AS (
+            UPDATE jq.jobs j SET
+                state = 'running',
+                attempt = j.attempt OPERATOR(pg_catalog.+) 1,
+                claims = j.claims OPERATOR(pg_catalog.+) 1,
+                worker = _claim_batch.worker,
+                lease_token = pg_catalog.gen_random_uuid(),
+                started_at = pg_catalog.clock_timestamp(),
+                lease = coalesce(_claim_batch.lease, q.lease),
+                lease_expires_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) coalesce(_claim_batch.lease, q.lease)
+            FROM jq.queues q
+            WHERE q.name OPERATOR(pg_catalog.=) _claim_batch.queue
+              AND j.id OPERATOR(pg_catalog.=) ANY (ARRAY(
+                  SELECT p.id FROM jq.jobs p
+                  WHERE p.queue OPERATOR(pg_catalog.=) _claim_batch.queue AND p.state OPERATOR(pg_catalog.=) 'ready'
+                    AND p.priority OPERATOR(pg_catalog.<) coalesce(_claim_batch.below, 2147483648)
+                    AND EXISTS (SELECT FROM jq.queues g WHERE g.name OPERATOR(pg_catalog.=) _claim_batch.queue
+                                AND NOT g.paused
+                                AND ((g.max_concurrency IS NULL AND g.rate_limit IS NULL) OR _claim_batch.locked IS NOT NULL))
+                  ORDER BY p.priority DESC, p.run_at, p.id
+                  LIMIT _claim_batch.n
+                  FOR UPDATE OF p SKIP LOCKED))
+            RETURNING j.id, j.queue, j.kind, j.payload, j.attempt, j.max_attempts, j.lease_token,
+                      j.lease_expires_at, j.priority, j.run_at, j.created_at
+        )
+        SELECT c.id, c.queue, c.kind, c.payload, c.attempt, c.max_attempts, c.lease_token,
+               c.lease_expires_at, c.priority, c.run_at, c.created_at
+        FROM claimed c
+        -- Per claimed row (here, not in the UPDATE's WHERE, where the planner may run them on
+        -- rows it then rejects): as in the one-job copy's RETURNING.
+        WHERE jq._wake_on_abort(c.queue) AND jq._hint_advance(c.queue, c.priority, c.run_at, c.id)
+        ORDER BY c.priority DESC, c.run_at, c.id;
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION jq._claim_batch(text, text, integer, interval, boolean, bigint, boolean) IS
+'Internal: the batch claim statements of jq.claim (n jobs of queue for worker with lease, NULL = '
+'the queue''s): from the claim-start hint when hinted, else at priorities below below (NULL: all), '
+'gated on the queue being uncapped and unlimited unless locked. Runs as jq.claim''s caller, i.e. '
+'the owner; executable by nobody else.';
 
 CREATE OR REPLACE FUNCTION jq._prune_jobs(queue text, finished_before timestamptz, dead_before timestamptz,
                                batch integer) RETURNS integer
@@ -2758,11 +2790,20 @@ DECLARE
 BEGIN
     FOREACH f IN ARRAY ARRAY[
         'jq._wait_deadline(interval)', 'jq._unknown_queue(text)', 'jq._rate_tokens(text, timestamptz)',
-        'jq._rate_next_token(text)', 'jq._key_fill(text, text, integer)']::regprocedure[]
+        'jq._rate_next_token(text)', 'jq._key_fill(text, text, integer)',
+        'jq._claim_batch(text, text, integer, interval, boolean, bigint, boolean)']::regprocedure[]
     LOOP
         EXECUTE pg_catalog.format('ALTER FUNCTION %s SET search_path = pg_catalog, jq, pg_temp', f);
     END LOOP;
 END $$;
+
+-- jq.claim's batch statements, in jq._claim_batch, take LIMIT n as a parameter. A generic plan
+-- costs a LIMIT parameter at 10% of the queue, so plpgsql's plan cache judged every custom plan
+-- cheaper and planned those statements again on every call (pg_stat_statements with
+-- track_planning: as many plans as calls). Its generic plans are the same index walks
+-- (pg_test/tests/plans.rs checks both plan modes), so they are forced.
+ALTER FUNCTION jq._claim_batch(text, text, integer, interval, boolean, bigint, boolean)
+    SET plan_cache_mode = force_generic_plan;
 
 -- jq.complete_many and jq.enqueue_many read their arrays through unnest / jq._job_specs: a
 -- custom plan sees the array's length, the generic one estimates it, so whenever the batches a caller sends have the same few elements (one job a call, say) every

@@ -279,11 +279,19 @@ DECLARE
 BEGIN
     FOREACH f IN ARRAY ARRAY[
         'jq._wait_deadline(interval)', 'jq._unknown_queue(text)', 'jq._rate_tokens(text, timestamptz)',
-        'jq._rate_next_token(text)', 'jq._key_fill(text, text, integer)']::regprocedure[]
+        'jq._rate_next_token(text)', 'jq._key_fill(text, text, integer)',
+        'jq._claim_batch(text, text, integer, interval, boolean, bigint, boolean)']::regprocedure[]
     LOOP
         EXECUTE pg_catalog.format('ALTER FUNCTION %s SET search_path = pg_catalog, jq, pg_temp', f);
     END LOOP;
 END $$;
+-- jq.claim's batch statements, in jq._claim_batch, take LIMIT n as a parameter. A generic plan
+-- costs a LIMIT parameter at 10% of the queue, so plpgsql's plan cache judged every custom plan
+-- cheaper and planned those statements again on every call (pg_stat_statements with
+-- track_planning: as many plans as calls). Its generic plans are the same index walks
+-- (pg_test/tests/plans.rs checks both plan modes), so they are forced.
+ALTER FUNCTION jq._claim_batch(text, text, integer, interval, boolean, bigint, boolean)
+    SET plan_cache_mode = force_generic_plan;
 -- jq.complete_many and jq.enqueue_many read their arrays through unnest / jq._job_specs: a
 -- custom plan sees the array's length, the generic one estimates it, so whenever the batches a caller sends have the same few elements (one job a call, say) every
 -- custom plan looks cheaper and the big statement was planned again on every call (about 200 µs

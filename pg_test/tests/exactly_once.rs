@@ -23,17 +23,19 @@ use std::time::Duration;
 const WORKERS: usize = 10;
 
 const CLAIM: &str = "jq.claim(text,text,integer,interval,interval,bigint)";
+const CLAIM_BATCH: &str = "jq._claim_batch(text,text,integer,interval,boolean,bigint,boolean)";
 
-/// The broken variants of jq.claim used by the tests below. jq.claim has four copies of its
-/// claiming statement (the hinted claim and the full claim, each with LIMIT 1 for n = 1 and a
-/// parameter LIMIT otherwise); a variant about how the claim picks and locks rows breaks all four.
+/// The broken variants of jq.claim used by the tests below. The claiming statement has four
+/// copies (the hinted claim and the full claim, each with LIMIT 1 for n = 1 in jq.claim and a
+/// parameter LIMIT for batches in jq._claim_batch); a variant about how the claim picks and
+/// locks rows breaks all four.
 fn apply_breaks(c: &mut Client) {
     if broken("claim_no_row_lock") {
         // The picking sub-select no longer row-locks (no FOR UPDATE OF p SKIP LOCKED); the
         // UPDATE has no state fence, so a claimer that waited for another's row lock re-claims
         // the row it had picked.
         // The batch copies' sub-selects sit inside a CTE, one level deeper than the one-job ones.
-        sabotage(c, CLAIM, "\n                  FOR UPDATE OF p SKIP LOCKED))", "))", 2);
+        sabotage(c, CLAIM_BATCH, "\n                  FOR UPDATE OF p SKIP LOCKED))", "))", 2);
         sabotage(c, CLAIM, "\n              FOR UPDATE OF p SKIP LOCKED))", "))", 2);
     }
     if broken("cap_no_queue_lock") {
@@ -49,7 +51,14 @@ fn apply_breaks(c: &mut Client) {
             CLAIM,
             "WHERE p.queue OPERATOR(pg_catalog.=) claim.queue AND p.state OPERATOR(pg_catalog.=) 'ready'\n",
             "WHERE p.queue OPERATOR(pg_catalog.=) claim.queue AND p.state OPERATOR(pg_catalog.=) 'ready' AND pg_try_advisory_lock(p.id)\n",
-            4,
+            2,
+        );
+        sabotage(
+            c,
+            CLAIM_BATCH,
+            "WHERE p.queue OPERATOR(pg_catalog.=) _claim_batch.queue AND p.state OPERATOR(pg_catalog.=) 'ready'\n",
+            "WHERE p.queue OPERATOR(pg_catalog.=) _claim_batch.queue AND p.state OPERATOR(pg_catalog.=) 'ready' AND pg_try_advisory_lock(p.id)\n",
+            2,
         );
     }
 }

@@ -96,7 +96,8 @@ const UNPINNED_DEFINERS: &[&str] = &[CLAIM, "jq.complete(bigint,uuid,jsonb)"];
 /// inside, so they must keep their own search_path (sql/security.sql).
 const PINNED_CALLEES: &[&str] = &["jq._wait_deadline(interval)", "jq._unknown_queue(text)",
                                   "jq._rate_tokens(text,timestamp with time zone)", "jq._rate_next_token(text)",
-                                  "jq._key_fill(text,text,integer)"];
+                                  "jq._key_fill(text,text,integer)",
+                                  "jq._claim_batch(text,text,integer,interval,boolean,bigint,boolean)"];
 
 /// The hot one-queue claim, as sabotage names it.
 const CLAIM: &str = "jq.claim(text,text,integer,interval,interval,bigint)";
@@ -626,7 +627,7 @@ fn a_schedule_fires_only_while_its_creator_may_enqueue() {
 /// paths that are not qualified keep their own search_path (PINNED_CALLEES, checked by the
 /// catalog matrix above).
 /// Negative controls (seen failing, 2026-12-02): `unqualified_operator` (jq.claim's queue-row
-/// join `q.name = claim.queue` unqualified, in its four copies): "evil operator =(text, text)
+/// join `q.name = claim.queue` unqualified, in its two one-job copies): "evil operator =(text, text)
 /// ran"; `unqualified_type` (jq.claim's v_now declared `timestamptz`): the rate-limited claim
 /// fails assigning a timestamp to the caller's temporary domain; `unqualified_may` (jq._may's
 /// privilege test unqualified): "evil operator =(text, text) ran" in the first claim, through
@@ -667,7 +668,7 @@ fn hot_functions_ignore_the_callers_search_path() {
     ))
     .unwrap();
     if broken("unqualified_operator") {
-        sabotage(&mut c, CLAIM, "WHERE q.name OPERATOR(pg_catalog.=) claim.queue", "WHERE q.name = claim.queue", 4);
+        sabotage(&mut c, CLAIM, "WHERE q.name OPERATOR(pg_catalog.=) claim.queue", "WHERE q.name = claim.queue", 2);
     }
     if broken("unqualified_type") {
         sabotage(&mut c, CLAIM, "v_now      pg_catalog.timestamptz;", "v_now      timestamptz;", 1);

@@ -130,7 +130,7 @@ for name, (f, old) in changed_sig.items():
     for s in find(f, r'^(ALTER|COMMENT ON) FUNCTION jq\.' + name + r'\('):
         w(s + '\n')
 w('-- Changed bodies.\n')
-for f, name in (('cron.sql', '_cron_fire'), ('queues.sql', '_interval_fields_nonnegative'), ('maintenance.sql', '_prune_jobs'), ('maintenance.sql', '_prune'), ('maintenance.sql', '_age'),
+for f, name in (('cron.sql', '_cron_fire'), ('queues.sql', '_interval_fields_nonnegative'), ('work.sql', '_claim_batch'), ('maintenance.sql', '_prune_jobs'), ('maintenance.sql', '_prune'), ('maintenance.sql', '_age'),
                 ('maintenance.sql', '_promote'), ('maintenance.sql', '_reap'), ('flow.sql', '_key_fill'),
                 ('flow.sql', 'snooze'), ('work.sql', 'release'), ('work.sql', 'complete'),
                 ('work.sql', 'complete_many'), ('work.sql', 'fail')):
