@@ -10,7 +10,9 @@
 --   * jq.schedules.created_by, checked by every cron fire;
 --   * the functions that name a queue take a last parameter caller_ticket (so their signatures
 --     change: dropped and created again) and check the caller's grants;
---   * SECURITY DEFINER with a pinned search_path; nothing granted to PUBLIC;
+--   * SECURITY DEFINER with a pinned search_path (jq.claim and jq.complete: every name
+--     schema-qualified instead, no SET clause; batch claims in the new jq._claim_batch);
+--     nothing granted to PUBLIC;
 --   * claim-start hints (src/claim_hint.rs): the claim, and the paths that make jobs claimable,
 --     call the new internal functions jq._claim_hint, jq._hint_* and jq._wake_ready.
 --   * jq.jobs is rebuilt with its columns in a new order (less WAL per claim and completion).
@@ -600,7 +602,7 @@ BEGIN
         -- hash join over the whole queue. n = 1 has its own copy with a constant LIMIT and no
         -- ORDER BY (no Sort); the batch copy is in jq._claim_batch (its LIMIT is a parameter,
         -- and it pins plan_cache_mode: see there).
-        -- pg_test/tests/plans.rs checks both copies in both plan modes. The
+        -- pg_test/tests/plans.rs checks the selection in both plan modes. The
         -- lease starts when the row is claimed (clock_timestamp), not when the caller's
         -- transaction or this statement began, so waiting for locks does not shorten it.
         IF coalesce(v_limit, claim.n) OPERATOR(pg_catalog.=) 1 THEN
@@ -1485,13 +1487,15 @@ COMMENT ON FUNCTION jq._interval_fields_nonnegative(interval) IS
 -- n, so under plan_cache_mode = auto plpgsql found every custom plan cheaper and planned them
 -- again on every call (pg_stat_statements with track_planning: as many plans as calls). They
 -- live here, pinned to force_generic_plan (sql/security.sql), because jq.claim has no SET
--- clause (see there): with the LIMIT written as a sub-select, which both plan modes cost alike,
--- jq.claim kept its generic plan only until the table's statistics changed; after an
--- autovacuum in the middle of a drain the new generic plan cost more than the first custom
--- plans had, plpgsql planned every call again, and the drain ran at 0.70x (bench/run's held
--- snapshot cell, docs/BENCHMARKS.md). One-job claims stay in jq.claim: their constant LIMIT 1
--- makes both plans cost the same few units whatever the table's size.
--- pg_test/tests/plans.rs checks both copies in both plan modes.
+-- clause (see there): with the LIMIT written as a sub-select in jq.claim, which both plan modes
+-- cost alike, the drain of bench/run's held-snapshot cell fell from ~31,000 to ~23,000 jobs/s
+-- when an autovacuum finished mid-drain and stayed there (0.70x, twice), and 0.93x with
+-- plan_cache_mode pinned on jq.claim again: plpgsql keeps a generic plan only while it costs
+-- less than its first custom plans did, and the rebuilt one, on a heap doubled by dead row
+-- versions, cost more (docs/BENCHMARKS.md). One call per batch pays the settings' save and
+-- restore here, not every one-job claim: those stay in jq.claim, whose constant LIMIT 1 makes
+-- both plans cost the same few units whatever the table's size. pg_test/tests/plans.rs checks
+-- the full claim's selection in both plan modes and the batch claims' cached generic plan.
 CREATE OR REPLACE FUNCTION jq._claim_batch(queue text, worker text, n integer, lease interval, hinted boolean,
                                 below bigint, locked boolean)
 RETURNS SETOF jq.claimed_job
@@ -2778,7 +2782,8 @@ END $$;
 -- connections (docs/BENCHMARKS.md). Instead every name in them is schema-qualified, operators
 -- included, and so are the internal SQL functions that run inside them with the caller's
 -- search_path (jq._may and jq._denial through jq._authorize, jq._interval_fields_nonnegative,
--- inlined); the plpgsql and non-inlined ones below get their own SET. Field case Q16 for these
+-- inlined); the plpgsql and non-inlined ones below get their own SET: they run on the other
+-- paths (batch claims, once per batch; capped, rate-limited and keyed queues; long-polls). Field case Q16 for these
 -- paths: pg_test/tests/security.rs, hot_functions_ignore_the_callers_search_path.
 ALTER FUNCTION jq.claim(text, text, integer, interval, interval, bigint) SECURITY DEFINER;
 

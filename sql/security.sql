@@ -269,7 +269,8 @@ END $$;
 -- connections (docs/BENCHMARKS.md). Instead every name in them is schema-qualified, operators
 -- included, and so are the internal SQL functions that run inside them with the caller's
 -- search_path (jq._may and jq._denial through jq._authorize, jq._interval_fields_nonnegative,
--- inlined); the plpgsql and non-inlined ones below get their own SET. Field case Q16 for these
+-- inlined); the plpgsql and non-inlined ones below get their own SET: they run on the other
+-- paths (batch claims, once per batch; capped, rate-limited and keyed queues; long-polls). Field case Q16 for these
 -- paths: pg_test/tests/security.rs, hot_functions_ignore_the_callers_search_path.
 ALTER FUNCTION jq.claim(text, text, integer, interval, interval, bigint) SECURITY DEFINER;
 ALTER FUNCTION jq.complete(bigint, uuid, jsonb) SECURITY DEFINER;

@@ -43,13 +43,15 @@ COMMENT ON FUNCTION jq.max_claim_batch() IS 'Largest n accepted by jq.claim: 1,0
 -- n, so under plan_cache_mode = auto plpgsql found every custom plan cheaper and planned them
 -- again on every call (pg_stat_statements with track_planning: as many plans as calls). They
 -- live here, pinned to force_generic_plan (sql/security.sql), because jq.claim has no SET
--- clause (see there): with the LIMIT written as a sub-select, which both plan modes cost alike,
--- jq.claim kept its generic plan only until the table's statistics changed; after an
--- autovacuum in the middle of a drain the new generic plan cost more than the first custom
--- plans had, plpgsql planned every call again, and the drain ran at 0.70x (bench/run's held
--- snapshot cell, docs/BENCHMARKS.md). One-job claims stay in jq.claim: their constant LIMIT 1
--- makes both plans cost the same few units whatever the table's size.
--- pg_test/tests/plans.rs checks both copies in both plan modes.
+-- clause (see there): with the LIMIT written as a sub-select in jq.claim, which both plan modes
+-- cost alike, the drain of bench/run's held-snapshot cell fell from ~31,000 to ~23,000 jobs/s
+-- when an autovacuum finished mid-drain and stayed there (0.70x, twice), and 0.93x with
+-- plan_cache_mode pinned on jq.claim again: plpgsql keeps a generic plan only while it costs
+-- less than its first custom plans did, and the rebuilt one, on a heap doubled by dead row
+-- versions, cost more (docs/BENCHMARKS.md). One call per batch pays the settings' save and
+-- restore here, not every one-job claim: those stay in jq.claim, whose constant LIMIT 1 makes
+-- both plans cost the same few units whatever the table's size. pg_test/tests/plans.rs checks
+-- the full claim's selection in both plan modes and the batch claims' cached generic plan.
 CREATE FUNCTION jq._claim_batch(queue text, worker text, n integer, lease interval, hinted boolean,
                                 below bigint, locked boolean)
 RETURNS SETOF jq.claimed_job
@@ -268,7 +270,7 @@ BEGIN
         -- hash join over the whole queue. n = 1 has its own copy with a constant LIMIT and no
         -- ORDER BY (no Sort); the batch copy is in jq._claim_batch (its LIMIT is a parameter,
         -- and it pins plan_cache_mode: see there).
-        -- pg_test/tests/plans.rs checks both copies in both plan modes. The
+        -- pg_test/tests/plans.rs checks the selection in both plan modes. The
         -- lease starts when the row is claimed (clock_timestamp), not when the caller's
         -- transaction or this statement began, so waiting for locks does not shorten it.
         IF coalesce(v_limit, claim.n) OPERATOR(pg_catalog.=) 1 THEN

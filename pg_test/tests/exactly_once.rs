@@ -236,7 +236,8 @@ fn ten_workers_claiming_one_at_a_time_complete_each_of_10k_jobs_exactly_once() {
     assert_each_completed_exactly_once(&mut c, "q", &ids, &report);
 }
 
-// Negative control: as above (JQ_TEST_BREAK=claim_no_row_lock, here the LIMIT v_limit copy,
+// Negative control: as above (JQ_TEST_BREAK=claim_no_row_lock, here the batch copy, then in
+// jq.claim with LIMIT v_limit and now in jq._claim_batch,
 // failed it with "jobs handed to more than one worker": 1,490 duplicate hand-outs).
 #[test]
 fn ten_workers_claiming_ten_at_a_time_complete_each_of_10k_jobs_exactly_once() {
@@ -477,8 +478,9 @@ fn hammer_catches_a_claim_without_row_locks_taking_one_job_twice() {
 }
 
 // Field case X03 (advisory locks leaked by a claim whose CTE the planner inlined). Negative
-// control: JQ_TEST_BREAK=claim_advisory_leak makes jq.claim take pg_try_advisory_lock(id) on
-// each candidate row in the picking sub-select of both claim copies and never release it; this
+// control: JQ_TEST_BREAK=claim_advisory_leak makes jq.claim (and jq._claim_batch) take
+// pg_try_advisory_lock(id) on each candidate row in the picking sub-select of every claim copy
+// and never release it; this
 // test then failed with "advisory locks left after claiming and completing 10k jobs": 10,000
 // held by the workers' still-open sessions (one per job). (JQ_TEST_BREAK=claim_no_row_lock
 // also fails it, with duplicate hand-outs.)

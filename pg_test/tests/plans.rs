@@ -695,8 +695,9 @@ fn build_base(db: &TestDb) -> Client {
 
 /// The claim's inner selection walks jobs_claim_idx in ORDER BY order and stops after n rows,
 /// for n = 1, 10, 100, with the custom and the generic plan; so does the claim statement inside
-/// jq.claim as it really runs (seven calls in a row under each session plan_cache_mode; see
-/// batch_claims_reuse_one_generic_plan for which plan `auto` keeps), and its UPDATE
+/// jq.claim as it really runs (seven calls in a row under each session plan_cache_mode; the
+/// batch calls run jq._claim_batch's pinned generic plan whatever the session says, see
+/// batch_claims_reuse_one_generic_plan), and its UPDATE
 /// reads only the n picked rows. The max_concurrency
 /// running count reads an index, never the table.
 ///

@@ -85,7 +85,9 @@ w("""-- jq 0.1.0 -> 0.2.0: least privilege (docs/security.md).
 --   * jq.schedules.created_by, checked by every cron fire;
 --   * the functions that name a queue take a last parameter caller_ticket (so their signatures
 --     change: dropped and created again) and check the caller's grants;
---   * SECURITY DEFINER with a pinned search_path; nothing granted to PUBLIC;
+--   * SECURITY DEFINER with a pinned search_path (jq.claim and jq.complete: every name
+--     schema-qualified instead, no SET clause; batch claims in the new jq._claim_batch);
+--     nothing granted to PUBLIC;
 --   * claim-start hints (src/claim_hint.rs): the claim, and the paths that make jobs claimable,
 --     call the new internal functions jq._claim_hint, jq._hint_* and jq._wake_ready.
 --   * jq.jobs is rebuilt with its columns in a new order (less WAL per claim and completion).
