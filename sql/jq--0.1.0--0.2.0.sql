@@ -613,7 +613,7 @@ BEGIN
         -- (src/claim_hint.rs). This shape drained 1.07-1.12x as fast at 64 connections as a
         -- CTE with an outer SELECT calling them, which the batch copy keeps (it needs the ORDER
         -- BY); measured together with the same change to jq.complete (bench/ab_variant.sh, 5
-        -- rounds; docs/BENCHMARKS.md, "Latest").
+        -- rounds; docs/BENCHMARKS.md, "a spin-lock stall at every commit").
         RETURN QUERY
         UPDATE jq.jobs j SET
             state = 'running',
