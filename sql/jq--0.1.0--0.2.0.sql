@@ -1488,13 +1488,12 @@ COMMENT ON FUNCTION jq._interval_fields_nonnegative(interval) IS
 -- again on every call (pg_stat_statements with track_planning: as many plans as calls). They
 -- live here, pinned to force_generic_plan (sql/security.sql), because jq.claim has no SET
 -- clause (see there): with the LIMIT written as a sub-select in jq.claim, which both plan modes
--- cost alike, the drain of bench/run's held-snapshot cell fell from ~31,000 to ~23,000 jobs/s
--- when an autovacuum finished mid-drain and stayed there (0.70x, twice), and 0.93x with
--- plan_cache_mode pinned on jq.claim again: plpgsql keeps a generic plan only while it costs
--- less than its first custom plans did, and the rebuilt one, on a heap doubled by dead row
--- versions, cost more (docs/BENCHMARKS.md). One call per batch pays the settings' save and
--- restore here, not every one-job claim: those stay in jq.claim, whose constant LIMIT 1 makes
--- both plans cost the same few units whatever the table's size. pg_test/tests/plans.rs checks
+-- cost alike, the drain of bench/run's held-snapshot cell fell from ~32,000 to ~23,500 jobs/s
+-- when an autovacuum finished mid-drain and stayed there (0.70x, twice), and gave 0.93x with
+-- plan_cache_mode pinned on jq.claim again (docs/BENCHMARKS.md). One call per batch (two when a
+-- hinted batch takes the rest from a full claim) pays the settings' save and restore here, not
+-- every one-job claim: those stay in jq.claim, whose constant LIMIT 1 makes both plans cost the
+-- same few units whatever the table's size. pg_test/tests/plans.rs checks
 -- the full claim's selection in both plan modes and the batch claims' cached generic plan.
 CREATE OR REPLACE FUNCTION jq._claim_batch(queue text, worker text, n integer, lease interval, hinted boolean,
                                 below bigint, locked boolean)

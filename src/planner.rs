@@ -15,8 +15,8 @@
 //! [`crate::gucs::PLAN_MIN_PAGES`] pages (and as many rows as that many pages hold at the
 //! table's density, or 50 per page when it has none): the cost model of a table of that size
 //! prefers an index lookup by id or by a partial index over reading the table, whatever the
-//! table's size when the plan was made. Only planning pays (two syscache lookups per relation
-//! planned); executing a cached plan costs nothing. Plans of a table that really is larger are
+//! table's size when the plan was made. Only planning pays (two or three syscache lookups per
+//! relation planned); executing a cached plan costs nothing. Plans of a table that really is larger are
 //! unchanged. The default, 1,000 pages (8 MB), stays below `min_parallel_table_scan_size`, so a
 //! small table is never given a parallel scan. `jq.plan_min_pages = 0` turns it off.
 //!
