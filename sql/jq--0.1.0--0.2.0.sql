@@ -2782,8 +2782,9 @@ END $$;
 -- included, and so are the internal SQL functions that run inside them with the caller's
 -- search_path (jq._may and jq._denial through jq._authorize, jq._interval_fields_nonnegative,
 -- inlined); the plpgsql and non-inlined ones below get their own SET: they run on the other
--- paths (batch claims, once per batch; capped, rate-limited and keyed queues; long-polls). Field case Q16 for these
--- paths: pg_test/tests/security.rs, hot_functions_ignore_the_callers_search_path.
+-- paths (batch claims, once per batch; capped, rate-limited and keyed queues; long-polls).
+-- Field case Q16 for these paths: pg_test/tests/security.rs,
+-- hot_functions_ignore_the_callers_search_path.
 ALTER FUNCTION jq.claim(text, text, integer, interval, interval, bigint) SECURITY DEFINER;
 
 ALTER FUNCTION jq.complete(bigint, uuid, jsonb) SECURITY DEFINER;
@@ -2810,7 +2811,8 @@ ALTER FUNCTION jq._claim_batch(text, text, integer, interval, boolean, bigint, b
     SET plan_cache_mode = force_generic_plan;
 
 -- jq.complete_many and jq.enqueue_many read their arrays through unnest / jq._job_specs: a
--- custom plan sees the array's length, the generic one estimates it, so whenever the batches a caller sends have the same few elements (one job a call, say) every
+-- custom plan sees the array's length, the generic one estimates it, so whenever the batches a
+-- caller sends have the same few elements (one job a call, say) every
 -- custom plan looks cheaper and the big statement was planned again on every call (about 200 µs
 -- for complete_many's one-job UPDATE, five times its execution; enqueue_many's INSERT was
 -- planned on every call even with sizes that varied). Their generic plans are the same joins on
