@@ -536,8 +536,8 @@ BEGIN
     -- an old snapshot is open. Uncapped, unlimited queues only (the gate below); the rest comes
     -- from below the hint's priority (v_below).
     IF jq._claim_hint(claim.queue) THEN
-        -- Two copies, as below: the one-job copy has a constant LIMIT 1, no ORDER BY and no
-        -- outer SELECT.
+        -- Two copies, as below: the one-job copy has a constant LIMIT 1 and no outer SELECT,
+        -- and updates by ctid, with the same fallback by id.
         IF claim.n OPERATOR(pg_catalog.=) 1 THEN
         RETURN QUERY
         UPDATE jq.jobs j SET
@@ -551,8 +551,8 @@ BEGIN
             lease_expires_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) coalesce(claim.lease, q.lease)
         FROM jq.queues q
         WHERE q.name OPERATOR(pg_catalog.=) claim.queue
-          AND j.id OPERATOR(pg_catalog.=) ANY (ARRAY(
-              SELECT p.id FROM jq.jobs p
+          AND j.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
+              SELECT p.ctid FROM jq.jobs p
               WHERE p.queue OPERATOR(pg_catalog.=) claim.queue AND p.state OPERATOR(pg_catalog.=) 'ready'
                 AND p.priority OPERATOR(pg_catalog.=) jq._hint_priority()
                 AND (p.run_at, p.id) OPERATOR(pg_catalog.>=) (jq._hint_run_at(), jq._hint_id())
@@ -568,11 +568,19 @@ BEGIN
                   CASE WHEN jq._wake_on_abort(j.queue)
                             AND jq._hint_advance(j.queue, j.priority, j.run_at, j.id)
                        THEN j.created_at END;
+        GET DIAGNOSTICS v_hinted = ROW_COUNT;
+        IF v_hinted OPERATOR(pg_catalog.=) 0 THEN
+            -- Found by ctid, a row locked in a version newer than this statement's snapshot
+            -- is not updated (see the full claim below): look again by id.
+            RETURN QUERY
+            SELECT * FROM jq._claim_batch(claim.queue, claim.worker, 1, claim.lease, true, NULL, NULL);
+            GET DIAGNOSTICS v_hinted = ROW_COUNT;
+        END IF;
         ELSE
         RETURN QUERY
         SELECT * FROM jq._claim_batch(claim.queue, claim.worker, claim.n, claim.lease, true, NULL, NULL);
-        END IF;
         GET DIAGNOSTICS v_hinted = ROW_COUNT;
+        END IF;
         IF v_hinted OPERATOR(pg_catalog.=) claim.n THEN
             IF v_deadline IS NOT NULL THEN
                 PERFORM jq._wait_done();
@@ -594,11 +602,22 @@ BEGIN
     <<poll>>
     LOOP
     LOOP
-        -- One statement claims: the ids are picked and locked by an uncorrelated sub-select on
+        -- One statement claims: the rows are picked and locked by an uncorrelated sub-select on
         -- the partial claim index (FOR UPDATE SKIP LOCKED), then updated through the primary
-        -- key; the queue row gates it (unpaused, and uncapped unless we hold the cap lock) and
-        -- gives the default lease, so the common case costs one statement. Written as
-        -- id = ANY (ARRAY(...)), not as a join against a CTE, whose cached generic plan was a
+        -- key (batches) or by ctid (one job: a Tid Scan, no index to open and descend; 1.07x
+        -- the drain rate at 64 connections, bench/ab_variant.sh, docs/BENCHMARKS.md). A row
+        -- lock holds the row in place, so its ctid stays its own until this transaction ends.
+        -- One case differs: if a transaction that committed after this statement's snapshot
+        -- updated the row and left it ready (priority aging; a claim and its release), the
+        -- lock is taken on that newer version and the sub-select returns its ctid, which the
+        -- UPDATE, reading this statement's snapshot, does not see: nothing is claimed though a
+        -- row is locked. So when the ctid copy claims nothing, the same range is claimed
+        -- again by id (jq._claim_batch, n = 1, a new snapshot: the locked row is ours), which
+        -- costs an empty claim one more statement. pg_test/tests/exactly_once.rs,
+        -- one_job_claims_find_rows_updated_since_their_snapshot. The queue row gates it
+        -- (unpaused, and uncapped unless we hold the cap lock) and gives the default lease, so
+        -- the common case costs one statement. Written as ctid (or id) = ANY (ARRAY(...)),
+        -- not as a join against a CTE, whose cached generic plan was a
         -- hash join over the whole queue. n = 1 has its own copy with a constant LIMIT and no
         -- ORDER BY (no Sort); the batch copy is in jq._claim_batch (its LIMIT is a parameter,
         -- and it pins plan_cache_mode: see there).
@@ -626,8 +645,8 @@ BEGIN
             lease_expires_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) coalesce(claim.lease, q.lease)
         FROM jq.queues q
         WHERE q.name OPERATOR(pg_catalog.=) claim.queue
-          AND j.id OPERATOR(pg_catalog.=) ANY (ARRAY(
-              SELECT p.id FROM jq.jobs p
+          AND j.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
+              SELECT p.ctid FROM jq.jobs p
               WHERE p.queue OPERATOR(pg_catalog.=) claim.queue AND p.state OPERATOR(pg_catalog.=) 'ready'
                 AND p.priority OPERATOR(pg_catalog.<) coalesce(v_below, 2147483648)
                 AND EXISTS (SELECT FROM jq.queues g WHERE g.name OPERATOR(pg_catalog.=) claim.queue
@@ -643,12 +662,19 @@ BEGIN
                   CASE WHEN jq._wake_on_abort(j.queue)
                             AND jq._hint_advance(j.queue, j.priority, j.run_at, j.id)
                        THEN j.created_at END;
+        GET DIAGNOSTICS v_got = ROW_COUNT;
+        IF v_got OPERATOR(pg_catalog.=) 0 THEN
+            -- The ctid fallback (see above): the same range, by id, with a new snapshot.
+            RETURN QUERY
+            SELECT * FROM jq._claim_batch(claim.queue, claim.worker, 1, claim.lease, false, v_below, v_locked);
+            GET DIAGNOSTICS v_got = ROW_COUNT;
+        END IF;
         ELSE
         RETURN QUERY
         SELECT * FROM jq._claim_batch(claim.queue, claim.worker, coalesce(v_limit, claim.n), claim.lease,
                                       false, v_below, v_locked);
-        END IF;
         GET DIAGNOSTICS v_got = ROW_COUNT;
+        END IF;
         IF v_got OPERATOR(pg_catalog.=) 0 THEN
             -- A full claim that took the turn (jq._claim_hint) and found nothing ends it now,
             -- not when this transaction ends or after a long-poll's sleep (src/claim_hint.rs).

@@ -224,7 +224,9 @@ fn assert_each_completed_exactly_once(c: &mut Client, queue: &str, ids: &[i64], 
 // p SKIP LOCKED removed from the picking sub-select of both claim copies; the UPDATE has no
 // state fence and the picked ids are not re-read, so a claimer that waited for another's row
 // lock re-claims the row) made this test (the LIMIT 1 copy) fail with "jobs handed to more than
-// one worker" (2,688 duplicate hand-outs for 10,000 jobs).
+// one worker" (2,688 duplicate hand-outs for 10,000 jobs). It still does since the one-job copy
+// updates by ctid (2026-12-02): a claimer that lost a row updates nothing there (see the hammer
+// test below) and its fallback by id, unlocked too, then hands out duplicates.
 #[test]
 fn ten_workers_claiming_one_at_a_time_complete_each_of_10k_jobs_exactly_once() {
     let db = TestDb::new("once_n1");
@@ -426,6 +428,11 @@ fn hammer_one_job(db: &TestDb, queue: &str, claimers: usize, tries: usize, claim
 // one below (the broken two-statement claim wins the same job several times). Breaking jq.claim
 // (JQ_TEST_BREAK=claim_no_row_lock) made this test fail in its first round in each of six runs:
 // 2 to 8 of the 8 claimers got the one job while its lease held (attempt counting up to 8).
+// Since the one-job copy updates by ctid (2026-12-02) that control no longer fails this test:
+// the claimers that lost the one job's row update nothing, because PostgreSQL (15.20 here)
+// re-checks a Tid Scan's condition against the newer row version it waited for, and their
+// fallback by id then finds the job running. The row lock still decides which claimer skips
+// to another job (the ten-workers tests above fail under the control).
 #[test]
 fn eight_claimers_hammering_one_job_get_it_exactly_once_per_lease() {
     let db = TestDb::new("x09");
@@ -531,4 +538,106 @@ fn claiming_and_completing_10k_jobs_leaves_no_advisory_locks_and_claim_of_one_lo
     assert_eq!(advisory, 0, "advisory locks held by an open claim");
     w.batch_execute("COMMIT").unwrap();
     assert!(complete(&mut w, &got[0]));
+}
+
+/// One-job claims update their row by ctid (sql/work.sql, jq.claim). A row that a transaction
+/// committed after the claim's snapshot updated and left ready is locked by the claim in that
+/// newer version, whose ctid the claim's UPDATE (same snapshot) does not see; jq.claim then
+/// claims the same range again by id. Here a "releaser" keeps claiming the head job and
+/// releasing it in one transaction (jq.claim, jq.release, COMMIT: the job is ready again, in a
+/// newer version, at the head), while eight claimers without claim-start hints take one job at
+/// a time from a queue that never runs dry; every claim must get a job, each job once. Twice:
+/// without claim-start hints (the full claim's copy) and with them (the hinted copy: all jobs
+/// have one priority, so nothing is below the hint's and a hinted claim that came back empty
+/// would end empty).
+/// Negative controls, seen failing (2026-12-02): `JQ_TEST_BREAK=ctid_claim_no_fallback` (the
+/// full claim's fallback by id removed): 42 and 47 of 2,400 claims came back empty with more
+/// than 2,600 jobs ready (two runs, hints off); `JQ_TEST_BREAK=ctid_hinted_claim_no_fallback`
+/// (the hinted claim's): 11 and 14 of 2,400 (two runs, hints on).
+#[test]
+fn one_job_claims_find_rows_updated_since_their_snapshot() {
+    for hints in [false, true] {
+        one_job_claims_race_a_releaser(hints);
+    }
+}
+
+fn one_job_claims_race_a_releaser(hints: bool) {
+    const CLAIMERS: usize = 8;
+    const CLAIMS_EACH: usize = 300;
+    let db = TestDb::new(if hints { "eo_ctid_race_hinted" } else { "eo_ctid_race" });
+    let mut c = db.connect();
+    if broken("ctid_claim_no_fallback") {
+        sabotage(&mut c, CLAIM, "IF v_got OPERATOR(pg_catalog.=) 0 THEN\n            -- The ctid fallback",
+                 "IF false THEN\n            -- The ctid fallback", 1);
+    }
+    if broken("ctid_hinted_claim_no_fallback") {
+        sabotage(&mut c, CLAIM, "IF v_hinted OPERATOR(pg_catalog.=) 0 THEN\n            -- Found by ctid",
+                 "IF false THEN\n            -- Found by ctid", 1);
+    }
+    create_queue(&mut c, "race", None);
+    let ids = enqueue_n(&mut c, "race", 5_000);
+    let stop = Arc::new(AtomicBool::new(false));
+    let released = Arc::new(AtomicUsize::new(0));
+    let releaser = {
+        let mut r = db.connect();
+        let (stop, released) = (stop.clone(), released.clone());
+        thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let mut t = r.transaction().unwrap();
+                let rows = t
+                    .query("SELECT jq.release(id, lease_token) FROM jq.claim('race', 'releaser', 1, '10 minutes')", &[])
+                    .expect("claim and release");
+                t.commit().unwrap();
+                released.fetch_add(rows.len(), Ordering::Relaxed);
+            }
+        })
+    };
+    let start = Arc::new(Barrier::new(CLAIMERS));
+    let handles: Vec<_> = (0..CLAIMERS)
+        .map(|w| {
+            let mut c = db.connect();
+            let start = start.clone();
+            thread::spawn(move || {
+                c.batch_execute(if hints { "SET jq.claim_hints = on" } else { "SET jq.claim_hints = off" }).unwrap();
+                let name = format!("r{w}");
+                let (mut handed, mut empty, mut failed) = (Vec::new(), 0usize, 0usize);
+                start.wait();
+                for _ in 0..CLAIMS_EACH {
+                    let got = jq_claim(&mut c, "race", &name, 1);
+                    if got.is_empty() {
+                        empty += 1;
+                    }
+                    for job in &got {
+                        handed.push(job.id);
+                        if !complete(&mut c, job) {
+                            failed += 1;
+                        }
+                    }
+                }
+                (handed, empty, failed)
+            })
+        })
+        .collect();
+    let (mut handed, mut empty, mut failed) = (Vec::new(), 0, 0);
+    for h in handles {
+        let (ha, e, f) = h.join().expect("claimer thread");
+        handed.extend(ha);
+        empty += e;
+        failed += f;
+    }
+    stop.store(true, Ordering::Relaxed);
+    releaser.join().expect("releaser thread");
+    let unique: HashSet<i64> = handed.iter().copied().collect();
+    eprintln!("released {} times", released.load(Ordering::Relaxed));
+    assert!(released.load(Ordering::Relaxed) > 0, "the releaser released nothing");
+    assert_eq!(unique.len(), handed.len(), "jobs handed to more than one claimer");
+    assert_eq!(failed, 0, "completions refused");
+    assert_eq!(
+        empty, 0,
+        "{empty} of {} one-job claims (claim-start hints {}) came back empty with {} jobs ready",
+        CLAIMERS * CLAIMS_EACH,
+        if hints { "on" } else { "off" },
+        ready_left(&mut c, "race")
+    );
+    assert!(ids.len() > CLAIMERS * CLAIMS_EACH, "the queue must not run dry");
 }

@@ -356,7 +356,7 @@ const CLAIM_PICK: HotPath = HotPath {
 const CLAIM_PICK_ONE: HotPath = HotPath {
     label: "jq.claim: selection of one ready job",
     function: "jq.claim(text,text,integer,interval,interval,bigint)",
-    source: "SELECT p.id FROM jq.jobs p
+    source: "SELECT p.ctid FROM jq.jobs p
              WHERE p.queue OPERATOR(pg_catalog.=) claim.queue AND p.state OPERATOR(pg_catalog.=) 'ready'
                AND p.priority OPERATOR(pg_catalog.<) coalesce(v_below, 2147483648)
                AND EXISTS (SELECT FROM jq.queues g WHERE g.name OPERATOR(pg_catalog.=) claim.queue
@@ -1529,7 +1529,10 @@ fn plans_made_on_a_small_table_stay_index_lookups() {
                     // a lookup by id must walk the primary key, not a partial index ending in id
                     let cond = n.get("Index Cond").and_then(Value::as_str).unwrap_or("");
                     let by_id = cond.starts_with("(id = ") || cond.contains(" AND (id = ");
-                    let indexed = matches!(node_type(n), "Index Scan" | "Index Only Scan" | "Bitmap Index Scan")
+                    // or, for the one-job claim's UPDATE, straight to the row it locked (Tid Scan)
+                    let by_ctid = node_type(n) == "Tid Scan" && n.get("TID Cond").is_some();
+                    let indexed = by_ctid
+                        || matches!(node_type(n), "Index Scan" | "Index Only Scan" | "Bitmap Index Scan")
                         && !cond.is_empty()
                         && (!by_id || n.get("Index Name").and_then(Value::as_str) == Some("jobs_pkey"));
                     f.expect(indexed, || {
