@@ -569,7 +569,7 @@ BEGIN
                             AND jq._hint_advance(j.queue, j.priority, j.run_at, j.id)
                        THEN j.created_at END;
         GET DIAGNOSTICS v_hinted = ROW_COUNT;
-        IF v_hinted OPERATOR(pg_catalog.=) 0 THEN
+        IF v_hinted OPERATOR(pg_catalog.=) 0 AND pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL THEN
             -- Found by ctid, a row locked in a version newer than this statement's snapshot
             -- is not updated (see the full claim below): look again by id.
             RETURN QUERY
@@ -605,15 +605,22 @@ BEGIN
         -- One statement claims: the rows are picked and locked by an uncorrelated sub-select on
         -- the partial claim index (FOR UPDATE SKIP LOCKED), then updated through the primary
         -- key (batches) or by ctid (one job: a Tid Scan, no index to open and descend; 1.07x
-        -- the drain rate at 64 connections, bench/ab_variant.sh, docs/BENCHMARKS.md). A row
+        -- the drain rate at 64 connections, bench/ab_variant.sh, before the fallback below was
+        -- added, which a claim that gets a job never runs; docs/BENCHMARKS.md). A row
         -- lock holds the row in place, so its ctid stays its own until this transaction ends.
         -- One case differs: if a transaction that committed after this statement's snapshot
         -- updated the row and left it ready (priority aging; a claim and its release), the
         -- lock is taken on that newer version and the sub-select returns its ctid, which the
         -- UPDATE, reading this statement's snapshot, does not see: nothing is claimed though a
-        -- row is locked. So when the ctid copy claims nothing, the same range is claimed
-        -- again by id (jq._claim_batch, n = 1, a new snapshot: the locked row is ours), which
-        -- costs an empty claim one more statement. pg_test/tests/exactly_once.rs,
+        -- row is locked. So when the ctid copy claims nothing but may have locked a row, the
+        -- same range is claimed again by id (jq._claim_batch, n = 1, a new snapshot: the
+        -- locked row is ours). A row lock needs a transaction id, so a claim whose transaction
+        -- has none after the ctid copy locked nothing (an empty queue, a paused one, the first
+        -- unlocked look at a capped one) and costs no second statement; inside a transaction
+        -- that already wrote, an empty claim always looks again. If a job that sorts first
+        -- became claimable between the two statements, the look by id claims that one and the
+        -- locked row waits for this transaction to end (then the next full claim, within about
+        -- a second, finds it). pg_test/tests/exactly_once.rs,
         -- one_job_claims_find_rows_updated_since_their_snapshot. The queue row gates it
         -- (unpaused, and uncapped unless we hold the cap lock) and gives the default lease, so
         -- the common case costs one statement. Written as ctid (or id) = ANY (ARRAY(...)),
@@ -663,7 +670,7 @@ BEGIN
                             AND jq._hint_advance(j.queue, j.priority, j.run_at, j.id)
                        THEN j.created_at END;
         GET DIAGNOSTICS v_got = ROW_COUNT;
-        IF v_got OPERATOR(pg_catalog.=) 0 THEN
+        IF v_got OPERATOR(pg_catalog.=) 0 AND pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL THEN
             -- The ctid fallback (see above): the same range, by id, with a new snapshot.
             RETURN QUERY
             SELECT * FROM jq._claim_batch(claim.queue, claim.worker, 1, claim.lease, false, v_below, v_locked);
@@ -872,7 +879,8 @@ COMMENT ON FUNCTION jq.claim(text, text, integer, interval, interval, bigint) IS
 'priority DESC, run_at, id, and returns them (jq.claimed_job) with a fresh lease_token each. '
 'lease: interval, default the queue''s; every job of the batch gets its own lease of that length, '
 'extended one by one with jq.heartbeat. One SELECT ... FOR UPDATE SKIP LOCKED on the partial '
-'claim index, then UPDATE, in one statement: concurrent claimers never get the same job while '
+'claim index, then UPDATE, in one statement (a one-job claim that locked a row updated after its '
+'snapshot looks again by id in a second): concurrent claimers never get the same job while '
 'its lease holds. A paused queue yields nothing. With max_concurrency set, claims on that queue '
 'serialise on its row and never exceed the cap. wait (interval, 0 to 1 hour; default NULL = '
 'return at once): long-poll: when nothing is claimable, sleep until a transaction that makes '

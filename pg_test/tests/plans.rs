@@ -1786,3 +1786,66 @@ fn history_reads_use_indexes_on_the_job_table() {
                                                recent completions of completed_5m and wait_p95_5m")));
     f.finish();
 }
+
+/// A one-job claim updates its row by ctid (a Tid Scan, no index lookup), and looks again by id
+/// (jq._claim_batch) only when it claimed nothing but may have locked a row: its transaction
+/// then has a transaction id. An empty claim in a transaction without one runs no second
+/// statement, with claim-start hints on (hinted and full copies) or off; inside a transaction
+/// that already wrote, it does look again (sql/work.sql, jq.claim).
+/// Negative control: `JQ_TEST_BREAK=fallback_without_xid_test` (the fallbacks run on every empty
+/// claim): seen failing (2026-12-02), "hints on: empty claim in a fresh transaction ran the look
+/// by id" (and the same with hints off).
+#[test]
+fn one_job_claims_update_by_ctid_and_look_again_only_after_a_lock() {
+    const FALLBACK: &str = "FROM jq._claim_batch(claim.queue, claim.worker, 1,";
+    let db = TestDb::new("plans_ctid");
+    let mut c = db.connect();
+    if jq_pg_test::broken("fallback_without_xid_test") {
+        jq_pg_test::sabotage(&mut c, "jq.claim(text,text,integer,interval,interval,bigint)",
+                             " AND pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL THEN", " THEN", 2);
+    }
+    c.batch_execute(
+        "SELECT jq.create_queue('tid');
+         SELECT jq.create_queue('other');
+         SELECT count(*) FROM jq.enqueue_many('tid', (SELECT jsonb_agg(g) FROM generate_series(1, 6) g));",
+    )
+    .unwrap();
+    let mut t = Traced::connect(&db);
+    let mut f = Failures::default();
+    for hints in ["on", "off"] {
+        t.client.batch_execute(&format!("SET jq.claim_hints = {hints}")).unwrap();
+        // Three claims that get a job: by ctid, one statement.
+        for call in 1..=3 {
+            let sql = "SELECT id FROM jq.claim('tid', 'plans-probe')";
+            let (rows, plans) = t.run(sql);
+            assert_eq!(rows.len(), 1, "hints {hints}, call {call}: {sql}");
+            let claims = statements(&plans, "UPDATE jq.jobs j SET state = 'running'");
+            f.expect(claims.len() == 1, || format!("hints {hints}, call {call}: {} claim statements ran", claims.len()));
+            for stmt in claims {
+                let tid = stmt.nodes().iter().any(|n| node_type(n) == "Tid Scan");
+                f.expect(tid, || stmt.fail(format!("hints {hints}, call {call}: the claimed row was not reached by a Tid Scan")));
+            }
+            f.expect(statements(&plans, FALLBACK).is_empty(),
+                     || format!("hints {hints}, call {call}: a claim that got a job ran the look by id"));
+        }
+    }
+    // The queue is empty now.
+    for hints in ["on", "off"] {
+        t.client.batch_execute(&format!("SET jq.claim_hints = {hints}")).unwrap();
+        for _ in 1..=3 {
+            let (rows, plans) = t.run("SELECT id FROM jq.claim('tid', 'plans-probe')");
+            assert!(rows.is_empty());
+            f.expect(statements(&plans, FALLBACK).is_empty(),
+                     || format!("hints {hints}: empty claim in a fresh transaction ran the look by id"));
+        }
+        // A transaction that already wrote has a transaction id: the claim cannot tell, and looks again.
+        t.begin(Mode::Auto);
+        t.run("SELECT jq.enqueue('other', '{}')");
+        let (rows, plans) = t.run("SELECT id FROM jq.claim('tid', 'plans-probe')");
+        assert!(rows.is_empty());
+        f.expect(!statements(&plans, FALLBACK).is_empty(),
+                 || format!("hints {hints}: empty claim in a transaction with an id did not look again"));
+        t.rollback();
+    }
+    f.finish();
+}
