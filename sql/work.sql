@@ -447,7 +447,18 @@ BEGIN
     -- Nothing claimable. Without wait, or once it ran out, return nothing; else sleep until a
     -- wakeup for this queue (or the deadline) and look again. A capped claim that took the
     -- queue row lock never gets here: it returns, even empty, rather than sleep holding it.
-    IF v_deadline IS NULL OR NOT jq._wait(LEAST(v_deadline, coalesce(v_token_at, v_deadline))) THEN
+    -- Nor does a transaction that has a transaction id: it may hold a row lock this call took
+    -- and did not claim with. A look whose snapshot predates another claimer's commit of the
+    -- same row locks that row in its new, running version, and the recheck then rejects it but
+    -- keeps the lock (READ COMMITTED); asleep, this call would block that job's jq.complete,
+    -- heartbeat, fail, release, snooze and cancel, and the reaper, for up to wait. A row lock
+    -- needs a transaction id, so with none there is nothing to hold; with one (also: the
+    -- caller's transaction wrote or locked rows before the call) the claim returns what it
+    -- found, nothing, instead of sleeping, and the caller's next call, in a new transaction,
+    -- waits.
+    -- pg_test/tests/robustness.rs, a_long_poll_never_sleeps_holding_row_locks.
+    IF v_deadline IS NULL OR pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL
+       OR NOT jq._wait(LEAST(v_deadline, coalesce(v_token_at, v_deadline))) THEN
         IF v_deadline IS NOT NULL THEN
             PERFORM jq._wait_done();
         END IF;
@@ -473,7 +484,9 @@ COMMENT ON FUNCTION jq.claim(text, text, integer, interval, interval, bigint) IS
 'Sleeping backends are woken through shared memory with jq in shared_preload_libraries, else '
 're-check every jq.poll_interval. The snapshot of the call is held while it sleeps. A capped '
 'queue whose cap is reached is not locked while waiting; a claim that locked it and still found '
-'nothing returns empty early. With rate_limit set (jq.alter_queue), claims on that queue serialise '
+'nothing returns empty early, and so does one whose transaction has a transaction id (it may '
+'hold a row lock a lost race left it, or the caller''s transaction wrote or locked rows before the '
+'call): it never sleeps holding row locks. With rate_limit set (jq.alter_queue), claims on that queue serialise '
 'on its row like capped ones and take one token per job from its bucket, so no window of '
 'rate_period sees more than rate_limit + rate_burst claims; a long-poll with no token sleeps until '
 'the next one (docs/flow-control.md). Errors: 22023 bad n, worker, lease or wait; 42704 '
@@ -588,8 +601,11 @@ BEGIN
     END IF;
     END IF;
     -- Nothing claimable now (or the jobs the look saw are locked by an unfinished claim, which
-    -- wakes us if it rolls back): sleep until a wakeup or the deadline, then look again.
-    IF NOT jq._wait(v_deadline) THEN
+    -- wakes us if it rolls back): sleep until a wakeup or the deadline, then look again. Not
+    -- while the transaction has a transaction id: a look may hold a job's row lock it did not
+    -- claim with (see jq.claim(text, ...), where it sleeps), or the caller's transaction holds
+    -- row locks of its own.
+    IF pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL OR NOT jq._wait(v_deadline) THEN
         EXIT poll;
     END IF;
     END LOOP poll;
@@ -604,10 +620,11 @@ COMMENT ON FUNCTION jq.claim(text[], text, integer, interval, interval, bigint) 
 'or more of the queues have a max_concurrency, their rows are locked first, in name order, and '
 'a queue capped after that is skipped while another claimer holds it, so callers listing them '
 'in different orders cannot deadlock. wait (interval, 0 to 1 hour; default NULL = return at '
-'once): long-poll as in jq.claim(text, ...): sleeps, holding no lock, until a lock-free look '
+'once): long-poll as in jq.claim(text, ...): sleeps, holding no row lock, until a lock-free look '
 'finds a claimable job in any of the queues, then claims; if that gets nothing (other claimers '
 'were faster), it sleeps again, except when a capped queue is listed: then it returns empty '
-'rather than sleep holding that queue''s row lock. Errors: as jq.claim(text, ...), plus 22023 '
+'rather than sleep holding that queue''s row lock. It never sleeps while its transaction has a '
+'transaction id (as jq.claim(text, ...)): it returns empty instead. Errors: as jq.claim(text, ...), plus 22023 '
 'for an empty array.';
 
 CREATE FUNCTION jq.complete(id bigint, lease_token uuid, result jsonb DEFAULT NULL) RETURNS boolean

@@ -356,3 +356,58 @@ fn a_delay_with_a_negative_field_is_refused() {
     let id: i64 = c.query_one("SELECT jq.enqueue('d', delay => '-1 day')", &[]).unwrap().get(0);
     assert_eq!(jq_pg_test::state(&mut c, id).as_deref(), Some("ready"));
 }
+
+/// A long-poll never sleeps holding row locks. Under READ COMMITTED a claim whose snapshot
+/// predates another claimer's commit of the same job locks that job's new, running version,
+/// and the recheck then rejects it but keeps the lock; a long-poll that found nothing else and
+/// slept would block that job's jq.complete, heartbeat and fail for up to its wait (shown by
+/// hand on PostgreSQL 15.20 with a plain table: the rejected row stayed locked, and an UPDATE of
+/// it waited for the sleeper's transaction to end). A row lock needs a transaction id, so
+/// jq.claim (one queue and several) sleeps only while its transaction has none, and otherwise
+/// returns empty at once. Here the transaction gets an id from an enqueue before the call (the
+/// race itself cannot be timed from outside); a fresh transaction still waits.
+/// Negative controls, seen failing (2026-12-02): `JQ_TEST_BREAK=long_poll_sleeps_with_xid` (the
+/// test removed from jq.claim(text, ...)), "SELECT count(*) FROM jq.claim('empty', 'w', wait =>
+/// '3 seconds'): a long-poll in a transaction with an id slept 3.0 s";
+/// `JQ_TEST_BREAK=multi_long_poll_sleeps_with_xid` (from jq.claim(text[], ...)), the same for the
+/// ARRAY['empty', 'empty2'] call.
+#[test]
+fn a_long_poll_never_sleeps_holding_row_locks() {
+    let db = TestDb::new("robust_poll_xid");
+    let mut c = db.connect();
+    if broken("long_poll_sleeps_with_xid") {
+        sabotage(&mut c, "jq.claim(text,text,integer,interval,interval,bigint)",
+                 "IF v_deadline IS NULL OR pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL\n       OR NOT jq._wait(",
+                 "IF v_deadline IS NULL\n       OR NOT jq._wait(", 1);
+    }
+    if broken("multi_long_poll_sleeps_with_xid") {
+        sabotage(&mut c, CLAIM_MANY,
+                 "IF pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL OR NOT jq._wait(v_deadline) THEN",
+                 "IF NOT jq._wait(v_deadline) THEN", 1);
+    }
+    c.batch_execute("SELECT jq.create_queue('empty'); SELECT jq.create_queue('empty2'); SELECT jq.create_queue('other');")
+        .unwrap();
+    let calls = [
+        "SELECT count(*) FROM jq.claim('empty', 'w', wait => '3 seconds')",
+        "SELECT count(*) FROM jq.claim(ARRAY['empty', 'empty2'], 'w', wait => '3 seconds')",
+    ];
+    for sql in calls {
+        let mut t = c.transaction().unwrap();
+        t.query_one("SELECT jq.enqueue('other', '{}')", &[]).unwrap();
+        let start = Instant::now();
+        let n: i64 = t.query_one(sql, &[]).unwrap().get(0);
+        let slept = start.elapsed();
+        t.rollback().unwrap();
+        assert_eq!(n, 0, "{sql}");
+        assert!(slept < Duration::from_millis(1500),
+                "{sql}: a long-poll in a transaction with an id slept {:.1} s", slept.as_secs_f64());
+    }
+    // A fresh transaction has no id: the long-poll does wait (the test can see sleeping).
+    for sql in calls {
+        let sql = sql.replace("3 seconds", "1 second");
+        let start = Instant::now();
+        let n: i64 = c.query_one(sql.as_str(), &[]).unwrap().get(0);
+        assert_eq!(n, 0, "{sql}");
+        assert!(start.elapsed() >= Duration::from_millis(900), "{sql}: returned after {:?}", start.elapsed());
+    }
+}
