@@ -14,9 +14,9 @@
 //! (OpenSSL's CSPRNG), drawn [`RANDOM_BATCH`] tickets at a time: each call of it takes
 //! OpenSSL's locks and checks for a fork, which cost about 2% of a one-job claim at 64
 //! connections (perf, docs/BENCHMARKS.md); the unused bits stay in this backend's memory,
-//! which SQL cannot read, and are discarded if the process is not the one that drew them. A caller can only obtain tickets for
-//! itself, so passing one explicitly gains nothing; a made-up or reused ticket is refused
-//! (42501). At most [`MAX_OUTSTANDING`] unredeemed tickets are kept (the oldest are dropped):
+//! which SQL cannot read, and are discarded if the process is not the one that drew them. A
+//! caller can only obtain tickets for itself, so passing one explicitly gains nothing; a
+//! made-up or reused ticket is refused (42501). At most [`MAX_OUTSTANDING`] unredeemed tickets are kept (the oldest are dropped):
 //! a ticket issued for a call that then failed before redeeming it cannot pile up.
 
 use pgrx::prelude::*;
