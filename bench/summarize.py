@@ -330,7 +330,9 @@ for k in steady:
     for j in detail[k].values():
         o = json.loads(j.replace("'", '"'))
         target("steady load: the consumers keep up (jobs/s over the whole run ≥ 0.95× the arrival rate)",
-               f"{o['achieved'] / o['rate']:.2f}× ({o['achieved']:,} of {o['rate']:,} jobs/s)", o['achieved'] >= 0.95 * o['rate'])
+               f"{o['achieved'] / o['rate']:.2f}× ({o['achieved']:,} of {o['rate']:,} jobs/s"
+               + (f"; the {o['producers']} producers sent {o['arrived']:,} jobs/s" if 'arrived' in o else "") + ")",
+               o['achieved'] >= 0.95 * o['rate'])
     target("steady load: table+index sizes within 2× of steady state", f"{z:.2f}×", z <= 2)
     target("steady load: claim p99 drifts ≤ 2× (largest minute ÷ first minute)", f"{d:.2f}×", d <= 2)
     for j in detail[k].values():

@@ -347,7 +347,11 @@ async fn soak(url: String, queue: String, rate: f64, jobs: usize, consumers: usi
         }
         rate = 0.8 * peak;
     }
-    let producers = ((rate / 400.0).ceil() as usize).clamp(1, 16);
+    // At least the calibration's 8 producers, and at most 200 jobs/s each: one enqueue per call
+    // takes 2-4 ms under this load on 2 vCPUs, so 400 jobs/s per producer (the rule until this
+    // change, 5 producers at ~2,000 jobs/s) left them behind the arrival rate while the queue
+    // stayed empty (2026-12-02T1307: 0 to 24 ready jobs in every window, 0.93x "keep-up").
+    let producers = ((rate / 200.0).ceil() as usize).clamp(8, 32);
     let (stop, done) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
     let start = Instant::now();
     let cons = soak_consumers(&url, &queue, consumers, &stop, &done, start);
@@ -366,8 +370,19 @@ async fn soak(url: String, queue: String, rate: f64, jobs: usize, consumers: usi
     let mut windows: Vec<Window> = Vec::new();
     let mut last = 0usize;
     let mut next = start + Duration::from_secs(10);
+    // When the last job completed (polled every 100 ms), and when the producers had sent all.
+    let mut finished: Option<f64> = None;
+    let mut sent_by: Option<f64> = None;
     loop {
-        tokio::time::sleep_until(next.into()).await;
+        while Instant::now() < next {
+            tokio::time::sleep(Duration::from_millis(100).min(next - Instant::now())).await;
+            if sent_by.is_none() && prods.iter().all(|h| h.is_finished()) {
+                sent_by = Some(start.elapsed().as_secs_f64());
+            }
+            if finished.is_none() && done.load(Ordering::Relaxed) >= jobs {
+                finished = Some(start.elapsed().as_secs_f64());
+            }
+        }
         next += Duration::from_secs(10);
         let d = done.load(Ordering::Relaxed);
         let r = mon.query_one(&sizes, &[&queue]).await?;
@@ -401,7 +416,8 @@ async fn soak(url: String, queue: String, rate: f64, jobs: usize, consumers: usi
     for c in cons {
         samples.extend(c.await??);
     }
-    let elapsed = start.elapsed().as_secs_f64();
+    let elapsed = finished.unwrap_or_else(|| start.elapsed().as_secs_f64());
+    let sent_secs = sent_by.unwrap_or(elapsed);
     // Per-window claim percentiles.
     let mut csv = String::from("t_s,completed,claim_p50_ms,claim_p99_ms,ready,jobs_heap_bytes,jobs_index_bytes,executions_bytes,jobs_dead,executions_dead,autovacuums,producing\n");
     let mut p99s = Vec::new();
@@ -445,8 +461,9 @@ async fn soak(url: String, queue: String, rate: f64, jobs: usize, consumers: usi
     let minutes = minute_p99s.iter().map(|p| format!("{p:.3}")).collect::<Vec<_>>().join(",");
     let autovacuums = windows.last().map(|w| w.autovacuums - windows[0].autovacuums).unwrap_or(0);
     println!(
-        "{{\"peak\":{peak:.0},\"rate\":{rate:.0},\"jobs\":{jobs},\"sent\":{sent},\"achieved\":{:.0},\"secs\":{elapsed:.0},\"windows\":{},\"steady_bytes\":{steady_size:.0},\"max_bytes\":{max_size:.0},\"size_ratio\":{:.2},\"first_p99_ms\":{first_p99:.3},\"max_p99_ms\":{max_p99:.3},\"last_p99_ms\":{last_p99:.3},\"p99_spike\":{:.2},\"minute_p99_ms\":[{minutes}],\"p99_drift\":{:.2},\"autovacuums\":{autovacuums}}}",
+        "{{\"peak\":{peak:.0},\"rate\":{rate:.0},\"jobs\":{jobs},\"sent\":{sent},\"achieved\":{:.0},\"arrived\":{:.0},\"producers\":{producers},\"secs\":{elapsed:.0},\"windows\":{},\"steady_bytes\":{steady_size:.0},\"max_bytes\":{max_size:.0},\"size_ratio\":{:.2},\"first_p99_ms\":{first_p99:.3},\"max_p99_ms\":{max_p99:.3},\"last_p99_ms\":{last_p99:.3},\"p99_spike\":{:.2},\"minute_p99_ms\":[{minutes}],\"p99_drift\":{:.2},\"autovacuums\":{autovacuums}}}",
         jobs as f64 / elapsed,
+        sent as f64 / sent_secs,
         windows.len(),
         max_size / steady_size,
         max_p99 / first_p99,
