@@ -76,11 +76,16 @@ COMMENT ON TABLE jq.schedules IS
 'revoked role makes the fires fail, logged; NULL for schedules made before jq 0.2.0: not checked). '
 'See docs/cron.md.';
 
--- Caller tickets (src/security.rs) and claim-start hints (src/claim_hint.rs).
+-- Caller tickets (src/security.rs), lease tokens (src/random.rs) and claim-start hints (src/claim_hint.rs).
 CREATE  FUNCTION "_ticket"() RETURNS bigint /* i64 */
 STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_ticket_wrapper';
+
+CREATE  FUNCTION "_lease_token"() RETURNS uuid /* pgrx :: Uuid */
+STRICT VOLATILE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_lease_token_wrapper';
 
 CREATE  FUNCTION "_redeem"(
 	"ticket" bigint /* Option < i64 > */
@@ -545,7 +550,7 @@ BEGIN
             attempt = j.attempt OPERATOR(pg_catalog.+) 1,
             claims = j.claims OPERATOR(pg_catalog.+) 1,
             worker = claim.worker,
-            lease_token = pg_catalog.gen_random_uuid(),
+            lease_token = jq._lease_token(),
             started_at = pg_catalog.clock_timestamp(),
             lease = coalesce(claim.lease, q.lease),
             lease_expires_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) coalesce(claim.lease, q.lease)
@@ -646,7 +651,7 @@ BEGIN
             attempt = j.attempt OPERATOR(pg_catalog.+) 1,
             claims = j.claims OPERATOR(pg_catalog.+) 1,
             worker = claim.worker,
-            lease_token = pg_catalog.gen_random_uuid(),
+            lease_token = jq._lease_token(),
             started_at = pg_catalog.clock_timestamp(),
             lease = coalesce(claim.lease, q.lease),
             lease_expires_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) coalesce(claim.lease, q.lease)
@@ -1560,7 +1565,7 @@ BEGIN
                 attempt = j.attempt OPERATOR(pg_catalog.+) 1,
                 claims = j.claims OPERATOR(pg_catalog.+) 1,
                 worker = _claim_batch.worker,
-                lease_token = pg_catalog.gen_random_uuid(),
+                lease_token = jq._lease_token(),
                 started_at = pg_catalog.clock_timestamp(),
                 lease = coalesce(_claim_batch.lease, q.lease),
                 lease_expires_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) coalesce(_claim_batch.lease, q.lease)
@@ -1594,7 +1599,7 @@ BEGIN
                 attempt = j.attempt OPERATOR(pg_catalog.+) 1,
                 claims = j.claims OPERATOR(pg_catalog.+) 1,
                 worker = _claim_batch.worker,
-                lease_token = pg_catalog.gen_random_uuid(),
+                lease_token = jq._lease_token(),
                 started_at = pg_catalog.clock_timestamp(),
                 lease = coalesce(_claim_batch.lease, q.lease),
                 lease_expires_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) coalesce(_claim_batch.lease, q.lease)
@@ -2944,6 +2949,11 @@ COMMENT ON FUNCTION jq._ticket() IS
 'Internal: a caller ticket (bigint, 64 random bits) for the current role, kept in this backend '
 'until jq._redeem uses it. The default of every caller_ticket parameter; never pass one '
 'yourself. See src/security.rs and docs/security.md.';
+
+COMMENT ON FUNCTION jq._lease_token() IS
+'Internal: a new lease token (uuid), a random version-4 UUID as gen_random_uuid makes it (RFC '
+'9562, section 5.4), from CSPRNG bits this backend draws 1 KiB at a time (src/random.rs). Set '
+'by the claim statements, once per job claimed. Errors: XX000 if the CSPRNG fails.';
 
 COMMENT ON FUNCTION jq._redeem(bigint) IS
 'Internal: the role (oid) a caller ticket of this session was issued to; uses the ticket up. '

@@ -368,6 +368,10 @@ COMMENT ON FUNCTION jq._ticket() IS
 'Internal: a caller ticket (bigint, 64 random bits) for the current role, kept in this backend '
 'until jq._redeem uses it. The default of every caller_ticket parameter; never pass one '
 'yourself. See src/security.rs and docs/security.md.';
+COMMENT ON FUNCTION jq._lease_token() IS
+'Internal: a new lease token (uuid), a random version-4 UUID as gen_random_uuid makes it (RFC '
+'9562, section 5.4), from CSPRNG bits this backend draws 1 KiB at a time (src/random.rs). Set '
+'by the claim statements, once per job claimed. Errors: XX000 if the CSPRNG fails.';
 COMMENT ON FUNCTION jq._redeem(bigint) IS
 'Internal: the role (oid) a caller ticket of this session was issued to; uses the ticket up. '
 'Errors: 42501 unknown, reused or NULL ticket.';

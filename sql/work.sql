@@ -65,7 +65,7 @@ BEGIN
                 attempt = j.attempt OPERATOR(pg_catalog.+) 1,
                 claims = j.claims OPERATOR(pg_catalog.+) 1,
                 worker = _claim_batch.worker,
-                lease_token = pg_catalog.gen_random_uuid(),
+                lease_token = jq._lease_token(),
                 started_at = pg_catalog.clock_timestamp(),
                 lease = coalesce(_claim_batch.lease, q.lease),
                 lease_expires_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) coalesce(_claim_batch.lease, q.lease)
@@ -99,7 +99,7 @@ BEGIN
                 attempt = j.attempt OPERATOR(pg_catalog.+) 1,
                 claims = j.claims OPERATOR(pg_catalog.+) 1,
                 worker = _claim_batch.worker,
-                lease_token = pg_catalog.gen_random_uuid(),
+                lease_token = jq._lease_token(),
                 started_at = pg_catalog.clock_timestamp(),
                 lease = coalesce(_claim_batch.lease, q.lease),
                 lease_expires_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) coalesce(_claim_batch.lease, q.lease)
@@ -212,7 +212,7 @@ BEGIN
             attempt = j.attempt OPERATOR(pg_catalog.+) 1,
             claims = j.claims OPERATOR(pg_catalog.+) 1,
             worker = claim.worker,
-            lease_token = pg_catalog.gen_random_uuid(),
+            lease_token = jq._lease_token(),
             started_at = pg_catalog.clock_timestamp(),
             lease = coalesce(claim.lease, q.lease),
             lease_expires_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) coalesce(claim.lease, q.lease)
@@ -313,7 +313,7 @@ BEGIN
             attempt = j.attempt OPERATOR(pg_catalog.+) 1,
             claims = j.claims OPERATOR(pg_catalog.+) 1,
             worker = claim.worker,
-            lease_token = pg_catalog.gen_random_uuid(),
+            lease_token = jq._lease_token(),
             started_at = pg_catalog.clock_timestamp(),
             lease = coalesce(claim.lease, q.lease),
             lease_expires_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) coalesce(claim.lease, q.lease)

@@ -17,6 +17,7 @@ pub mod cron;
 mod cron_sql;
 pub mod gucs;
 pub mod planner;
+pub mod random;
 pub mod security;
 pub mod shmem;
 pub mod wakeup;
@@ -64,7 +65,7 @@ extension_sql_file!(
                 claim_hint::_hint_run_at, claim_hint::_hint_id, claim_hint::_hint_advance, claim_hint::_hint_clear,
                 claim_hint::_hint_turn_end]
 );
-extension_sql_file!("../sql/work.sql", name = "work", requires = ["enqueue", backoff::backoff_seconds]);
+extension_sql_file!("../sql/work.sql", name = "work", requires = ["enqueue", backoff::backoff_seconds, random::_lease_token]);
 extension_sql_file!("../sql/flow.sql", name = "flow", requires = ["work"]);
 extension_sql_file!(
     "../sql/cron.sql",

@@ -11,12 +11,9 @@
 //!
 //! A ticket is 64 random bits bound to the role that was current when it was issued, kept in
 //! this backend's memory until it is redeemed (once). The bits come from `pg_strong_random`
-//! (OpenSSL's CSPRNG), drawn [`RANDOM_BATCH`] tickets at a time: each call of it takes
-//! OpenSSL's locks and checks for a fork, which cost about 2% of a one-job claim at 64
-//! connections (perf, docs/BENCHMARKS.md); the unused bits stay in this backend's memory,
-//! which SQL cannot read, and are discarded if the process is not the one that drew them. A
-//! caller can only obtain tickets for itself, so passing one explicitly gains nothing; a
-//! made-up or reused ticket is refused (42501). At most [`MAX_OUTSTANDING`] unredeemed tickets are kept (the oldest are dropped):
+//! (OpenSSL's CSPRNG), drawn in batches (src/random.rs). A caller can only obtain tickets for
+//! itself, so passing one explicitly gains nothing; a made-up or reused ticket is refused
+//! (42501). At most [`MAX_OUTSTANDING`] unredeemed tickets are kept (the oldest are dropped):
 //! a ticket issued for a call that then failed before redeeming it cannot pile up.
 
 use pgrx::prelude::*;
@@ -26,49 +23,8 @@ use std::cell::RefCell;
 /// the call's arguments to the first statement of the function).
 pub const MAX_OUTSTANDING: usize = 64;
 
-/// Tickets' worth of random bits drawn from `pg_strong_random` at once.
-pub const RANDOM_BATCH: usize = 64;
-
-/// Random tickets not handed out yet, and the process that drew them.
-struct Pool {
-    pid: i32,
-    left: usize,
-    bits: [i64; RANDOM_BATCH],
-}
-
 thread_local! {
     static TICKETS: RefCell<Vec<(i64, pg_sys::Oid)>> = const { RefCell::new(Vec::new()) };
-    static POOL: RefCell<Pool> = const { RefCell::new(Pool { pid: 0, left: 0, bits: [0; RANDOM_BATCH] }) };
-}
-
-/// 64 bits from `pg_strong_random`, taken from a pool refilled [`RANDOM_BATCH`] at a time.
-/// Errors: XX000 if the CSPRNG fails.
-fn random_i64() -> i64 {
-    // SAFETY: this backend's process id, set at its start.
-    let pid = unsafe { pg_sys::MyProcPid };
-    POOL.with_borrow_mut(|pool| {
-        if pool.left == 0 || pool.pid != pid {
-            let mut bytes = [0u8; RANDOM_BATCH * 8];
-            // SAFETY: writes exactly bytes.len() bytes into the buffer.
-            let ok = unsafe { pg_sys::pg_strong_random(bytes.as_mut_ptr().cast(), bytes.len()) };
-            if !ok {
-                ereport!(
-                    ERROR,
-                    PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
-                    "jq: could not generate a random caller ticket"
-                );
-            }
-            for (slot, chunk) in pool.bits.iter_mut().zip(bytes.chunks_exact(8)) {
-                *slot = i64::from_ne_bytes(chunk.try_into().expect("8 bytes"));
-            }
-            pool.pid = pid;
-            pool.left = RANDOM_BATCH;
-        }
-        pool.left -= 1;
-        let bits = pool.bits[pool.left];
-        pool.bits[pool.left] = 0;  // handed out once
-        bits
-    })
 }
 
 /// `jq._ticket() RETURNS bigint`: a new caller ticket for the current role (`current_user`).
@@ -77,7 +33,7 @@ fn random_i64() -> i64 {
 fn _ticket() -> i64 {
     // SAFETY: reads the backend's current user id; always valid in a transaction.
     let role = unsafe { pg_sys::GetUserId() };
-    let ticket = random_i64();
+    let ticket = crate::random::random_u64("caller ticket") as i64;
     TICKETS.with_borrow_mut(|t| {
         if t.len() >= MAX_OUTSTANDING {
             t.remove(0);

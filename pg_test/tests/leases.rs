@@ -615,3 +615,55 @@ fn fail_with_a_nul_byte_is_refused_and_the_job_still_comes_back_through_its_leas
         .get(0);
     assert_eq!(st, "scheduled");
 }
+
+// Lease tokens come from backend-local pools of CSPRNG bits (src/random.rs): every claim, in
+// every session, by one-job and batch claims, gets a token of its own, shaped as
+// gen_random_uuid's (version 4, RFC 9562 variant). A token is the fence of every call after
+// the claim, so two claims sharing one would let a stale worker act on a newer claim.
+// Negative control: JQ_TEST_BREAK=lease_token_per_attempt made this test fail ("lease tokens
+// repeat": the one-job claims' tokens derived from the attempt number, so the 500 tokens of
+// one-job claims across 4 sessions were one value).
+#[test]
+fn every_claim_in_every_session_gets_a_lease_token_of_its_own() {
+    let db = TestDb::new("lease_tokens");
+    let mut c = db.connect();
+    if broken("lease_token_per_attempt") {
+        sabotage(
+            &mut c,
+            "jq.claim(text,text,integer,interval,interval,bigint)",
+            "lease_token = jq._lease_token(),",
+            "lease_token = pg_catalog.md5(j.attempt::pg_catalog.text)::uuid,",
+            2,
+        );
+    }
+    c.execute("SELECT jq.create_queue('q')", &[]).unwrap();
+    c.execute("SELECT jq.enqueue_many('q', (SELECT jsonb_agg(g) FROM generate_series(1, 1400) g))", &[]).unwrap();
+    // 8 sessions: 4 claim one job a call (125 calls), 4 claim batches of 10 (10 calls).
+    let workers: Vec<_> = (0..8)
+        .map(|w| {
+            let mut s = db.connect();
+            thread::spawn(move || {
+                let (n, calls) = if w < 4 { (1, 125) } else { (10, 10) };
+                let mut tokens = Vec::new();
+                for _ in 0..calls {
+                    tokens.extend(claim(&mut s, "q", &format!("w{w}"), n, None).into_iter().map(|j| j.token));
+                }
+                tokens
+            })
+        })
+        .collect();
+    let tokens: Vec<uuid::Uuid> = workers.into_iter().flat_map(|h| h.join().unwrap()).collect();
+    assert_eq!(tokens.len(), 900);
+    let distinct: std::collections::HashSet<_> = tokens.iter().collect();
+    assert_eq!(distinct.len(), tokens.len(), "lease tokens repeat");
+    for t in &tokens {
+        assert_eq!(t.get_version_num(), 4, "{t} is not a version-4 UUID");
+        assert_eq!(t.get_variant(), uuid::Variant::RFC4122, "{t} has the wrong variant");
+    }
+    // The stored token is the one returned.
+    let stored: i64 = c
+        .query_one("SELECT count(*) FROM jq.jobs WHERE state = 'running' AND lease_token = ANY ($1)", &[&tokens])
+        .unwrap()
+        .get(0);
+    assert_eq!(stored, 900);
+}

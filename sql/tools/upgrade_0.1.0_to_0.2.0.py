@@ -108,8 +108,8 @@ w('ALTER TABLE jq.schedules ADD COLUMN created_by regrole;\n\n')
 for s in find('cron.sql', r'^COMMENT ON TABLE jq\.schedules'):
     w(s + '\n')
 gen = open(sys.argv[1]).read()  # cargo pgrx schema pg15 -p jq --out FILE
-w('-- Caller tickets (src/security.rs) and claim-start hints (src/claim_hint.rs).\n')
-for fn in ('_ticket', '_redeem', '_authorize', '_wake_ready', '_claim_hint', '_hint_priority',
+w('-- Caller tickets (src/security.rs), lease tokens (src/random.rs) and claim-start hints (src/claim_hint.rs).\n')
+for fn in ('_ticket', '_lease_token', '_redeem', '_authorize', '_wake_ready', '_claim_hint', '_hint_priority',
            '_hint_run_at', '_hint_id', '_hint_advance', '_hint_clear', '_hint_turn_end'):
     m = re.search(r'CREATE\s+FUNCTION "' + fn + r'"\(.*?;\n', gen, re.S)
     assert m, fn
