@@ -32,18 +32,18 @@ pub fn random_u64(what: &str) -> u64 {
     let pid = unsafe { pg_sys::MyProcPid };
     POOL.with_borrow_mut(|pool| {
         if pool.left == 0 || pool.pid != pid {
-            let mut bytes = [0u8; BATCH * 8];
-            // SAFETY: writes exactly bytes.len() bytes into the buffer.
-            let ok = unsafe { pg_sys::pg_strong_random(bytes.as_mut_ptr().cast(), bytes.len()) };
+            pool.left = 0;  // a failed draw leaves nothing to hand out
+            // SAFETY: writes exactly size_of_val(&pool.words) bytes into the words themselves
+            // (no copy elsewhere); any bit pattern is a valid u64.
+            let ok = unsafe {
+                pg_sys::pg_strong_random(pool.words.as_mut_ptr().cast(), std::mem::size_of_val(&pool.words))
+            };
             if !ok {
                 ereport!(
                     ERROR,
                     PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
                     format!("jq: could not generate random bits for a {what}")
                 );
-            }
-            for (slot, chunk) in pool.words.iter_mut().zip(bytes.chunks_exact(8)) {
-                *slot = u64::from_ne_bytes(chunk.try_into().expect("8 bytes"));
             }
             pool.pid = pid;
             pool.left = BATCH;

@@ -616,10 +616,12 @@ fn fail_with_a_nul_byte_is_refused_and_the_job_still_comes_back_through_its_leas
     assert_eq!(st, "scheduled");
 }
 
-// Lease tokens come from backend-local pools of CSPRNG bits (src/random.rs): every claim, in
-// every session, by one-job and batch claims, gets a token of its own, shaped as
-// gen_random_uuid's (version 4, RFC 9562 variant). A token is the fence of every call after
-// the claim, so two claims sharing one would let a stale worker act on a newer claim.
+// Lease tokens come from backend-local pools of CSPRNG bits (src/random.rs): across 8 sessions
+// (each drawing its pool again several times), one-job and batch claims get 900 tokens, all
+// different, shaped as gen_random_uuid's (version 4, RFC 9562 variant). A token is the fence of
+// every call after the claim, so two claims sharing one would let a stale worker act on a newer
+// claim. (The pool's redraw in a forked process is not exercised: no backend inherits a filled
+// pool, since the postmaster never draws.)
 // Negative control: JQ_TEST_BREAK=lease_token_per_attempt made this test fail ("lease tokens
 // repeat": the one-job claims' tokens derived from the attempt number, so the 500 tokens of
 // one-job claims across 4 sessions were one value).
