@@ -275,7 +275,10 @@ def target(name, r, ok):
     if r is None:
         out.append(f"- {name}: not measured")
     else:
-        out.append(f"- {name}: {rfmt(r) if isinstance(r, tuple) else r} → **{'met' if ok else 'missed'}**")
+        # The median with three decimals: one rounded to two could read 0.80 beside "missed"
+        # (0.796 against 0.8).
+        shown = f"{r[0]:.3f} ({r[1]:.2f}–{r[2]:.2f})" if isinstance(r, tuple) and r[0] is not None else r
+        out.append(f"- {name}: {shown} → **{'met' if ok else 'missed'}**")
 
 
 for b in ("1", "10"):
