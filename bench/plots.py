@@ -2,8 +2,8 @@
 """PNG plots of one bench/run results directory (matplotlib, from bench/.venv).
 
 Usage: bench/.venv/bin/python bench/plots.py RESULTS_DIR
-Writes RESULTS_DIR/throughput-vs-concurrency.png (drain jobs/s against connections, batch 1 and
-10, median of rounds with min–max bars), claim-latency-cdf.png (CDF of the claim's latency at each
+Writes RESULTS_DIR/throughput-vs-concurrency.png (drain jobs/s against connections, batch 1, 10
+and 100, median of rounds with min–max bars), claim-latency-cdf.png (CDF of the claim's latency at each
 depth, from the depth cell's samples), claim-cost-vs-depth.png (p50 and p99 against depth),
 pickup-latency.png (jq's pickup percentiles per arrival rate) and soak.png (jobs per second
 through the held snapshot), each when its cells are present.
@@ -30,7 +30,8 @@ for r in rows:
     except ValueError:
         pass
 COLORS = {"floor": "black", "jq": "tab:blue", "pgmq": "tab:orange", "graphile": "tab:green",
-          "procrastinate": "tab:red", "pgboss": "tab:purple", "jq-client": "tab:cyan"}
+          "procrastinate": "tab:red", "pgboss": "tab:purple", "jq-client": "tab:cyan",
+          "graphile-tuned": "tab:olive"}
 
 
 def series(c, s, b):
@@ -38,7 +39,7 @@ def series(c, s, b):
     return pts
 
 
-drain_batches = [b for b in ("1", "10") if any(k[0] == "drain" and k[2] == b for k in cell)]
+drain_batches = [b for b in ("1", "10", "100") if any(k[0] == "drain" and k[2] == b for k in cell)]
 if drain_batches:
     fig, axes = plt.subplots(1, len(drain_batches), figsize=(6 * len(drain_batches), 4.5), squeeze=False)
     for ax, b in zip(axes[0], drain_batches):

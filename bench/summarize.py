@@ -73,8 +73,8 @@ if drain:
     out.append("## Drain, jobs/s\n")
     out.append("SQL level (pgbench): floor, jq, pgmq. End to end with a no-op handler: jq-client, graphile "
                "(graphile-worker 0.17.3 in its defaults), graphile-tuned (the same with its documented batching: a local queue of "
-               "concurrency + 1 jobs per fetch and completes batched over 250 ms; in the batch-10 row, beside jq's client at "
-               "claim batch 10), procrastinate (3.10.0), pgboss (pg-boss 10.4.2 fetch/complete loops), "
+               "concurrency + 1 jobs per fetch and completes batched over 250 ms; in the rows whose batch equals the concurrency, "
+               "beside jq's client in its defaults: one worker, claim batch = its concurrency), procrastinate (3.10.0), pgboss (pg-boss 10.4.2 fetch/complete loops), "
                "pgboss-work (pg-boss `work()` in its defaults). Connections = pgbench clients or the peer's concurrency.\n")
     systems = [s for s in ALL if any(k[1] == s for k in drain)]
     combos = sorted({(k[2], k[3]) for k in drain}, key=lambda x: (int(x[0]), int(x[1])))
@@ -287,7 +287,7 @@ for b in ("1", "10"):
         if r:
             target(f"jq ≥ 0.8× floor at batch {b}, {conns(c)}", r, r[0] >= 0.8)
 for k in keys("drain"):
-    if k[1] == "jq-client":
+    if k[1] == "jq-client" and ("drain", "jq", k[2], k[3]) in cell:  # not the batch = concurrency cells
         r = ratio(k, ("drain", "jq", k[2], k[3]))
         where = (f"batch 1, client concurrency {k[3]} against {plural(k[3], 'pgbench connection')}" if k[2] == "1"
                  else f"batch {k[2]}, {conns(k[3])}")
