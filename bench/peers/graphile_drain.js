@@ -2,11 +2,12 @@
 // no local queue) with a no-op task. Usage:
 //   node graphile_drain.js PEERS_DIR URL migrate
 //   node graphile_drain.js PEERS_DIR URL fill N
-//   node graphile_drain.js PEERS_DIR URL drain CONCURRENCY WARM_SECS SECS [MAX_POOL_SIZE [tuned]]
+//   node graphile_drain.js PEERS_DIR URL drain CONCURRENCY WARM_SECS SECS [MAX_POOL_SIZE [tuned[:N]]]
 // (MAX_POOL_SIZE: graphile-worker's maxPoolSize, default 10 (0: the default); bench/run leaves
 // the default.) "tuned": its docs' batching (worker.graphile.org/docs/performance#batching):
-// a local queue of CONCURRENCY + 1 jobs ("a good starting point is often concurrentJobs + 1")
-// and completeJobBatchDelay 250 ms ("we recommend starting with ... 250").
+// a local queue of CONCURRENCY + 1 jobs ("a good starting point is often concurrentJobs + 1"),
+// or of N jobs with "tuned:N", and completeJobBatchDelay 250 ms ("we recommend starting with
+// ... 250").
 // drain prints one JSON line: jobs/s counted in the database (graphile-worker deletes a job when
 // it completes) over SECS after WARM_SECS, and the duplicates seen by the handler.
 const path = require("path");
@@ -33,14 +34,16 @@ async function main() {
     }
   } else if (mode === "drain") {
     const [conc, warm, secs, pool] = rest.slice(0, 4).map(Number);
-    const tuned = rest[4] === "tuned";
+    const tuned = (rest[4] || "").startsWith("tuned");
+    const localQueue = tuned && rest[4].includes(":") ? Number(rest[4].split(":")[1]) : conc + 1;
+    if (tuned && !(localQueue >= 1)) throw new Error(`bad local queue size in ${rest[4]}`);
     const seen = new Set();
     let dup = 0;
     const runner = await gw.run({
       connectionString: url,
       concurrency: conc,
       ...(pool ? { maxPoolSize: pool } : {}),
-      ...(tuned ? { preset: { worker: { localQueue: { size: conc + 1 }, completeJobBatchDelay: 250 } } } : {}),
+      ...(tuned ? { preset: { worker: { localQueue: { size: localQueue }, completeJobBatchDelay: 250 } } } : {}),
       noHandleSignals: true,
       logger: new gw.Logger(() => () => {}),
       taskList: {
@@ -57,7 +60,7 @@ async function main() {
     const t1 = Date.now(), l1 = await left();
     await runner.stop();
     const rate = Math.round((l0 - l1) / ((t1 - t0) / 1000));
-    console.log(JSON.stringify({ jobs_per_s: rate, concurrency: conc, max_pool_size: pool || 10, tuned, handled: seen.size, duplicates: dup, left: l1, ok: dup === 0 }));
+    console.log(JSON.stringify({ jobs_per_s: rate, concurrency: conc, max_pool_size: pool || 10, tuned, local_queue: tuned ? localQueue : 0, handled: seen.size, duplicates: dup, left: l1, ok: dup === 0 }));
   }
   await db.end();
 }
