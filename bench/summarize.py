@@ -282,7 +282,7 @@ def target(name, r, ok):
         out.append(f"- {name}: {shown} → **{'met' if ok else 'missed'}**")
 
 
-for b in sorted({k[2] for k in drain if k[1] == "floor"}, key=int):  # the issue's targets: 1 and 10
+for b in sorted({k[2] for k in drain if k[1] == "floor"}, key=int):  # the issue: 1 and 10; 100 shown too
     for c in sorted({k[3] for k in drain if k[2] == b}, key=int):
         r = ratio(("drain", "jq", b, c), ("drain", "floor", b, c))
         if r:
