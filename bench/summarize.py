@@ -306,8 +306,8 @@ for k in sorted(drain, key=lambda k: (int(k[2]), int(k[3]))):
                 shape = (f"jq's client: {plural(w, 'worker')} × {plural(h, 'handler')}, "
                          f"on {conns(2 * int(w))}, claim batch {k[2]}; ")
             short = any(x["system"] == k[1] and x["batch"] == k[2] and x["conns"] == k[3] for x in e2e_dry)
-            target(f"jq ≥ {k[1]} at batch {k[2]}, concurrency {k[3]}, both end to end ({shape}"
-                   f"{'jq' + chr(39) + 's SQL level: ' + rfmt(r) if r else 'no SQL-level cell at this batch'}"
+            sql = f"jq's SQL level: {rfmt(r)}" if r else "no SQL-level cell at this batch"
+            target(f"jq ≥ {k[1]} at batch {k[2]}, concurrency {k[3]}, both end to end ({shape}{sql}"
                    f"{'; the peer ran out of jobs in some round, so its rate is a lower bound' if short else ''})", e, e[0] >= 1.0)
         elif k[1] == "pgmq" and r:
             target(f"jq (SQL level) ≥ {k[1]} at batch {k[2]}, {conns(k[3])}", r, r[0] >= 1.0)
