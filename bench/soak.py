@@ -1,11 +1,11 @@
 """Held-snapshot soak for bench/run (psycopg 3, bench/.venv).
 
-Usage: soak.py URL SYSTEM CLEAN HELD AFTER OUTDIR -- PGBENCH_CMD...     SYSTEM: jq | floor
+Usage: soak.py URL SYSTEM CLEAN HELD AFTER OUTDIR [control] -- PGBENCH_CMD...     SYSTEM: jq | floor
 Runs the drain PGBENCH_CMD (its -T must cover CLEAN + HELD + AFTER) and counts the completion log
 (bench_done) every second. After CLEAN seconds a separate session opens a REPEATABLE READ
 transaction and takes its snapshot (vacuum can then remove nothing newer), holds it HELD seconds,
 commits, and the drain goes on AFTER seconds. Writes OUTDIR/soak-SYSTEM.csv (second, jobs done
-that second, phase, dead tuples and sizes every 5 s) and OUTDIR/soak-SYSTEM-explain.txt: the
+that second, phase, every 5 s dead tuples, sizes, checkpoints, WAL and the table's vacuum) and OUTDIR/soak-SYSTEM-explain.txt: the
 claim's plan with EXPLAIN (ANALYZE, BUFFERS) shortly before the snapshot, near its end and near
 the end of AFTER (for jq through auto_explain with log_nested_statements, in a transaction rolled
 back), with the vacuums in progress then. Prints one JSON
@@ -22,6 +22,9 @@ import psycopg
 
 url, system, clean, held, after, outdir = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
 cmd = sys.argv[sys.argv.index("--") + 1:]
+# "control" before "--": the same drain for the same time, but no snapshot is taken (what the
+# drain's own ageing does to its rate over CLEAN + HELD + AFTER seconds).
+control = "control" in sys.argv[7:sys.argv.index("--")]
 table = "jq.jobs" if system == "jq" else "floor_jobs"
 CLAIM = {"jq": "SELECT * FROM jq.claim('q', 'explain', 10)",
          "floor": "WITH c AS (SELECT id FROM floor_jobs WHERE queue = 'q' AND state = 'ready' ORDER BY priority DESC, run_at, id "
@@ -52,8 +55,15 @@ def explain(label):
 
 
 def health(c):
+    # Every 5 s: the table's dead and live tuples, autovacuums and sizes; the cluster's
+    # checkpoints so far, its WAL position (MB) and the buffers backends had to write themselves;
+    # the vacuum of the table in progress (phase and heap blocks scanned / total), if any.
     return c.execute(
-        f"SELECT n_dead_tup, n_live_tup, autovacuum_count, pg_total_relation_size('{table}'), pg_indexes_size('{table}') "
+        f"SELECT n_dead_tup, n_live_tup, autovacuum_count, pg_total_relation_size('{table}'), pg_indexes_size('{table}'), "
+        f"(SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter), "
+        f"(pg_current_wal_lsn() - '0/0'::pg_lsn) / 1048576, (SELECT buffers_backend FROM pg_stat_bgwriter), "
+        f"(SELECT coalesce(max(phase || ' ' || heap_blks_scanned || '/' || heap_blks_total), '') FROM pg_stat_progress_vacuum "
+        f"WHERE relid = '{table}'::regclass) "
         f"FROM pg_stat_user_tables WHERE relid = '{table}'::regclass").fetchone()
 
 
@@ -67,12 +77,12 @@ with psycopg.connect(url, autocommit=True) as c:
     for sec in range(1, total + 1):
         if sec == clean - 2:
             explain("clean, 2 s before the snapshot")
-        if sec == clean:
+        if sec == clean and not control:
             snap.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             snap.execute("SELECT count(*) FROM bench_done").fetchone()  # takes the snapshot
         if sec == clean + held - 3:
             explain(f"snapshot held for {held - 3} s")
-        if sec == clean + held:
+        if sec == clean + held and not control:
             snap.commit()
         if sec == total - 3:
             explain(f"{after - 3} s after the snapshot's end")
@@ -85,18 +95,18 @@ with psycopg.connect(url, autocommit=True) as c:
         time.sleep(max(0.0, t0 + sec - time.monotonic()))
         now = done()
         phase = "clean" if sec <= clean else "held" if sec <= clean + held else "after"
-        hl = health(c) if sec % 5 == 0 else ("", "", "", "", "")
+        hl = health(c) if sec % 5 == 0 else ("",) * 9
         rows.append((sec, now - last, phase, *hl))
         last = now
     pg.wait()
     err = pg.stderr.read()
     snap.close()
     h1 = health(c)
-with open(f"{outdir}/soak-{system}.csv", "w") as f:
-    f.write("second,jobs,phase,n_dead_tup,n_live_tup,autovacuum_count,total_bytes,index_bytes\n")
+with open(f"{outdir}/soak-{system}{'-control' if control else ''}.csv", "w") as f:
+    f.write("second,jobs,phase,n_dead_tup,n_live_tup,autovacuum_count,total_bytes,index_bytes,checkpoints,wal_mb,buffers_backend,vacuum\n")
     for r in rows:
         f.write(",".join(str(x) for x in r) + "\n")
-with open(f"{outdir}/soak-{system}-explain.txt", "w") as f:
+with open(f"{outdir}/soak-{system}{'-control' if control else ''}-explain.txt", "w") as f:
     f.write("\n".join(explain_out))
 rate = lambda a, b: statistics.mean(r[1] for r in rows if a <= r[0] <= b)
 c_rate = rate(3, clean)

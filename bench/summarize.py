@@ -255,19 +255,31 @@ if steady:
     out.append("")
 
 soak = keys("soak-held")
+soak_control = keys("soak-held-control")
+soak_rates = {}  # label -> the run's JSON line
+
+
+def soak_json(j):
+    return json.loads(j.replace("'", '"').replace("None", "null").replace("False", "false").replace("True", "true"))
+
+
 if soak:
     out.append("## Held REPEATABLE READ snapshot during a drain (batch 10)\n")
     out.append("| system | clean jobs/s | during | 20–30 s after | during ÷ clean | after ÷ clean | first second after with 3-s mean ≥ 0.8× clean | dead tuples at the end of the snapshot | table+index bytes start → end | autovacuums |")
     out.append("|---|---|---|---|---|---|---|---|---|---|")
-    for k in soak:
+    for k in soak + soak_control:
         for j in detail[k].values():
             try:
-                o = json.loads(j.replace("'", '"').replace("None", "null").replace("False", "false").replace("True", "true"))
-                out.append(f"| {o['system']} | {o['clean']:,} | {o['held']:,} | {o['after_20_30s']:,} | {o['held_ratio']:.2f} | {o['after_ratio']:.2f} | "
+                o = soak_json(j)
+                label = o['system'] + (" (control: no snapshot)" if k in soak_control else "")
+                soak_rates[label] = o
+                out.append(f"| {label} | {o['clean']:,} | {o['held']:,} | {o['after_20_30s']:,} | {o['held_ratio']:.2f} | {o['after_ratio']:.2f} | "
                            f"{o['back_to_0.8x_after_s']} | {o['dead_tuples_end_of_snapshot']:,} | {o['total_bytes_start']:,} → {o['total_bytes_end']:,} | {o['autovacuums']} |")
             except Exception as e:
                 out.append(f"| {k[1]} | {j} |")
-    out.append(f"\n(snapshot held {o.get('held_s', '?')} s; per-second series in soak-*.csv; the claim's plans in soak-*-explain.txt)\n")
+    out.append(f"\n(snapshot held {o.get('held_s', '?')} s; per-second series in soak-*.csv, with checkpoints, WAL and the table's vacuum "
+               f"every 5 s; the claim's plans in soak-*-explain.txt. The control drains the same prefill for the same seconds "
+               f"without taking the snapshot: its columns 'during' and 'after' are the same seconds of that drain.)\n")
 
 out.append("## Targets (issue 5)\n")
 
@@ -359,5 +371,15 @@ for k in soak:
             continue
         h, a = med(k), med(("soak-after", "jq", k[2], k[3]))
         target("held snapshot: drain ≥ 0.3× clean during", f"{h:.2f}×", h >= 0.3)
-        target("held snapshot: ≥ 0.8× clean within 30 s after (seconds 20–30)", f"{a:.2f}×", a >= 0.8)
+        held, ctl = soak_rates.get("jq"), soak_rates.get("jq (control: no snapshot)")
+        if held and ctl:
+            # The clean rate of the same seconds is the control's: a drain of the same prefill
+            # without the snapshot, whose own rate also changes over 340 s (the table ages, and
+            # the timed checkpoint falls near second 300: CHECKPOINT before the cell, timeout 300 s).
+            r = held['after_20_30s'] / ctl['after_20_30s']
+            target("held snapshot: ≥ 0.8× clean within 30 s after (seconds 20–30; clean = the control's same seconds)",
+                   f"{r:.2f}× ({held['after_20_30s']:,} against {ctl['after_20_30s']:,} jobs/s; against the first 10 s "
+                   f"of each drain: held {a:.2f}×, control {ctl['after_ratio']:.2f}×)", r >= 0.8)
+        else:
+            target("held snapshot: ≥ 0.8× clean within 30 s after (seconds 20–30)", f"{a:.2f}×", a >= 0.8)
 print("\n".join(out))
