@@ -14,6 +14,7 @@ cd "$(dirname "$0")/.."
 variant_sql=${1:?usage: bench/ab_variant.sh "SQL applied to the variant database"}
 PG_CONFIG=${PG_CONFIG:-$(command -v pg_config || echo /usr/lib/postgresql/15/bin/pg_config)}
 export JQ_PG_BIN=$("$PG_CONFIG" --bindir)
+source bench/release_build.sh; require_release_jq "$PG_CONFIG"
 port=${JQ_AB_PORT:-55420}; data=${JQ_AB_DATA:-/tmp/jq-ab}; rounds=${ROUNDS:-3}; secs=${SECS:-5}; n=${PREFILL:-120000}
 source pg_test/cluster.sh
 jq_cluster_stop "$data" >/dev/null 2>&1 || true; rm -rf "$data"
