@@ -15,6 +15,8 @@ source pg_test/cluster.sh
 D=/tmp/jq-reaper-exp; P=55530
 jq_cluster_stop $D >/dev/null 2>&1; rm -rf $D
 jq_cluster_start $D $P shared_preload_libraries=jq "jq.databases='none'" >/dev/null || exit 1
+# The reaper's scan (jq._reap's batch), under EXPLAIN.
+REAP="EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) SELECT x.id FROM jq.jobs x WHERE x.state = 'running' AND x.lease_expires_at < now() ORDER BY x.lease_expires_at LIMIT 100 FOR UPDATE SKIP LOCKED"
 ps() { $JQ_PG_BIN/psql -X -q -h 127.0.0.1 -p $P -U postgres -d jqx "$@"; }
 $JQ_PG_BIN/psql -X -q -h 127.0.0.1 -p $P -U postgres -d postgres -c "CREATE DATABASE jqx"
 ps -c "CREATE EXTENSION jq" -c "SELECT jq.create_queue('q', lease => interval '2 seconds')" -f bench/done_log.sql >/dev/null
@@ -26,13 +28,13 @@ sleep 1
 $JQ_PG_BIN/pgbench -n -h 127.0.0.1 -p $P -U postgres -M prepared -c 4 -j 2 -t 4000 -f bench/jq_claim_complete_b10.pgbench jqx 2>&1 | grep -E "^tps|processed"
 sleep 3
 echo "--- reaper's scan while the snapshot is held (every claimed version's lease has expired)"
-ps -c "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) SELECT x.id FROM jq.jobs x WHERE x.state = 'running' AND x.lease_expires_at < now() ORDER BY x.lease_expires_at LIMIT 100 FOR UPDATE SKIP LOCKED"
-ps -c "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) SELECT x.id FROM jq.jobs x WHERE x.state = 'running' AND x.lease_expires_at < now() ORDER BY x.lease_expires_at LIMIT 100 FOR UPDATE SKIP LOCKED"
+ps -c "$REAP"
+ps -c "$REAP"
 ps -c "SELECT count(*) AS running_live FROM jq.jobs WHERE state = 'running'"
 # end the snapshot
 ps -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = 'jqx' AND query LIKE '%pg_sleep%' AND pid <> pg_backend_pid()" >/dev/null
 sleep 1
 echo "--- after the snapshot's end: first and second pass"
-ps -c "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) SELECT x.id FROM jq.jobs x WHERE x.state = 'running' AND x.lease_expires_at < now() ORDER BY x.lease_expires_at LIMIT 100 FOR UPDATE SKIP LOCKED"
-ps -c "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) SELECT x.id FROM jq.jobs x WHERE x.state = 'running' AND x.lease_expires_at < now() ORDER BY x.lease_expires_at LIMIT 100 FOR UPDATE SKIP LOCKED"
+ps -c "$REAP"
+ps -c "$REAP"
 jq_cluster_stop $D >/dev/null
