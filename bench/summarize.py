@@ -81,6 +81,56 @@ def med(k):
 out = [f"# Benchmark summary: {d}\n", "```", open(f"{d}/machine.txt").read().rstrip(), "```\n",
        "Values: median over rounds (min–max). Ratios: computed within each round, then median (min–max).\n"]
 
+def cpu_steal():
+    """Lines on CPU steal from cpu.csv (bench/cpu_sampler.sh), per round by run.log's times."""
+    import datetime
+    import os
+    if not os.path.exists(f"{d}/cpu.csv"):
+        return []
+    samples = []  # (epoch, busy+idle ticks, steal ticks)
+    for r in csv.DictReader(open(f"{d}/cpu.csv")):
+        try:
+            samples.append((int(r["epoch"]), sum(int(r[k]) for k in r if k != "epoch"), int(r["steal"])))
+        except (ValueError, TypeError):
+            pass
+    win = [(b[0], (b[2] - a[2]) / (b[1] - a[1])) for a, b in zip(samples, samples[1:]) if b[1] > a[1]]
+    if not win:
+        return []
+
+    def share(ws):
+        v = sorted(x for _, x in ws)
+        return f"median {statistics.median(v):.0%}, max {max(v):.0%} of {len(v)} windows"
+
+    lines = ["## CPU steal (bench/cpu_sampler.sh, one window per 5-s sample)\n",
+             "Steal ÷ all of the VM's CPU ticks (idle included): time the hypervisor ran other guests instead. Rounds with much "
+             "steal run slower on every system; same-round ratios cancel only the part that hits both cells alike.\n",
+             f"- whole run: {share(win)}"]
+    m = re.search(r"date: (\d{4}-\d{2}-\d{2})T", open(f"{d}/machine.txt").read())
+    if m and os.path.exists(f"{d}/run.log"):
+        base = datetime.datetime.strptime(m.group(1), "%Y-%m-%d").replace(tzinfo=datetime.timezone.utc).timestamp()
+        rounds, last = {}, 0
+        for line in open(f"{d}/run.log"):
+            if re.match(r"\[[0-9:]+\] === (?!round)", line):
+                break  # the cells after the rounds (depth, steady, soak) number their own repetitions
+            t = re.match(r"\[(\d\d):(\d\d):(\d\d)\] round (\d+) ", line)
+            if not t:
+                continue
+            at = base + int(t.group(1)) * 3600 + int(t.group(2)) * 60 + int(t.group(3))
+            while at < last - 3600:  # past midnight
+                at += 86400
+            last = at
+            lo, hi = rounds.get(t.group(4), (at, at))
+            rounds[t.group(4)] = (min(lo, at), max(hi, at))
+        for rd, (lo, hi) in sorted(rounds.items(), key=lambda x: int(x[0])):
+            ws = [w for w in win if lo <= w[0] <= hi + 5]
+            if ws:
+                lines.append(f"- round {rd}: {share(ws)}")
+    return lines + [""]
+
+
+out += cpu_steal()
+
+
 def plural(n, word):
     return f"{n} {word}" + ("" if str(n) == "1" else "s")
 

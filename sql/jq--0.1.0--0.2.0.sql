@@ -853,11 +853,16 @@ BEGIN
     IF v_deadline IS NULL OR jq._claimable(claim.queues) THEN
     -- A capped queue's row stays locked until the transaction ends. Claiming capped queues one
     -- after another would let two callers that list them in different orders deadlock, so
-    -- when two or more are capped, lock all of their rows first, in name order (jq.jobs
-    -- before them, the order jq.drop_queue takes). A queue that becomes capped after this is
-    -- only claimed if its row is free (jq.claim_cap_skip_locked, read by the claim below).
-    IF (SELECT count(*) FROM jq.queues t
-        WHERE t.name = ANY (claim.queues) AND (t.max_concurrency IS NOT NULL OR t.rate_limit IS NOT NULL)) > 1 THEN
+    -- lock the rows of all the capped (or rate-limited) queues first, in name order (jq.jobs
+    -- before them, the order jq.drop_queue takes), waiting for them as jq.claim(text, ...)
+    -- waits for its one queue row. A queue that becomes capped after this is only claimed if
+    -- its row is free (jq.claim_cap_skip_locked, read by the claim below): claims never wait
+    -- for a queue row out of order. Also with only one capped queue listed: the claim below
+    -- would otherwise skip it whenever another claimer held its row, and return empty with
+    -- jobs and free slots there (pg_test/tests/robustness.rs,
+    -- a_multi_queue_claim_waits_for_a_busy_capped_queue_row).
+    IF EXISTS (SELECT FROM jq.queues t
+               WHERE t.name = ANY (claim.queues) AND (t.max_concurrency IS NOT NULL OR t.rate_limit IS NOT NULL)) THEN
         LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;
         PERFORM 1 FROM (SELECT t.name FROM jq.queues t
                         WHERE t.name = ANY (claim.queues) AND (t.max_concurrency IS NOT NULL OR t.rate_limit IS NOT NULL)
@@ -879,11 +884,19 @@ BEGIN
     END IF;
     END IF;
     -- Nothing claimable now (or the jobs the look saw are locked by an unfinished claim, which
-    -- wakes us if it rolls back): sleep until a wakeup or the deadline, then look again. Not
+    -- wakes us if it rolls back): sleep until a wakeup, the deadline or the next rate token of
+    -- a listed rate-limited queue (a token arriving is no commit, so nothing wakes us for it;
+    -- as jq.claim(text, ...); pg_test/tests/flow.rs,
+    -- a_multi_queue_long_poll_wakes_for_the_next_rate_token), then look again. Not
     -- while the transaction has a transaction id: a look may hold a job's row lock it did not
     -- claim with (see jq.claim(text, ...), where it sleeps), or the caller's transaction holds
     -- row locks of its own.
-    IF pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL OR NOT jq._wait(v_deadline) THEN
+    IF pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL
+       OR NOT jq._wait(LEAST(v_deadline,
+                             (SELECT min(s.token_at)
+                              FROM (SELECT jq._rate_next_token(t.name) AS token_at FROM jq.queues t
+                                    WHERE t.name = ANY (claim.queues) AND t.rate_limit IS NOT NULL) s
+                              WHERE s.token_at > pg_catalog.clock_timestamp()))) THEN
         EXIT poll;
     END IF;
     END LOOP poll;
@@ -920,12 +933,14 @@ COMMENT ON FUNCTION jq.claim(text, text, integer, interval, interval, bigint) IS
 COMMENT ON FUNCTION jq.claim(text[], text, integer, interval, interval, bigint) IS
 'Claims up to n jobs in total from several queues, one queue at a time in the given order (each '
 'with the single-queue claim, so each stays on its index; seed A, ADR-002a): earlier queues take '
-'precedence. Every name is checked first (22004 NULL, 22023 malformed, 42704 unknown). When two '
-'or more of the queues have a max_concurrency, their rows are locked first, in name order, and '
-'a queue capped after that is skipped while another claimer holds it, so callers listing them '
-'in different orders cannot deadlock. wait (interval, 0 to 1 hour; default NULL = return at '
-'once): long-poll as in jq.claim(text, ...): sleeps, holding no row lock, until a lock-free look '
-'finds a claimable job in any of the queues, then claims; if that gets nothing (other claimers '
+'precedence. Every name is checked first (22004 NULL, 22023 malformed, 42704 unknown). The rows '
+'of the queues with a max_concurrency or rate_limit are locked first, in name order (waiting for '
+'other claimers, as jq.claim(text, ...) does), and a queue capped after that is skipped while '
+'another claimer holds it, so callers listing them in different orders cannot deadlock. wait '
+'(interval, 0 to 1 hour; default NULL = return at once): long-poll as in jq.claim(text, ...): '
+'sleeps, holding no row lock, until a lock-free look finds a claimable job in any of the queues '
+'(woken by a commit, or when a listed rate-limited queue''s next token is due), then claims; if '
+'that gets nothing (other claimers '
 'were faster), it sleeps again, except when a capped queue is listed: then it returns empty '
 'rather than sleep holding that queue''s row lock. It never sleeps while its transaction has a '
 'transaction id (as jq.claim(text, ...)): it returns empty instead. Errors: as jq.claim(text, ...), plus 22023 '

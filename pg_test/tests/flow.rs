@@ -413,6 +413,40 @@ fn a_rate_limited_queue_never_exceeds_its_limit_in_any_window() {
     assert!((rate - 50.0).abs() <= 5.0, "overall rate {rate:.1}/s, not within 10% of 50/s");
 }
 
+/// A multi-queue long-poll that lists a rate-limited queue whose ready jobs wait for a token
+/// sleeps only until that token is due, not until its whole `wait`: a token arriving is no
+/// commit, so no wakeup comes for it (the single-queue claim caps its sleep the same way).
+/// Rate 1 per 2 s, the bucket's one token taken, then `jq.claim(ARRAY['rl', 'other'], wait =>
+/// '30 s')`: the next token is due within 2 s.
+///
+/// Negative control: JQ_TEST_BREAK=multi_poll_ignores_tokens (the sleep capped at the deadline
+/// only, as before the fix) fails: the claim returned its job after 9.96 s, at a later re-check
+/// (the fixed claim: about 2 s).
+#[test]
+fn a_multi_queue_long_poll_wakes_for_the_next_rate_token() {
+    const CLAIM_MANY: &str = "jq.claim(text[],text,integer,interval,interval,bigint)";
+    let db = TestDb::new("flow_rate_multi");
+    let mut c = db.connect();
+    if broken("multi_poll_ignores_tokens") {
+        sabotage(&mut c, CLAIM_MANY, "WHERE s.token_at > pg_catalog.clock_timestamp()", "WHERE false", 1);
+    }
+    c.batch_execute(
+        "SELECT jq.create_queue('rl');
+         SELECT jq.create_queue('other');
+         SELECT jq.alter_queue('rl', rate_limit => 1, rate_period => '2 seconds', burst => 1);
+         SELECT count(*) FROM jq.enqueue_many('rl', '[1, 2, 3]');",
+    )
+    .unwrap();
+    assert_eq!(claim(&mut c, "rl", "w", 1, None).len(), 1, "the bucket's one token");
+    let t = Instant::now();
+    let got = c.query("SELECT id FROM jq.claim(ARRAY['rl', 'other'], 'w', wait => '30 s')", &[]).unwrap().len();
+    let took = t.elapsed();
+    eprintln!("multi-queue long-poll: {got} job(s) after {:.2} s", took.as_secs_f64());
+    assert_eq!(got, 1, "the next token's job");
+    // Due within 2 s; the broken variant took 10 s.
+    assert!(took < Duration::from_secs(6), "slept {took:?} past the next token (2 s)");
+}
+
 /// Options are validated with SQLSTATEs and change nothing when refused.
 #[test]
 fn flow_options_are_validated() {

@@ -95,6 +95,47 @@ fn claims_over_capped_queues_in_different_orders_do_not_deadlock() {
     assert_eq!(deadlocks, 0, "claims over capped queues deadlocked {deadlocks} times");
 }
 
+/// A multi-queue claim that lists one capped queue waits for that queue's row while another
+/// claimer holds it, as the single-queue claim does, and then claims: it does not return empty
+/// while the queue has ready jobs and free slots. Session A claims from `cap` in an open
+/// transaction (holding the row); B's `jq.claim(ARRAY['cap', 'plain'])` must block until A
+/// commits, then get a job.
+///
+/// Negative control: JQ_TEST_BREAK=claim_many_one_capped_skips (the up-front lock only with two
+/// or more capped queues, as before the fix) fails: B returned 0 jobs at once, without waiting.
+#[test]
+fn a_multi_queue_claim_waits_for_a_busy_capped_queue_row() {
+    let db = TestDb::new("capone");
+    let mut c = db.connect();
+    c.batch_execute(
+        "SELECT jq.create_queue('cap', max_concurrency => 5);
+         SELECT jq.create_queue('plain');
+         SELECT jq.enqueue('cap'); SELECT jq.enqueue('cap');",
+    )
+    .unwrap();
+    if broken("claim_many_one_capped_skips") {
+        sabotage(&mut c, CLAIM_MANY, "IF EXISTS (SELECT FROM jq.queues t\n", "IF 1 < (SELECT count(*) FROM jq.queues t\n", 1);
+    }
+    let mut a = db.connect();
+    a.batch_execute("BEGIN").unwrap();
+    assert_eq!(a.query("SELECT id FROM jq.claim('cap', 'a')", &[]).unwrap().len(), 1);
+    let mut b = db.connect();
+    let b_pid = jq_pg_test::backend_pid(&mut b);
+    let claimer = thread::spawn(move || {
+        b.query("SELECT id FROM jq.claim(ARRAY['cap', 'plain'], 'b')", &[]).map(|r| r.len())
+    });
+    // B either waits on the row lock (correct) or has already returned (the broken variant).
+    let until = Instant::now() + Duration::from_secs(20);
+    while !claimer.is_finished() && !jq_pg_test::waiting_on_lock(&mut c, b_pid) && Instant::now() < until {
+        thread::sleep(Duration::from_millis(20));
+    }
+    let returned_early = claimer.is_finished();
+    a.batch_execute("COMMIT").unwrap();
+    let got = claimer.join().unwrap().expect("B's claim");
+    assert!(!returned_early, "B returned {got} job(s) without waiting for the capped queue's row");
+    assert_eq!(got, 1, "B claims the other ready job once A commits");
+}
+
 /// Batches that share idempotency keys, sent concurrently in different orders, must not
 /// deadlock on each other's keys: keyed elements are enqueued in key order. Broken variant
 /// `enqueue_many_array_order` (keyed elements in array order): 40P01 within a few rounds.
