@@ -112,7 +112,7 @@ def cpu_steal():
         for line in open(f"{d}/run.log"):
             if re.match(r"\[[0-9:]+\] === (?!round)", line):
                 break  # the cells after the rounds (depth, steady, soak) number their own repetitions
-            t = re.match(r"\[(\d\d):(\d\d):(\d\d)\] round (\d+) ", line)
+            t = re.match(r"\[(\d\d):(\d\d):(\d\d)\] (?:=== )?round (\d+) ", line)
             if not t:
                 continue
             at = base + int(t.group(1)) * 3600 + int(t.group(2)) * 60 + int(t.group(3))
@@ -208,6 +208,8 @@ if drain:
                 det = r["detail"]
                 o = json.loads(det[det.index("{"):].replace("'", '"'))
                 dups.append(o.get("duplicates", 0))
+                if o.get("duplicates", 0):
+                    broken[(r["system"], r["batch"], r["conns"])] = f"{o['duplicates']} duplicates seen by the handlers"
                 pf = re.search(r"prefilled=(\d+) finished=(\d+)", det)
                 if o.get("left") == 0 or (pf and int(pf.group(2)) >= int(pf.group(1))):
                     e2e_dry.append(r)
@@ -379,16 +381,15 @@ def target(name, r, ok):
 
 def drain_target(name, a, b, bound, at_least=True):
     """A drain ratio target: a ÷ b over the rounds in which b's rate is a measurement."""
+    if (a[1], a[2], a[3]) in broken and cell.get(a):
+        out.append(f"- {name}: **missed**: {a[1]} lost or duplicated jobs ({broken[(a[1], a[2], a[3])]})")
+        return
     r = judged_ratio(a, b)
     if r is None:
         if cell.get(a) and cell.get(b):
             out.append(f"- {name}: **not measured** (every round's denominator ran out of jobs or failed)")
         return
-    ok = r[0] >= bound if at_least else r[0] <= bound
-    if (a[1], a[2], a[3]) in broken:
-        out.append(f"- {name}: **missed**: {a[1]} lost or duplicated jobs ({broken[(a[1], a[2], a[3])]})")
-        return
-    target(name, r, ok)
+    target(name, r, r[0] >= bound if at_least else r[0] <= bound)
 
 
 for b in sorted({k[2] for k in drain if k[1] == "floor"}, key=int):  # the issue: 1 and 10; 100 shown too
@@ -414,7 +415,9 @@ for k in sorted(drain, key=lambda k: (int(k[2]), int(k[3]))):
                          f"on {conns(2 * int(w))}, claim batch {k[2]}; ")
             sql = f"jq's SQL level: {rfmt(r)}" if r else "no SQL-level cell at this batch"
             name = f"jq ≥ {k[1]} at batch {k[2]}, concurrency {k[3]}, both end to end ({shape}{sql})"
-            if e is None:
+            if ("jq-client", k[2], k[3]) in broken:
+                out.append(f"- {name}: **missed**: jq-client lost or duplicated jobs ({broken[('jq-client', k[2], k[3])]})")
+            elif e is None:
                 out.append(f"- {name}: **not measured** (the peer ran out of jobs or failed in every round)")
             else:
                 target(name, e, e[0] >= 1.0)

@@ -818,6 +818,8 @@ DECLARE
     v_missing  record;
     v_capped   boolean[];
     v_deadline timestamptz;
+    v_ncapped  bigint;   -- listed queues with a max_concurrency or rate_limit
+    v_one_capped text;   -- the first of them by name
 BEGIN
     IF claim.queues IS NULL OR pg_catalog.cardinality(claim.queues) = 0 THEN
         RAISE EXCEPTION 'queues must be a non-empty array' USING ERRCODE = '22023';
@@ -853,16 +855,18 @@ BEGIN
     IF v_deadline IS NULL OR jq._claimable(claim.queues) THEN
     -- A capped queue's row stays locked until the transaction ends. Claiming capped queues one
     -- after another would let two callers that list them in different orders deadlock, so
-    -- lock the rows of all the capped (or rate-limited) queues first, in name order (jq.jobs
-    -- before them, the order jq.drop_queue takes), waiting for them as jq.claim(text, ...)
-    -- waits for its one queue row. A queue that becomes capped after this is only claimed if
-    -- its row is free (jq.claim_cap_skip_locked, read by the claim below): claims never wait
-    -- for a queue row out of order. Also with only one capped queue listed: the claim below
-    -- would otherwise skip it whenever another claimer held its row, and return empty with
-    -- jobs and free slots there (pg_test/tests/robustness.rs,
+    -- when two or more are capped (or rate-limited), lock all of their rows first, in name
+    -- order (jq.jobs before them, the order jq.drop_queue takes). A queue that becomes capped
+    -- after this is only claimed if its row is free (jq.claim_cap_skip_locked, read by the
+    -- claim below): claims never wait for a queue row out of order. With exactly one capped
+    -- queue nothing is locked up front: its claim, when the loop reaches it, waits for its row
+    -- as jq.claim(text, ...) does (skipping it while another claimer held the row returned
+    -- empty with jobs and free slots there; and locking it up front made the earlier queues
+    -- wait for it; pg_test/tests/robustness.rs,
     -- a_multi_queue_claim_waits_for_a_busy_capped_queue_row).
-    IF EXISTS (SELECT FROM jq.queues t
-               WHERE t.name = ANY (claim.queues) AND (t.max_concurrency IS NOT NULL OR t.rate_limit IS NOT NULL)) THEN
+    SELECT count(*), min(t.name) INTO v_ncapped, v_one_capped FROM jq.queues t
+    WHERE t.name = ANY (claim.queues) AND (t.max_concurrency IS NOT NULL OR t.rate_limit IS NOT NULL);
+    IF v_ncapped > 1 THEN
         LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;
         PERFORM 1 FROM (SELECT t.name FROM jq.queues t
                         WHERE t.name = ANY (claim.queues) AND (t.max_concurrency IS NOT NULL OR t.rate_limit IS NOT NULL)
@@ -871,6 +875,10 @@ BEGIN
     END IF;
     PERFORM pg_catalog.set_config('jq.claim_cap_skip_locked', 'on', true);
     FOREACH v_queue IN ARRAY claim.queues LOOP
+        IF v_ncapped = 1 THEN
+            PERFORM pg_catalog.set_config('jq.claim_cap_skip_locked',
+                                          CASE WHEN v_queue = v_one_capped THEN '' ELSE 'on' END, true);
+        END IF;
         RETURN QUERY SELECT * FROM jq.claim(v_queue, claim.worker, claim.n - v_got, claim.lease);
         GET DIAGNOSTICS v_last = ROW_COUNT;
         v_got := v_got + v_last;
@@ -885,18 +893,25 @@ BEGIN
     END IF;
     -- Nothing claimable now (or the jobs the look saw are locked by an unfinished claim, which
     -- wakes us if it rolls back): sleep until a wakeup, the deadline or the next rate token of
-    -- a listed rate-limited queue (a token arriving is no commit, so nothing wakes us for it;
-    -- as jq.claim(text, ...); pg_test/tests/flow.rs,
-    -- a_multi_queue_long_poll_wakes_for_the_next_rate_token), then look again. Not
+    -- a listed rate-limited queue that has ready jobs and room (a token arriving is no commit,
+    -- so nothing wakes us for it; as jq.claim(text, ...); pg_test/tests/flow.rs,
+    -- a_multi_queue_long_poll_wakes_for_the_next_rate_token), then look again. A token that
+    -- fell due since the look: _wait returns at once and the next look claims (it sees what
+    -- this query saw, plus the token), so no spin. Only the deadline ends the wait. Not
     -- while the transaction has a transaction id: a look may hold a job's row lock it did not
     -- claim with (see jq.claim(text, ...), where it sleeps), or the caller's transaction holds
     -- row locks of its own.
-    IF pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL
-       OR NOT jq._wait(LEAST(v_deadline,
-                             (SELECT min(s.token_at)
-                              FROM (SELECT jq._rate_next_token(t.name) AS token_at FROM jq.queues t
-                                    WHERE t.name = ANY (claim.queues) AND t.rate_limit IS NOT NULL) s
-                              WHERE s.token_at > pg_catalog.clock_timestamp()))) THEN
+    IF pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL THEN
+        EXIT poll;
+    END IF;
+    IF NOT jq._wait(LEAST(v_deadline,
+                          (SELECT min(jq._rate_next_token(t.name)) FROM jq.queues t
+                           WHERE t.name = ANY (claim.queues) AND t.rate_limit IS NOT NULL AND NOT t.paused
+                             AND EXISTS (SELECT FROM jq.jobs j WHERE j.queue = t.name AND j.state = 'ready')
+                             AND (t.max_concurrency IS NULL
+                                  OR (SELECT count(*) FROM jq.jobs r WHERE r.queue = t.name AND r.state = 'running')
+                                     < t.max_concurrency))))
+       AND pg_catalog.clock_timestamp() >= v_deadline THEN
         EXIT poll;
     END IF;
     END LOOP poll;
@@ -933,10 +948,11 @@ COMMENT ON FUNCTION jq.claim(text, text, integer, interval, interval, bigint) IS
 COMMENT ON FUNCTION jq.claim(text[], text, integer, interval, interval, bigint) IS
 'Claims up to n jobs in total from several queues, one queue at a time in the given order (each '
 'with the single-queue claim, so each stays on its index; seed A, ADR-002a): earlier queues take '
-'precedence. Every name is checked first (22004 NULL, 22023 malformed, 42704 unknown). The rows '
-'of the queues with a max_concurrency or rate_limit are locked first, in name order (waiting for '
-'other claimers, as jq.claim(text, ...) does), and a queue capped after that is skipped while '
-'another claimer holds it, so callers listing them in different orders cannot deadlock. wait '
+'precedence. Every name is checked first (22004 NULL, 22023 malformed, 42704 unknown). When two '
+'or more of the queues have a max_concurrency or rate_limit, their rows are locked first, in name '
+'order, and a queue capped after that is skipped while another claimer holds it, so callers '
+'listing them in different orders cannot deadlock; a single such queue is claimed as '
+'jq.claim(text, ...) claims it (waiting for its row) when the loop reaches it. wait '
 '(interval, 0 to 1 hour; default NULL = return at once): long-poll as in jq.claim(text, ...): '
 'sleeps, holding no row lock, until a lock-free look finds a claimable job in any of the queues '
 '(woken by a commit, or when a listed rate-limited queue''s next token is due), then claims; if '

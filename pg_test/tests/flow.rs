@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 const KEY_FILL: &str = "jq._key_fill(text,text,integer)";
 const CLAIM: &str = "jq.claim(text,text,integer,interval,interval,bigint)";
+const CLAIM_MANY: &str = "jq.claim(text[],text,integer,interval,interval,bigint)";
 
 fn apply_breaks(c: &mut Client) {
     if broken("key_fill_ignores_limit") {
@@ -424,11 +425,10 @@ fn a_rate_limited_queue_never_exceeds_its_limit_in_any_window() {
 /// (the fixed claim: about 2 s).
 #[test]
 fn a_multi_queue_long_poll_wakes_for_the_next_rate_token() {
-    const CLAIM_MANY: &str = "jq.claim(text[],text,integer,interval,interval,bigint)";
     let db = TestDb::new("flow_rate_multi");
     let mut c = db.connect();
     if broken("multi_poll_ignores_tokens") {
-        sabotage(&mut c, CLAIM_MANY, "WHERE s.token_at > pg_catalog.clock_timestamp()", "WHERE false", 1);
+        sabotage(&mut c, CLAIM_MANY, "AND t.rate_limit IS NOT NULL AND NOT t.paused", "AND false", 1);
     }
     c.batch_execute(
         "SELECT jq.create_queue('rl');
