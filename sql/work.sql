@@ -581,11 +581,12 @@ BEGIN
     -- order (jq.jobs before them, the order jq.drop_queue takes). A queue that becomes capped
     -- after this is only claimed if its row is free (jq.claim_cap_skip_locked, read by the
     -- claim below): claims never wait for a queue row out of order. With exactly one capped
-    -- queue nothing is locked up front: its claim, when the loop reaches it, waits for its row
-    -- as jq.claim(text, ...) does (skipping it while another claimer held the row returned
-    -- empty with jobs and free slots there; and locking it up front made the earlier queues
-    -- wait for it; pg_test/tests/robustness.rs,
-    -- a_multi_queue_claim_waits_for_a_busy_capped_queue_row).
+    -- queue nothing is locked up front: when the loop reaches it with nothing claimed yet, its
+    -- claim waits for its row as jq.claim(text, ...) does (skipping it while another claimer
+    -- held the row returned empty with jobs and free slots there; locking it up front made the
+    -- earlier queues wait for it). With jobs already claimed it is taken only if free: waiting
+    -- would shorten their leases, and a queue capped since may hold a row taken out of order.
+    -- pg_test/tests/robustness.rs, a_multi_queue_claim_waits_for_a_busy_capped_queue_row.
     SELECT count(*), min(t.name) INTO v_ncapped, v_one_capped FROM jq.queues t
     WHERE t.name = ANY (claim.queues) AND (t.max_concurrency IS NOT NULL OR t.rate_limit IS NOT NULL);
     IF v_ncapped > 1 THEN
@@ -599,7 +600,7 @@ BEGIN
     FOREACH v_queue IN ARRAY claim.queues LOOP
         IF v_ncapped = 1 THEN
             PERFORM pg_catalog.set_config('jq.claim_cap_skip_locked',
-                                          CASE WHEN v_queue = v_one_capped THEN '' ELSE 'on' END, true);
+                                          CASE WHEN v_queue = v_one_capped AND v_got = 0 THEN '' ELSE 'on' END, true);
         END IF;
         RETURN QUERY SELECT * FROM jq.claim(v_queue, claim.worker, claim.n - v_got, claim.lease);
         GET DIAGNOSTICS v_last = ROW_COUNT;
@@ -647,8 +648,9 @@ COMMENT ON FUNCTION jq.claim(text[], text, integer, interval, interval, bigint) 
 'precedence. Every name is checked first (22004 NULL, 22023 malformed, 42704 unknown). When two '
 'or more of the queues have a max_concurrency or rate_limit, their rows are locked first, in name '
 'order, and a queue capped after that is skipped while another claimer holds it, so callers '
-'listing them in different orders cannot deadlock; a single such queue is claimed as '
-'jq.claim(text, ...) claims it (waiting for its row) when the loop reaches it. wait '
+'listing them in different orders cannot deadlock; a single such queue, reached with nothing '
+'claimed yet, is claimed as jq.claim(text, ...) claims it (waiting for its row), else only if '
+'its row is free. wait '
 '(interval, 0 to 1 hour; default NULL = return at once): long-poll as in jq.claim(text, ...): '
 'sleeps, holding no row lock, until a lock-free look finds a claimable job in any of the queues '
 '(woken by a commit, or when a listed rate-limited queue''s next token is due), then claims; if '

@@ -104,12 +104,14 @@ fn claims_over_capped_queues_in_different_orders_do_not_deadlock() {
 /// claimer holds it, as the single-queue claim does, and then claims: it does not return empty
 /// while the queue has ready jobs and free slots. Session A claims from `cap` in an open
 /// transaction (holding the row); B's `jq.claim(ARRAY['cap', 'plain'])` must block until A
-/// commits, then get a job. Earlier queues still come first: `jq.claim(ARRAY['plain', 'cap'])`
-/// filled from `plain` returns at once, without waiting for `cap`'s row.
+/// commits, then get a job. Earlier queues still come first, and a call that already claimed
+/// does not wait (that would shorten the leases it holds): `jq.claim(ARRAY['plain', 'cap'], n
+/// => 2)` returns `plain`'s job at once, without waiting for `cap`'s row.
 ///
 /// Negative controls: JQ_TEST_BREAK=claim_many_one_capped_skips (the capped queue's claim skips
-/// a busy row, as before the fix) fails: B returned 0 jobs at once, without waiting. An earlier
-/// fix locked the capped row up front and failed the second check (55P03, lock timeout).
+/// a busy row, as before the fix) fails: B returned 0 jobs at once, without waiting. Two earlier
+/// fixes (the capped row locked up front; its claim always waiting) fail the second check:
+/// 55P03, lock timeout.
 #[test]
 fn a_multi_queue_claim_waits_for_a_busy_capped_queue_row() {
     let db = TestDb::new("capone");
@@ -121,15 +123,15 @@ fn a_multi_queue_claim_waits_for_a_busy_capped_queue_row() {
     )
     .unwrap();
     if broken("claim_many_one_capped_skips") {
-        sabotage(&mut c, CLAIM_MANY, "CASE WHEN v_queue = v_one_capped THEN '' ELSE 'on' END", "'on'", 1);
+        sabotage(&mut c, CLAIM_MANY, "CASE WHEN v_queue = v_one_capped AND v_got = 0 THEN '' ELSE 'on' END", "'on'", 1);
     }
     let mut a = db.connect();
     a.batch_execute("BEGIN").unwrap();
     assert_eq!(a.query("SELECT id FROM jq.claim('cap', 'a')", &[]).unwrap().len(), 1);
-    // Earlier queues first: filled from 'plain', the call never touches 'cap'.
+    // Earlier queues first; with a job claimed, 'cap' is taken only if its row is free.
     let mut p = db.connect();
     p.batch_execute("SELECT jq.enqueue('plain'); SET lock_timeout = '2s'").unwrap();
-    let first = p.query("SELECT queue FROM jq.claim(ARRAY['plain', 'cap'], 'p')", &[]).expect("not blocked by 'cap'");
+    let first = p.query("SELECT queue FROM jq.claim(ARRAY['plain', 'cap'], 'p', 2)", &[]).expect("not blocked by 'cap'");
     assert_eq!(first.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>(), vec!["plain".to_string()]);
     let mut b = db.connect();
     let b_pid = jq_pg_test::backend_pid(&mut b);
