@@ -109,9 +109,9 @@ fn claims_over_capped_queues_in_different_orders_do_not_deadlock() {
 /// => 2)` returns `plain`'s job at once, without waiting for `cap`'s row.
 ///
 /// Negative controls: JQ_TEST_BREAK=claim_many_one_capped_skips (the capped queue's claim skips
-/// a busy row, as before the fix) fails: B returned 0 jobs at once, without waiting. Two earlier
-/// fixes (the capped row locked up front; its claim always waiting) fail the second check:
-/// 55P03, lock timeout.
+/// a busy row, as before the fix) fails: B returned 0 jobs at once, without waiting.
+/// JQ_TEST_BREAK=claim_many_capped_waits_after_claiming (its claim waits for the row also after
+/// jobs were claimed, as in a first version of the fix) fails the second check: 55P03.
 #[test]
 fn a_multi_queue_claim_waits_for_a_busy_capped_queue_row() {
     let db = TestDb::new("capone");
@@ -124,6 +124,9 @@ fn a_multi_queue_claim_waits_for_a_busy_capped_queue_row() {
     .unwrap();
     if broken("claim_many_one_capped_skips") {
         sabotage(&mut c, CLAIM_MANY, "CASE WHEN v_queue = v_one_capped AND v_got = 0 THEN '' ELSE 'on' END", "'on'", 1);
+    }
+    if broken("claim_many_capped_waits_after_claiming") {
+        sabotage(&mut c, CLAIM_MANY, "WHEN v_queue = v_one_capped AND v_got = 0 THEN", "WHEN v_queue = v_one_capped THEN", 1);
     }
     let mut a = db.connect();
     a.batch_execute("BEGIN").unwrap();
