@@ -198,7 +198,7 @@ if drain:
         unreliable[(r["system"], r["batch"], r["conns"], r["round"])] = "drained its whole prefill"
     for r in bad:
         unreliable[(r["system"], r["batch"], r["conns"], r["round"])] = "failed"
-        if "LOST-OR-DUPLICATED" in r["detail"]:
+        if "LOST-OR-DUPLICATED" in r["detail"] or "CLAIMED-TWICE" in r["detail"]:
             broken[(r["system"], r["batch"], r["conns"])] = r["detail"]
     dups, e2e_dry = [], []
     for r in rows:
@@ -266,8 +266,10 @@ if lat:
 enq = [k for k in cell if k[0].startswith("enqueue")]
 if enq:
     out.append("## Enqueue, one job per transaction, jobs/s\n")
-    out.append("| durability | jq.enqueue (wakeup path) | jq.enqueue, `jq.wakeups = off` | jq.enqueue + NOTIFY | floor INSERT | jq ÷ wakeups off | jq ÷ jq+NOTIFY | jq ÷ floor |")
-    out.append("|---|---|---|---|---|---|---|---|")
+    waiters = any(k[1] == "jq+waiters" for k in enq)
+    out.append("| durability | jq.enqueue (wakeup path) | jq.enqueue, `jq.wakeups = off` | jq.enqueue + NOTIFY | floor INSERT | jq ÷ wakeups off | jq ÷ jq+NOTIFY | jq ÷ floor |"
+               + (" jq, claimers waiting | wakeups off, claimers waiting | ÷ (claimers waiting) |" if waiters else ""))
+    out.append("|---|---|---|---|---|---|---|---|" + ("---|---|---|" if waiters else ""))
     for c in ("enqueue", "enqueue-durable"):
         ks = [k for k in enq if k[0] == c]
         if not ks:
@@ -276,8 +278,25 @@ if enq:
         g = lambda s: stat(cell.get((c, s, "1", p), {}).values())
         out.append(f"| {'synchronous_commit=on' if c.endswith('durable') else 'synchronous_commit=off'} | {g('jq')} | {g('jq-nowake')} | {g('jq+notify')} | {g('floor')} | "
                    f"{rfmt(ratio((c, 'jq', '1', p), (c, 'jq-nowake', '1', p)))} | "
-                   f"{rfmt(ratio((c, 'jq', '1', p), (c, 'jq+notify', '1', p)))} | {rfmt(ratio((c, 'jq', '1', p), (c, 'floor', '1', p)))} |")
+                   f"{rfmt(ratio((c, 'jq', '1', p), (c, 'jq+notify', '1', p)))} | {rfmt(ratio((c, 'jq', '1', p), (c, 'floor', '1', p)))} |"
+                   + (f" {g('jq+waiters')} | {g('jq-nowake+waiters')} | {rfmt(ratio((c, 'jq+waiters', '1', p), (c, 'jq-nowake+waiters', '1', p)))} |" if waiters else ""))
     out.append("")
+    if waiters:
+        w = next(iter(detail.get(("enqueue", "jq+waiters", "1", p), {}).values()), "")
+        out.append(f"(Claimers waiting: claims long-polling another queue during the cell ({w or 'waiters=?'} in the first round's detail), so every "
+                   "commit's wakeup path walks the waiter slots; without any, it stops at one atomic load.)\n")
+
+single = keys("single-enqueue")
+if single:
+    out.append("## Single-job enqueue, one job per transaction through each system's own call, jobs/s\n")
+    out.append("| system | call | jobs/s | ÷ floor (same round) | jq ÷ system (same round) |")
+    out.append("|---|---|---|---|---|")
+    api1 = {"jq": "`jq.enqueue`", "floor": "`INSERT`", "pgmq": "`pgmq.send`", "graphile": "`graphile_worker.add_job` (what `addJob` runs)",
+            "procrastinate": "`procrastinate_defer_jobs_v1` of one job (what `defer` runs)", "pgboss": "`boss.send` (Node)"}
+    for k in sorted(single, key=lambda k: ALL.index(k[1]) if k[1] in ALL else 99):
+        out.append(f"| {k[1]} | {api1.get(k[1], '')} | {stat(cell[k].values())} | {rfmt(ratio(k, ('single-enqueue', 'floor', k[2], k[3])))} | "
+                   f"{'' if k[1] == 'jq' else rfmt(ratio(('single-enqueue', 'jq', k[2], k[3]), k))} |")
+    out.append(f"\n({single[0][3]} producer connections, `synchronous_commit=off`.)\n")
 
 bulk = keys("bulk")
 if bulk:
@@ -462,8 +481,28 @@ if v:
             miss += json.loads(j.replace("'", '"'))["missing"]
         except Exception:
             miss += 1  # unreadable detail: not a measurement
-    target("pickup p99 < 10 ms at 500 jobs/s", f"{m:.1f} ms (median of rounds; max {max(v):.1f}; "
-           f"{miss} jobs not claimed within 5 s)", m < 10 and miss == 0)
+    import glob
+    files = sorted(glob.glob(f"{d}/pickup-latency/500-round*.csv"))
+    if files:
+        # bench/run since the samples files: every round's jobs pooled, a job not claimed
+        # within 5 s counting as slower than any other
+        a_, b_, nmiss = [], [], 0
+        for f in files:
+            for line in open(f):
+                if line.strip() == "missing":
+                    nmiss += 1
+                elif line.strip():
+                    x, y = line.split(",")
+                    a_.append(float(x)); b_.append(float(y))
+        a_ += [float("inf")] * nmiss; b_ += [float("inf")] * nmiss
+        a_.sort(); b_.sort()
+        pa, pb = a_[min(len(a_) - 1, round(0.99 * (len(a_) - 1)))], b_[min(len(b_) - 1, round(0.99 * (len(b_) - 1)))]
+        target("pickup p99 < 10 ms at 500 jobs/s", f"{pa:.1f} ms (all {len(files)} rounds' {len(a_):,} jobs pooled, from the enqueue's "
+               f"answer; from its send, an upper bound: {pb:.1f} ms; per round median {m:.1f}, max {max(v):.1f}; "
+               f"{plural(nmiss, 'job')} not claimed within 5 s)", pa < 10 and nmiss == 0)
+    else:
+        target("pickup p99 < 10 ms at 500 jobs/s", f"{m:.1f} ms (median of rounds; max {max(v):.1f}; "
+               f"{miss} jobs not claimed within 5 s)", m < 10 and miss == 0)
 if dp:
     a, b = med(("depth-p50", "jq", depths[-1], "1")), med(("depth-p50", "jq", depths[0], "1"))
     if a and b:
@@ -473,7 +512,10 @@ for c in ("enqueue-durable", "enqueue"):
     for k in ks:
         r = ratio(k, (c, "jq-nowake", k[2], k[3]))
         if r:
-            target(f"enqueue with wakeups ≥ 0.8× with them off ({k[3]} producers, {'durable' if c.endswith('durable') else 'synchronous_commit=off'})", r, r[0] >= 0.8)
+            target(f"enqueue with wakeups ≥ 0.8× with them off ({k[3]} producers, {'durable' if c.endswith('durable') else 'synchronous_commit=off'}, no claimer waiting)", r, r[0] >= 0.8)
+        r = ratio((c, "jq+waiters", k[2], k[3]), (c, "jq-nowake+waiters", k[2], k[3]))
+        if r:
+            target(f"enqueue with wakeups ≥ 0.8× with them off ({k[3]} producers, {'durable' if c.endswith('durable') else 'synchronous_commit=off'}, claimers waiting)", r, r[0] >= 0.8)
 for k in keys("drain-wal"):
     if k[1] == "jq":
         r = ratio(k, ("drain-wal", "floor", k[2], k[3]))

@@ -7,6 +7,7 @@
 //        MODE fetch: CONC loops of boss.fetch(q, {batchSize: BATCH}) + boss.complete(q, ids), its
 //                    documented manual API (the shape that lets pg-boss run as fast as it can)
 //   node pgboss_drain.js PEERS_DIR URL bulk PRODUCERS SECS   boss.insert of 1,000 jobs per call
+//   node pgboss_drain.js PEERS_DIR URL send PRODUCERS SECS   boss.send of one job per call
 // drain prints one JSON line: jobs/s counted in the database (rows turned 'completed') over SECS
 // after WARM_SECS, the duplicates the handler saw and the process's CPU in that interval.
 const path = require("path");
@@ -64,6 +65,16 @@ async function main() {
     const t0 = Date.now();
     const ps = Array.from({ length: producers }, async () => {
       while (!stop) { await boss.insert(jobs(1000).map((j) => ({ ...j, name: "e" }))); n += 1000; }
+    });
+    await sleep(secs * 1000); stop = true; await Promise.all(ps);
+    console.log(JSON.stringify({ jobs_per_s: Math.round(n / ((Date.now() - t0) / 1000)), producers }));
+  } else if (mode === "send") {
+    // PRODUCERS concurrent loops of boss.send (one job, one INSERT per call) over the pool
+    const [producers, secs] = rest.map(Number);
+    let n = 0, stop = false;
+    const t0 = Date.now();
+    const ps = Array.from({ length: producers }, async () => {
+      while (!stop) { await boss.send("e", { n: 1 }); n += 1; }
     });
     await sleep(secs * 1000); stop = true; await Promise.all(ps);
     console.log(JSON.stringify({ jobs_per_s: Math.round(n / ((Date.now() - t0) / 1000)), producers }));

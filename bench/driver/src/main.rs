@@ -1,14 +1,17 @@
 //! Drivers of jq's benchmark suite, called by `bench/run`; each prints one JSON line.
 //!
 //! ```text
-//! jq-bench latency URL QUEUE RATE SECS CONSUMERS
+//! jq-bench latency URL QUEUE RATE SECS CONSUMERS [SAMPLES_CSV]
 //!     Enqueues at a fixed arrival rate (jobs/s, open loop, spread over several producer
 //!     connections) for SECS seconds, the first second being warm-up, while CONSUMERS
 //!     connections loop `jq.claim(queue, …, n => 10, wait => '1 second')` (returns as soon as
 //!     at least one job is claimable) + `jq.complete_many`. Reports
 //!     p50/p95/p99/max of the time from the enqueue's commit (its autocommit statement
 //!     returned to the producer) to the claim returning that job to a consumer, both taken
-//!     with one monotonic clock in this process.
+//!     with one monotonic clock in this process; and p99 from the enqueue's send, an upper
+//!     bound (the commit happens between the send and the answer). SAMPLES_CSV, if given,
+//!     gets one line per measured job, `from_commit_ms,from_send_ms`, or `missing` for a job
+//!     no consumer claimed within 5 s of the last send, so that rounds can be pooled.
 //! jq-bench client URL QUEUE WORKERS CONCURRENCY BATCH WARMUP_SECS SECS
 //!     Runs WORKERS `worker_client::Worker`s (each: one claim and one report connection) with
 //!     a no-op handler on a prefilled queue; jobs/s = completed jobs counted in the database
@@ -57,7 +60,7 @@ fn pct(sorted: &[f64], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
-async fn latency(url: String, queue: String, rate: f64, secs: f64, consumers: usize) -> Res<()> {
+async fn latency(url: String, queue: String, rate: f64, secs: f64, consumers: usize, samples: Option<String>) -> Res<()> {
     let producers = ((rate / 200.0).ceil() as usize).clamp(1, 16);
     let warm = Duration::from_secs(1);
     let start = Instant::now() + Duration::from_millis(300);
@@ -103,12 +106,13 @@ async fn latency(url: String, queue: String, rate: f64, secs: f64, consumers: us
         let queue = queue.clone();
         prods.push(tokio::spawn(async move {
             let enq = client.prepare("SELECT jq.enqueue($1, '{\"n\":1}'::jsonb)").await?;
-            let mut sent: Vec<(i64, Instant, bool)> = Vec::new();
+            let mut sent: Vec<(i64, Instant, bool, Instant)> = Vec::new();
             let mut due = start + interval.mul_f64(p as f64 / producers as f64);
             while due < end {
                 tokio::time::sleep_until(due.into()).await;
+                let at = Instant::now();
                 let id: i64 = client.query_one(&enq, &[&queue]).await?.get(0);
-                sent.push((id, Instant::now(), due >= start + warm));
+                sent.push((id, Instant::now(), due >= start + warm, at));
                 due += interval;
             }
             Res::Ok(sent)
@@ -133,27 +137,45 @@ async fn latency(url: String, queue: String, rate: f64, secs: f64, consumers: us
         }
     }
     let mut lat: Vec<f64> = Vec::new();
+    let mut lat_send: Vec<f64> = Vec::new();
+    let mut lines = String::new();
     let mut missing = 0usize;
     let mut measured = 0usize;
-    for (id, committed, counted) in &sent {
+    for (id, committed, counted, sent_at) in &sent {
         if !counted {
             continue;
         }
         measured += 1;
         match claimed.get(id) {
             // A claim can return before the producer has read its answer: that is 0 ms.
-            Some(t) => lat.push(t.saturating_duration_since(*committed).as_secs_f64() * 1000.0),
-            None => missing += 1,
+            Some(t) => {
+                let (a, b) = (
+                    t.saturating_duration_since(*committed).as_secs_f64() * 1000.0,
+                    t.saturating_duration_since(*sent_at).as_secs_f64() * 1000.0,
+                );
+                lat.push(a);
+                lat_send.push(b);
+                lines.push_str(&format!("{a:.3},{b:.3}\n"));
+            }
+            None => {
+                missing += 1;
+                lines.push_str("missing\n");
+            }
         }
     }
+    if let Some(path) = samples {
+        std::fs::write(path, lines)?;
+    }
     lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    lat_send.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let achieved = measured as f64 / (secs - warm.as_secs_f64());
     println!(
-        "{{\"rate\":{rate},\"achieved\":{achieved:.1},\"producers\":{producers},\"consumers\":{consumers},\"n\":{measured},\"missing\":{missing},\"p50_ms\":{:.3},\"p95_ms\":{:.3},\"p99_ms\":{:.3},\"max_ms\":{:.3}}}",
+        "{{\"rate\":{rate},\"achieved\":{achieved:.1},\"producers\":{producers},\"consumers\":{consumers},\"n\":{measured},\"missing\":{missing},\"p50_ms\":{:.3},\"p95_ms\":{:.3},\"p99_ms\":{:.3},\"max_ms\":{:.3},\"p99_from_send_ms\":{:.3}}}",
         pct(&lat, 50.0),
         pct(&lat, 95.0),
         pct(&lat, 99.0),
-        lat.last().copied().unwrap_or(f64::NAN)
+        lat.last().copied().unwrap_or(f64::NAN),
+        pct(&lat_send, 99.0)
     );
     Ok(())
 }
@@ -480,7 +502,7 @@ async fn main() -> Res<()> {
     let a: Vec<String> = std::env::args().collect();
     match a.get(1).map(String::as_str) {
         Some("latency") => {
-            latency(a[2].clone(), a[3].clone(), arg(&a, 4, "rate"), arg(&a, 5, "secs"), arg(&a, 6, "consumers")).await
+            latency(a[2].clone(), a[3].clone(), arg(&a, 4, "rate"), arg(&a, 5, "secs"), arg(&a, 6, "consumers"), a.get(7).cloned()).await
         }
         Some("client") => {
             client_drain(
@@ -497,6 +519,6 @@ async fn main() -> Res<()> {
         Some("soak") => {
             soak(a[2].clone(), a[3].clone(), arg(&a, 4, "rate"), arg(&a, 5, "jobs"), arg(&a, 6, "consumers"), a[7].clone()).await
         }
-        _ => Err("usage: jq-bench latency URL QUEUE RATE SECS CONSUMERS | client URL QUEUE WORKERS CONCURRENCY BATCH WARMUP SECS | soak URL QUEUE RATE JOBS CONSUMERS OUTCSV".into()),
+        _ => Err("usage: jq-bench latency URL QUEUE RATE SECS CONSUMERS [SAMPLES_CSV] | client URL QUEUE WORKERS CONCURRENCY BATCH WARMUP SECS | soak URL QUEUE RATE JOBS CONSUMERS OUTCSV".into()),
     }
 }
