@@ -5,7 +5,8 @@ Usage: bench/.venv/bin/python bench/plots.py RESULTS_DIR
 Writes RESULTS_DIR/throughput-vs-concurrency.png (drain jobs/s against connections, batch 1, 10
 and 100, median of rounds with min–max bars), claim-latency-cdf.png (CDF of the claim's latency at each
 depth, from the depth cell's samples), claim-cost-vs-depth.png (p50 and p99 against depth),
-pickup-latency.png (jq's pickup percentiles per arrival rate) and soak.png (jobs per second
+pickup-latency.png (jq's pickup percentiles per arrival rate), pickup-latency-cdf.png (from the
+per-job samples, all rounds pooled) and soak.png (jobs per second
 through the held snapshot), each when its cells are present.
 """
 import csv
@@ -132,6 +133,29 @@ if lat:
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(f"{d}/pickup-latency.png", dpi=110)
+
+pick = sorted(glob.glob(f"{d}/pickup-latency/*-round*.csv"))
+if pick:  # bench/run since the per-job samples: a CDF per arrival rate, all rounds pooled
+    by_rate = defaultdict(list)
+    for f in pick:
+        rate = os.path.basename(f).split("-round")[0]
+        for line in open(f):
+            line = line.strip()
+            if line and line != "missing":
+                by_rate[rate].append(max(float(line.split(",")[0]), 0.01))
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for rate, v in sorted(by_rate.items(), key=lambda x: int(x[0])):
+        v.sort()
+        ax.plot(v, [(i + 1) / len(v) for i in range(len(v))], label=f"{rate} jobs/s ({len(v):,} jobs)")
+    ax.set_xscale("log")
+    ax.axvline(10, color="gray", linestyle=":", linewidth=1)
+    ax.set_xlabel("pickup latency, ms (enqueue commit → claim return; 0 drawn at 0.01)")
+    ax.set_ylabel("fraction of jobs")
+    ax.set_title("jq long-poll pickup latency CDF (all rounds pooled)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(f"{d}/pickup-latency-cdf.png", dpi=110)
 
 soaks = sorted(glob.glob(f"{d}/soak-*.csv"))
 if soaks:
