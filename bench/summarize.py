@@ -101,7 +101,7 @@ def cpu_steal():
         v = sorted(x for _, x in ws)
         return f"median {statistics.median(v):.0%}, max {max(v):.0%} of {len(v)} windows"
 
-    lines = ["## CPU steal (bench/cpu_sampler.sh, one window per 5-s sample)\n",
+    lines = ["## CPU steal (cpu.csv: one window between consecutive samples, 5 s apart when bench/cpu_sampler.sh took them)\n",
              "Steal ÷ all of the VM's CPU ticks (idle included): time the hypervisor ran other guests instead. Rounds with much "
              "steal run slower on every system; same-round ratios cancel only the part that hits both cells alike.\n",
              f"- whole run: {share(win)}"]
