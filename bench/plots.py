@@ -23,6 +23,22 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 d = sys.argv[1]
+
+
+def finish_axes(ax, xlabel, ylabel, title, xlog=10, which="both"):
+    """The axes' common finish: log x axis (base xlog; None: linear), labels, grid, legend."""
+    if xlog:
+        ax.set_xscale("log", base=xlog)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which=which, alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def save(fig, name):
+    fig.tight_layout()
+    fig.savefig(f"{d}/{name}", dpi=110)
 rows = list(csv.DictReader(open(f"{d}/cells.csv")))
 cell = defaultdict(dict)
 for r in rows:
@@ -58,13 +74,8 @@ if drain_batches:
         cs = sorted({int(k[3]) for k in cell if k[0] == "drain" and k[2] == b})
         ax.set_xticks(cs)
         ax.set_xticklabels([str(c) for c in cs])
-        ax.set_xlabel("connections (pgbench clients / peer concurrency)")
-        ax.set_ylabel("jobs/s (median, min–max)")
-        ax.set_title(f"drain, claim batch {b}")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(f"{d}/throughput-vs-concurrency.png", dpi=110)
+        finish_axes(ax, "connections (pgbench clients / peer concurrency)", "jobs/s (median, min–max)", f"drain, claim batch {b}", xlog=None)
+    save(fig, "throughput-vs-concurrency.png")
 
 samples = sorted(glob.glob(f"{d}/claim-latency/*.txt"))
 if samples:
@@ -81,14 +92,8 @@ if samples:
             ys = [(i + 1) / len(xs) for i in range(len(xs))]
             label = f"{depth:,} claimable" + (" + scheduled rows" if cname == "depth-future" else "")
             ax.plot(xs, ys, label=label, linestyle="--" if cname == "depth-future" else "-")
-        ax.set_xscale("log")
-        ax.set_xlabel("claim latency, ms (one job, one connection)")
-        ax.set_ylabel("fraction of claims")
-        ax.set_title(f"{system}: claim latency CDF by depth")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(f"{d}/claim-latency-cdf.png", dpi=110)
+        finish_axes(ax, "claim latency, ms (one job, one connection)", "fraction of claims", f"{system}: claim latency CDF by depth")
+    save(fig, "claim-latency-cdf.png")
 
 dp = [k for k in cell if k[0] == "depth-p50"]
 if dp:
@@ -103,14 +108,8 @@ if dp:
             if pts:
                 ax.scatter([p[0] for p in pts], [p[1] for p in pts], marker=mk, s=80, color=COLORS[s],
                            label=f"{s} {c[13:]}, + 1M scheduled rows")
-    ax.set_xscale("log")
-    ax.set_xlabel("claimable jobs in the queue")
-    ax.set_ylabel("claim latency, ms (median of repetitions)")
-    ax.set_title("claim cost against depth")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(f"{d}/claim-cost-vs-depth.png", dpi=110)
+    finish_axes(ax, "claimable jobs in the queue", "claim latency, ms (median of repetitions)", "claim cost against depth")
+    save(fig, "claim-cost-vs-depth.png")
 
 lat = [r for r in rows if r["cell"] == "latency"]
 if lat:
@@ -125,14 +124,8 @@ if lat:
         ax.plot([p[0] for p in ps], [p[1] for p in ps], marker="o", alpha=0.7,
                 color={"100": "tab:green", "500": "tab:blue", "2000": "tab:red"}.get(r["batch"], "gray"),
                 label=f"{r['batch']}/s" if r["round"] == "1" else None)
-    ax.set_xscale("log")
-    ax.set_xlabel("pickup latency, ms (enqueue commit → claim return)")
-    ax.set_ylabel("percentile")
-    ax.set_title("jq long-poll pickup latency (p50/p95/p99/max per round)")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(f"{d}/pickup-latency.png", dpi=110)
+    finish_axes(ax, "pickup latency, ms (enqueue commit → claim return)", "percentile", "jq long-poll pickup latency (p50/p95/p99/max per round)")
+    save(fig, "pickup-latency.png")
 
 pick = sorted(glob.glob(f"{d}/pickup-latency/*-round*.csv"))
 if pick:  # bench/run since the per-job samples: a CDF per arrival rate, all rounds pooled
@@ -147,15 +140,9 @@ if pick:  # bench/run since the per-job samples: a CDF per arrival rate, all rou
     for rate, v in sorted(by_rate.items(), key=lambda x: int(x[0])):
         v.sort()
         ax.plot(v, [(i + 1) / len(v) for i in range(len(v))], label=f"{rate} jobs/s ({len(v):,} jobs)")
-    ax.set_xscale("log")
     ax.axvline(10, color="gray", linestyle=":", linewidth=1)
-    ax.set_xlabel("pickup latency, ms (enqueue commit → claim return; 0 drawn at 0.01)")
-    ax.set_ylabel("fraction of jobs")
-    ax.set_title("jq long-poll pickup latency CDF (all rounds pooled)")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(f"{d}/pickup-latency-cdf.png", dpi=110)
+    finish_axes(ax, "pickup latency, ms (enqueue commit → claim return; 0 drawn at 0.01)", "fraction of jobs", "jq long-poll pickup latency CDF (all rounds pooled)")
+    save(fig, "pickup-latency-cdf.png")
 
 soaks = sorted(glob.glob(f"{d}/soak-*.csv"))
 if soaks:
@@ -167,11 +154,6 @@ if soaks:
         held = [int(r["second"]) for r in rs if r["phase"] == "held"]
     if held:
         ax.axvspan(min(held) - 1, max(held), color="gray", alpha=0.15, label="REPEATABLE READ snapshot held")
-    ax.set_xlabel("second")
-    ax.set_ylabel("jobs completed in that second")
-    ax.set_title("drain (batch 10) through a held snapshot")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(f"{d}/soak.png", dpi=110)
+    finish_axes(ax, "second", "jobs completed in that second", "drain (batch 10) through a held snapshot", xlog=None, which="major")
+    save(fig, "soak.png")
 print("plots written to", d)
