@@ -121,27 +121,33 @@ if lat:
             continue
         ps = [(o["p50_ms"], 0.50), (o["p95_ms"], 0.95), (o["p99_ms"], 0.99), (o["max_ms"], 1.0)] if "max_ms" in o else \
              [(o["p50_ms"], 0.50), (o["p95_ms"], 0.95), (o["p99_ms"], 0.99)]
-        ax.plot([p[0] for p in ps], [p[1] for p in ps], marker="o", alpha=0.7,
+        client = r["system"] == "jq-client"  # commit → handler start (else → claim return)
+        ax.plot([p[0] for p in ps], [p[1] for p in ps], marker="s" if client else "o", alpha=0.7,
+                linestyle="--" if client else "-",
                 color={"100": "tab:green", "500": "tab:blue", "2000": "tab:red"}.get(r["batch"], "gray"),
-                label=f"{r['batch']}/s" if r["round"] == "1" else None)
-    finish_axes(ax, "pickup latency, ms (enqueue commit → claim return)", "percentile", "jq long-poll pickup latency (p50/p95/p99/max per round)")
+                label=f"{r['batch']}/s{', handler start (Rust client)' if client else ''}" if r["round"] == "1" else None)
+    finish_axes(ax, "pickup latency, ms (enqueue commit → claim return, or → handler start dashed)", "percentile",
+                "jq long-poll pickup latency (p50/p95/p99/max per round)")
     save(fig, "pickup-latency.png")
 
 pick = sorted(glob.glob(f"{d}/pickup-latency/*-round*.csv"))
 if pick:  # bench/run since the per-job samples: a CDF per arrival rate, all rounds pooled
     by_rate = defaultdict(list)
     for f in pick:
-        rate = os.path.basename(f).split("-round")[0]
+        rate = os.path.basename(f).split("-round")[0]  # "500", or "client-500": jq's Rust client, → handler start
         for line in open(f):
             line = line.strip()
             if line and line != "missing":
                 by_rate[rate].append(max(float(line.split(",")[0]), 0.01))
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    for rate, v in sorted(by_rate.items(), key=lambda x: int(x[0])):
+    for rate, v in sorted(by_rate.items(), key=lambda x: (int(x[0].split("-")[-1]), x[0])):
         v.sort()
-        ax.plot(v, [(i + 1) / len(v) for i in range(len(v))], label=f"{rate} jobs/s ({len(v):,} jobs)")
+        client = rate.startswith("client-")
+        ax.plot(v, [(i + 1) / len(v) for i in range(len(v))], linestyle="--" if client else "-",
+                label=f"{rate.split('-')[-1]} jobs/s{', handler start (Rust client)' if client else ''} ({len(v):,} jobs)")
     ax.axvline(10, color="gray", linestyle=":", linewidth=1)
-    finish_axes(ax, "pickup latency, ms (enqueue commit → claim return; 0 drawn at 0.01)", "fraction of jobs", "jq long-poll pickup latency CDF (all rounds pooled)")
+    finish_axes(ax, "pickup latency, ms (enqueue commit → claim return, or → handler start dashed; 0 drawn at 0.01)",
+                "fraction of jobs", "jq long-poll pickup latency CDF (all rounds pooled)")
     save(fig, "pickup-latency-cdf.png")
 
 soaks = sorted(glob.glob(f"{d}/soak-*.csv"))
