@@ -5,6 +5,7 @@ Usage: bench/summarize.py RESULTS_DIR   (reads RESULTS_DIR/cells.csv and machine
 """
 import csv
 import json
+import os
 import re
 import statistics
 import sys
@@ -209,28 +210,38 @@ if drain:
             broken[(r["system"], r["batch"], r["conns"])] = r["detail"]
     dups, e2e_dry = [], []
     for r in rows:
-        if r["cell"] == "drain" and ("'duplicates'" in r["detail"] or "'claimed_twice'" in r["detail"]):
+        if r["cell"] == "drain" and r["detail"].startswith("DRIVER-FAILED"):
+            # bench/run since 2026-12-04: the driver exited non-zero (a failed correctness check,
+            # or a crash); its JSON line, if any, follows
+            broken[(r["system"], r["batch"], r["conns"])] = r["detail"][:200]
+        if r["cell"] == "drain" and ("'duplicates'" in r["detail"] or "'claimed_twice'" in r["detail"]
+                                     or "'handled_twice'" in r["detail"]):
             try:
                 # "prefilled=N finished=M {driver's JSON line}" (older runs: the JSON line alone).
                 # The peers' drivers count ids their handlers saw twice; jq's client since
-                # 2026-12-03T22 counts jobs claimed twice (jq.jobs.claims > 1) and jobs left
-                # running after its graceful shutdown (before, a count of jobs completed twice in
-                # jq.executions, which holds one completed row per job: it could not fire)
+                # 2026-12-04 too (handled_twice), and jobs left running after its graceful
+                # shutdown, and checks the database's completed count against its own (ok).
+                # From 2026-12-03T22 to then it counted jobs claimed twice (claims > 1), which
+                # also counted jobs released at shutdown and claimed again; before that, jobs
+                # completed twice in jq.executions, which could not fire.
                 det = r["detail"]
                 o = json.loads(det[det.index("{"):].replace("'", '"'))
-                n_bad = o.get("duplicates", 0) + o.get("claimed_twice", 0) + o.get("stranded", 0)
+                n_bad = (o.get("duplicates", 0) + o.get("claimed_twice", 0) + o.get("handled_twice", 0)
+                         + o.get("stranded", 0))
                 dups.append(n_bad)
-                if n_bad:
+                if n_bad or o.get("ok") is False:
                     broken[(r["system"], r["batch"], r["conns"])] = (
-                        f"{n_bad} jobs seen twice by the handlers, claimed twice or left running")
+                        f"{n_bad} jobs seen twice by the handlers, claimed twice or left running"
+                        + ("" if n_bad else "; the driver's checks failed (ok: false)"))
                 pf = re.search(r"prefilled=(\d+) finished=(\d+)", det)
                 if o.get("left") == 0 or (pf and int(pf.group(2)) >= int(pf.group(1))):
                     e2e_dry.append(r)
             except Exception:
                 pass
     if dups:
-        out.append(f"End-to-end cells: jobs seen twice by the handlers (peers), claimed twice or left running after "
-                   f"the graceful shutdown (jq's client, since 2026-12-03T22), total {sum(dups)} over {len(dups)} cells.")
+        out.append(f"End-to-end cells: jobs seen twice by the handlers (peers; jq's client since 2026-12-04), "
+                   f"claimed twice (jq's client, 2026-12-03T22 to 2026-12-04) or left running after the graceful "
+                   f"shutdown (jq's client), total {sum(dups)} over {len(dups)} cells.")
     # bench/run logs (run.log only) when a drain's pgbench ended before its measured window
     # closed: that rate holds an idle stretch, so as a denominator it would inflate a ratio.
     early, rd = [], None
@@ -651,8 +662,32 @@ for k in soak:
                    f"{ctl['after_ratio']:.2f}×)", a >= 0.8)
         else:
             target("held snapshot: ≥ 0.8× clean within 30 s after (seconds 20–30)", f"{a:.2f}×", a >= 0.8)
-# The tally of the target lines: a line not measured counts against the run as a miss does
+# Every target of the issue has a line, whatever the run recorded: a target whose cell is missing
+# (not run, or no usable rate in any round) reads "not measured" and counts in the tally (until
+# 2026-12-04 only the drain targets did; the others vanished: run 2026-12-03T2133, which skipped
+# the held snapshot, tallied 0 not measured). Connection counts from machine.txt.
 t0 = out.index("## Targets (issue 5)\n")
+_mt = open(f"{d}/machine.txt").read() if os.path.exists(f"{d}/machine.txt") else ""
+_m = re.search(r"concs=([\d ]+?) [a-z_]+=", _mt)
+_concs = _m.group(1).split() if _m else ["1", "4", "16", "64"]
+required = [(f"jq ≥ 0.8× floor at batch {b}, {conns(c)}:", f"jq ≥ 0.8× floor at batch {b}, {conns(c)}")
+            for b in ("1", "10") for c in _concs]
+required += [("Rust client ≥ 0.6× jq SQL level", "Rust client ≥ 0.6× jq SQL level")]
+required += [(f"≥ {p_} at batch", f"jq ≥ {p_}'s drain rate") for p_ in ("pgmq", "graphile", "procrastinate", "pgboss")]
+required += [("pickup p99 < 10 ms at 500 jobs/s (commit → the handler's start",
+              "pickup p99 < 10 ms at 500 jobs/s (commit → the handler's start, jq's Rust client)"),
+             ("claim p50 at ", "claim p50 at 1M claimable ≤ 1.5× at 1k"),
+             ("steady load: table+index sizes", "steady load (soak): table+index sizes within 2× of steady state"),
+             ("steady load: claim p99 drifts ≤ 2× (largest minute", "steady load (soak): claim p99 drifts ≤ 2×"),
+             ("held snapshot: drain ≥ 0.3×", "held snapshot: drain ≥ 0.3× clean during"),
+             ("held snapshot: ≥ 0.8× clean within 30 s", "held snapshot: ≥ 0.8× clean within 30 s after"),
+             ("durable, no claimer waiting)", "enqueue with wakeups ≥ 0.8× with them off (32 producers, durable)"),
+             ("WAL per job ≤ 1.5× the floor's (batch 1,", "WAL per job ≤ 1.5× the floor's (batch 1)")]
+_have = "\n".join(out[t0 + 1:])
+for sub, name in required:
+    if sub not in _have:
+        out.append(f"- {name}: **not measured** (no such cell in this run)")
+# The tally of the target lines: a line not measured counts against the run as a miss does
 lines = [x for x in out[t0 + 1:] if x.startswith("- ")]
 met = sum(x.rstrip().endswith("**met**") for x in lines)
 missed = sum(x.rstrip().endswith("**missed**") or ": **missed**:" in x for x in lines)

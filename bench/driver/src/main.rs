@@ -19,7 +19,11 @@
 //!     Runs WORKERS `worker_client::Worker`s (each: one claim and one report connection) with
 //!     a no-op handler on a prefilled queue; jobs/s = completed jobs counted in the database
 //!     over SECS after WARMUP_SECS. Then shuts the workers down and checks that every claimed
-//!     job was completed or released, none failed or lost, and no job completed twice.
+//!     job was completed or released, none failed or lost, no job's handler ran twice (the
+//!     handler records each job id it is given), the jobs the database counts as completed
+//!     during the run are the ones the workers report completing, and none is left running.
+//!     A job released at shutdown may be claimed again by another worker still running: that
+//!     is a hand-back, not a duplicate (counted as `reclaimed`, not judged).
 //! jq-bench soak URL QUEUE RATE JOBS CONSUMERS OUTCSV
 //!     Steady load: enqueues JOBS jobs at RATE jobs/s (open loop, one job per `jq.enqueue`
 //!     call) while CONSUMERS connections loop `jq.claim(queue, …, 10)` (no wait; 2 ms pause
@@ -263,11 +267,26 @@ async fn client_drain(
 ) -> Res<()> {
     let config = worker_client::config_from_env(Some(&url))?;
     let shutdown = Arc::new(tokio::sync::Notify::new());
+    // Every job id a handler was given, and how many were given twice (a lock per job: a few
+    // µs against the ~300 µs of a claim and a completion).
+    let seen = Arc::new(std::sync::Mutex::new((std::collections::HashSet::<i64>::new(), 0usize)));
+    let mon = connect(&url).await?;
+    let c_start = completed(&mon, &queue).await?;
     let mut handles = Vec::new();
     for w in 0..workers {
+        let seen = seen.clone();
         let worker = worker_client::Worker::builder(config.clone())
             .queue(queue.clone())
-            .fallback(queue.clone(), |_job: worker_client::Job| async move { Ok(None) })
+            .fallback(queue.clone(), move |job: worker_client::Job| {
+                let seen = seen.clone();
+                async move {
+                    let mut g = seen.lock().unwrap_or_else(|e| e.into_inner());
+                    if !g.0.insert(job.id) {
+                        g.1 += 1;
+                    }
+                    Ok(None)
+                }
+            })
             .concurrency(concurrency)
             .claim_batch(batch)
             .worker_name(format!("bench{w}"))
@@ -275,7 +294,6 @@ async fn client_drain(
         let s = shutdown.clone();
         handles.push(tokio::spawn(async move { worker.run_until(async move { s.notified().await }).await }));
     }
-    let mon = connect(&url).await?;
     tokio::time::sleep(Duration::from_secs_f64(warmup)).await;
     let (t0, c0) = (Instant::now(), completed(&mon, &queue).await?);
     tokio::time::sleep(Duration::from_secs_f64(secs)).await;
@@ -290,28 +308,44 @@ async fn client_drain(
         released += st.released;
         lost += st.lost;
     }
-    // Every claim counts in jq.jobs.claims (lease expiry and release refund the attempt, never
-    // the claim count), so a job handed to two handlers shows as claims > 1. Until 2026-12-03T22
-    // this counted jobs completed twice in jq.executions, which cannot fire: that view holds one
-    // completed row per job by construction. And jobs still running after the workers' graceful
-    // shutdown were claimed and never completed or released.
-    let (twice, stranded): (i64, i64) = {
+    // A job handed to two handlers shows in `seen` (a count of jobs claimed more than once,
+    // jq.jobs.claims > 1, used until 2026-12-04, also counted jobs released at shutdown and
+    // claimed again by a worker still running: run 2026-12-04T0333 died of that false alarm).
+    // Jobs still running after the workers' graceful shutdown were claimed and never
+    // completed or released. The database's completed count over the whole run must be what
+    // the workers report completing: a completion the workers counted but the database did not
+    // record (or the reverse) is a lost job.
+    // Seen failing (2026-12-04): a handler that records each id twice gives handled_twice =
+    // handled and ok false; the old claims > 1 count stays in the output as `reclaimed`.
+    let (reclaimed, stranded, c_end): (i64, i64, i64) = {
         let row = mon
             .query_one(
-                "SELECT count(*) FILTER (WHERE claims > 1), count(*) FILTER (WHERE state = 'running') \
+                "SELECT count(*) FILTER (WHERE claims > 1), count(*) FILTER (WHERE state = 'running'), \
+                        count(*) FILTER (WHERE state = 'completed') \
                  FROM jq.jobs WHERE queue = $1",
                 &[&queue],
             )
             .await?;
-        (row.get(0), row.get(1))
+        (row.get(0), row.get(1), row.get(2))
     };
-    let ok = claimed == done + released && failed == 0 && lost == 0 && twice == 0 && stranded == 0;
+    let (handled, twice) = {
+        let g = seen.lock().unwrap_or_else(|e| e.into_inner());
+        (g.0.len() as u64, g.1)
+    };
+    let db_done = c_end - c_start;
+    let ok = claimed == done + released
+        && failed == 0
+        && lost == 0
+        && twice == 0
+        && stranded == 0
+        && db_done == done as i64
+        && handled >= done;
     let rate = (c1 - c0) as f64 / (t1 - t0).as_secs_f64();
     println!(
-        "{{\"jobs_per_s\":{rate:.0},\"workers\":{workers},\"concurrency\":{concurrency},\"batch\":{batch},\"claimed\":{claimed},\"completed\":{done},\"released\":{released},\"failed\":{failed},\"lost\":{lost},\"claimed_twice\":{twice},\"stranded\":{stranded},\"ok\":{ok}}}"
+        "{{\"jobs_per_s\":{rate:.0},\"workers\":{workers},\"concurrency\":{concurrency},\"batch\":{batch},\"claimed\":{claimed},\"completed\":{done},\"db_completed\":{db_done},\"handled\":{handled},\"released\":{released},\"failed\":{failed},\"lost\":{lost},\"handled_twice\":{twice},\"reclaimed\":{reclaimed},\"stranded\":{stranded},\"ok\":{ok}}}"
     );
     if !ok {
-        return Err("client drain: lost, failed, stranded or twice-claimed jobs".into());
+        return Err("client drain: lost, failed, stranded or twice-handled jobs, or completions the database did not record".into());
     }
     Ok(())
 }
