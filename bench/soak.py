@@ -9,8 +9,8 @@ that second, phase, every 5 s dead tuples, sizes, checkpoints, WAL and the table
 claim's plan with EXPLAIN (ANALYZE, BUFFERS) shortly before the snapshot, near its end and near
 the end of AFTER (for jq through auto_explain with log_nested_statements, in a transaction rolled
 back), with the vacuums in progress then. Prints one JSON
-line: clean rate (seconds 3..CLEAN), rate during the snapshot, rate in seconds 20-30 after it,
-their ratios, and the first second after the snapshot from which the 3-s mean is >= 0.8x clean.
+line: clean rate (seconds 3..CLEAN), rate during the snapshot (mean, slowest 10 s, last 30 s),
+rate in seconds 20-30 after it, their ratios, and the first second after the snapshot from which the 3-s mean is >= 0.8x clean.
 """
 import json
 import statistics
@@ -112,6 +112,12 @@ rate = lambda a, b: statistics.mean(r[1] for r in rows if a <= r[0] <= b)
 c_rate = rate(3, clean)
 d_rate = rate(clean + 1, clean + held)
 a_rate = rate(clean + held + 20, clean + held + 30) if after >= 30 else rate(clean + held + 1, clean + held + after)
+# "Stays >= 0.3x" is judged on the slowest 10 s of the hold, not its mean, which would hide a
+# collapse late in the hold (how a queue whose claims walk dead index entries fails: slower as
+# they pile up). Also the last 30 s of the hold.
+held_secs = [r[1] for r in rows if clean + 1 <= r[0] <= clean + held]
+min10 = min((statistics.mean(held_secs[i:i + 10]) for i in range(0, max(1, len(held_secs) - 9))), default=0)
+last30 = statistics.mean(held_secs[-30:]) if held_secs else 0
 back = None
 for s in range(clean + held + 1, total - 1):
     if statistics.mean(r[1] for r in rows if s <= r[0] <= s + 2) >= 0.8 * c_rate:
@@ -119,6 +125,7 @@ for s in range(clean + held + 1, total - 1):
         break
 print(json.dumps({"system": system, "clean": round(c_rate), "held": round(d_rate), "after_20_30s": round(a_rate),
                   "held_ratio": round(d_rate / c_rate, 2), "after_ratio": round(a_rate / c_rate, 2),
+                  "held_min10": round(min10), "held_last30": round(last30),
                   "back_to_0.8x_after_s": back, "held_s": held,
                   "dead_tuples_end_of_snapshot": max((r[3] for r in rows if r[2] == "held" and r[3] != ""), default=None),
                   "total_bytes_start": h0[3], "total_bytes_end": h1[3], "autovacuums": h1[2] - h0[2],
