@@ -456,7 +456,7 @@ if soak:
 out.append("## Targets (issue 5)\n")
 
 
-n_rounds = max((int(x["round"]) for x in rows if x["cell"] == "drain"), default=0)
+n_rounds = max((int(x["round"]) for x in rows), default=0)  # every cell numbers its rounds (steady and soak: 1)
 
 
 def rounds_of(a, b):
