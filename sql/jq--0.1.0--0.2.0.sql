@@ -2992,3 +2992,62 @@ COMMENT ON FUNCTION jq._redeem(bigint) IS
 'Internal: the role (oid) a caller ticket of this session was issued to; uses the ticket up. '
 'Errors: 42501 unknown, reused or NULL ticket.';
 
+-- The prune duty runs passes until the backlog is gone (a queue finishing more than 5,000 jobs
+-- per tick with a finite retention grew without bound).
+CREATE OR REPLACE FUNCTION jq._maintain(duty text, now timestamptz) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_total integer := 0;
+    v_step  integer;
+BEGIN
+    CASE _maintain.duty
+    WHEN 'promote' THEN
+        -- In batches until the due backlog is gone or 50,000 rows were moved.
+        LOOP
+            v_step := jq._promote(_maintain.now, 5000);
+            v_total := v_total + v_step;
+            EXIT WHEN v_step < 5000 OR v_total >= 50000;
+        END LOOP;
+        -- Priority aging rides on the promote duty (not counted in its result): one bounded
+        -- batch per pass; queues without priority_aging have nothing in jobs_aging_idx.
+        PERFORM jq._age(_maintain.now, 5000);
+    WHEN 'reap' THEN
+        LOOP
+            v_step := jq._reap(_maintain.now, 1000);
+            v_total := v_total + v_step;
+            EXIT WHEN v_step < 1000 OR v_total >= 10000;
+        END LOOP;
+    WHEN 'cron' THEN
+        v_total := jq.cron_tick(_maintain.now);
+    WHEN 'prune' THEN
+        -- In passes of 5,000 per queue and kind until a pass prunes fewer than 5,000 in all or
+        -- 100,000 rows went. One pass per tick (until 2026-12-04) capped what a queue could
+        -- finish per second, with a finite retention, at 5,000 jobs per tick: above that its
+        -- finished jobs piled up without bound (bench/run's steady load at 7,158 jobs/s grew
+        -- jq.jobs from 128 MB to 739 MB in 7 minutes with a 1-minute retention).
+        LOOP
+            v_step := jq._prune(_maintain.now, 5000);
+            v_total := v_total + v_step;
+            EXIT WHEN v_step < 5000 OR v_total >= 100000;
+        END LOOP;
+    ELSE
+        RAISE EXCEPTION 'unknown maintenance duty %', _maintain.duty USING ERRCODE = '22023';
+    END CASE;
+    RETURN coalesce(v_total, 0);
+END $$;
+COMMENT ON FUNCTION jq._maintain(text, timestamptz) IS
+'Maintenance: runs one duty at now and returns its count: promote (due scheduled jobs to ready, '
+'up to 50,000 in batches of 5,000; then one priority-aging batch, jq._age, not counted), reap (expired leases, up to 10,000 in batches of 1,000), '
+'cron (jq.cron_tick: due cron schedules), prune (jq._prune with batch 5,000, again until a pass '
+'prunes fewer than 5,000 rows or 100,000 went). jq.tick() runs all '
+'four; the background worker runs each in its own transaction through jq._maintain_guarded. '
+'Errors: 22023 unknown duty; errors of the duty itself propagate.';
+
+COMMENT ON FUNCTION jq.tick() IS
+'One maintenance pass at now(), in the caller''s transaction: promote due scheduled jobs (up to '
+'50,000), reap expired leases (up to 10,000), fire due cron schedules (jq.cron_tick), prune past '
+'retention (passes of up to 5,000 jobs of each kind per queue and 5,000 execution rows, until a '
+'pass prunes fewer than 5,000 rows or 100,000 went); returns the '
+'counts. Safe to run from several sessions at once and beside the background worker. With jq '
+'in shared_preload_libraries the background worker does this every jq.tick_interval; otherwise '
+'call it about once a second, from pg_cron or any client (see README).';
