@@ -650,6 +650,23 @@ for k in steady:
             growth = (f" (largest ÷ the median of the second half of the run; the last window ÷ that median: "
                       f"{o['late_growth']:.2f}×; producers sent {o.get('chunk', 1)} jobs per call)")
     target("steady load: table+index sizes within 2× of steady state", f"{z:.2f}×{growth}", z <= 2)
+    # A steady state must exist for that ratio to mean anything: a table growing in a straight
+    # line stays under 2x of its own recent median however long it grows (the prune cap of
+    # 5,000 per tick grew jq.jobs 5.8x in 7 minutes at 7,158 jobs/s, run 2026-12-04T0413, and
+    # the ratio above read 1.18). Judged from steady-jq.csv since 2026-12-04: the median size of
+    # the last quarter of the producing windows over that of the second quarter.
+    _csv = f"{sys.argv[1]}/steady-jq.csv"  # (d is the drift here)
+    if os.path.exists(_csv):
+        ws = [w for w in csv.DictReader(open(_csv)) if w.get("producing", "1") == "1"]
+        sz = [int(w["jobs_heap_bytes"]) + int(w["jobs_index_bytes"]) for w in ws]
+        q = len(sz) // 4
+        if q >= 2:
+            lev = statistics.median(sz[-q:]) / statistics.median(sz[q:2 * q])
+            target("steady load: sizes level off (median of the last quarter of the run ÷ median of its second quarter "
+                   "≤ 1.25)", f"{lev:.2f}× ({statistics.median(sz[q:2 * q]) / 1e6:,.0f} → {statistics.median(sz[-q:]) / 1e6:,.0f} MB, "
+                   f"{len(sz)} windows of 10 s)", lev <= 1.25)
+        else:
+            out.append("- steady load: sizes level off: **not measured** (fewer than 8 producing windows: raise STEADY_JOBS)")
     if d is None or d != d:  # NaN: fewer than one whole minute of producing windows
         out.append("- steady load: claim p99 drifts ≤ 2× (largest minute ÷ first minute): **not measured** "
                    "(the producers sent for less than a whole minute: raise STEADY_JOBS)")
@@ -719,6 +736,7 @@ required += [("pickup p99 < 10 ms at 500 jobs/s (commit → the handler's start"
              ("claim p50 at ", "claim p50 at 1M claimable ≤ 1.5× at 1k"),
              ("steady load: table+index sizes", "steady load (soak): table+index sizes within 2× of steady state"),
              ("steady load: claim p99 drifts ≤ 2× (largest minute", "steady load (soak): claim p99 drifts ≤ 2×"),
+             ("steady load: sizes level off", "steady load (soak): sizes level off"),
              ("held snapshot: drain ≥ 0.3×", "held snapshot: drain ≥ 0.3× clean during"),
              ("held snapshot: ≥ 0.8× clean within 30 s", "held snapshot: ≥ 0.8× clean within 30 s after"),
              ("durable, no claimer waiting)", "enqueue with wakeups ≥ 0.8× with them off (32 producers, durable)"),
