@@ -1668,41 +1668,76 @@ COMMENT ON FUNCTION jq._claim_batch(text, text, integer, interval, boolean, bigi
 'the owner; executable by nobody else.';
 
 CREATE OR REPLACE FUNCTION jq._prune_jobs(queue text, finished_before timestamptz, dead_before timestamptz,
-                               batch integer) RETURNS integer
+                               batch integer, budget integer) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_total integer;
+    v_total integer := 0;
     v_count integer;
+    v_at    timestamptz;  -- the (finished_at, id) key the last pass reached
+    v_id    bigint;
 BEGIN
     -- Its own function so that it alone keeps sequential scans off (sql/security.sql): the rest
     -- of jq._prune reads small tables without a fitting index (jq.queue_grants, jq.schedules),
     -- where that setting left only disabled plans, whose cost made PostgreSQL JIT-compile them.
-    DELETE FROM jq.jobs j WHERE j.id = ANY (ARRAY(
-        SELECT f.id FROM jq.jobs f
-        WHERE f.queue = _prune_jobs.queue AND f.state IN ('completed', 'cancelled')
-          AND f.finished_at < _prune_jobs.finished_before
-        LIMIT _prune_jobs.batch FOR UPDATE SKIP LOCKED));
-    GET DIAGNOSTICS v_total = ROW_COUNT;
-    DELETE FROM jq.jobs j WHERE j.id = ANY (ARRAY(
-        SELECT f.id FROM jq.jobs f
-        WHERE f.queue = _prune_jobs.queue AND f.state = 'dead'
-          AND f.finished_at < _prune_jobs.dead_before
-        LIMIT _prune_jobs.batch FOR UPDATE SKIP LOCKED));
-    GET DIAGNOSTICS v_count = ROW_COUNT;
-    RETURN v_total + v_count;
+    -- Oldest first, in passes of batch: completed and cancelled jobs until a pass deletes fewer
+    -- than batch or budget went (budget NULL: one pass), then dead jobs alike. Each pass starts
+    -- past the (finished_at, id) key the previous one reached: the index entries of the rows
+    -- this transaction already deleted stay in jobs_finished_idx until vacuum, and this
+    -- transaction cannot mark them dead, so a pass from the start of the range walked them
+    -- all again, a heap visit each: 20 passes cost 190 batches of visits, and at 7,200 jobs/s
+    -- a prune duty took 9-18 s and fell behind (jq.jobs grew without bound; docs/BENCHMARKS.md).
+    v_at := '-infinity';
+    v_id := 0;
+    LOOP
+        WITH gone AS (
+            DELETE FROM jq.jobs j WHERE j.id = ANY (ARRAY(
+                SELECT f.id FROM jq.jobs f
+                WHERE f.queue = _prune_jobs.queue AND f.state IN ('completed', 'cancelled')
+                  AND (f.finished_at, f.id) > (v_at, v_id) AND f.finished_at < _prune_jobs.finished_before
+                ORDER BY f.finished_at, f.id
+                LIMIT _prune_jobs.batch FOR UPDATE SKIP LOCKED))
+            RETURNING j.finished_at, j.id)
+        SELECT count(*), (pg_catalog.array_agg(g.finished_at ORDER BY g.finished_at DESC, g.id DESC))[1],
+               (pg_catalog.array_agg(g.id ORDER BY g.finished_at DESC, g.id DESC))[1]
+        INTO v_count, v_at, v_id FROM gone g;
+        v_total := v_total + v_count;
+        EXIT WHEN v_count < _prune_jobs.batch OR _prune_jobs.budget IS NULL OR v_total >= _prune_jobs.budget;
+    END LOOP;
+    v_at := '-infinity';
+    v_id := 0;
+    LOOP
+        WITH gone AS (
+            DELETE FROM jq.jobs j WHERE j.id = ANY (ARRAY(
+                SELECT f.id FROM jq.jobs f
+                WHERE f.queue = _prune_jobs.queue AND f.state = 'dead'
+                  AND (f.finished_at, f.id) > (v_at, v_id) AND f.finished_at < _prune_jobs.dead_before
+                ORDER BY f.finished_at, f.id
+                LIMIT _prune_jobs.batch FOR UPDATE SKIP LOCKED))
+            RETURNING j.finished_at, j.id)
+        SELECT count(*), (pg_catalog.array_agg(g.finished_at ORDER BY g.finished_at DESC, g.id DESC))[1],
+               (pg_catalog.array_agg(g.id ORDER BY g.finished_at DESC, g.id DESC))[1]
+        INTO v_count, v_at, v_id FROM gone g;
+        v_total := v_total + v_count;
+        EXIT WHEN v_count < _prune_jobs.batch OR _prune_jobs.budget IS NULL OR v_total >= _prune_jobs.budget;
+    END LOOP;
+    RETURN v_total;
 END $$;
+COMMENT ON FUNCTION jq._prune_jobs(text, timestamptz, timestamptz, integer, integer) IS
+'Internal (jq._prune): deletes the completed and cancelled jobs of queue finished before '
+'finished_before, oldest first, in passes of batch until a pass deletes fewer than batch or budget '
+'rows went (budget NULL: one pass), then the dead jobs finished before dead_before alike (budget '
+'counts both); returns how many. Each pass starts past the last one''s (finished_at, id) key. '
+'Skips rows another session has locked.';
 
-COMMENT ON FUNCTION jq._prune_jobs(text, timestamptz, timestamptz, integer) IS
-'Internal (jq._prune): deletes up to batch completed and cancelled jobs of queue finished before '
-'finished_before and up to batch dead jobs finished before dead_before; returns how many. Skips '
-'rows another session has locked.';
-
-CREATE OR REPLACE FUNCTION jq._prune(now timestamptz, batch integer DEFAULT 5000) RETURNS integer
+DROP FUNCTION jq._prune(timestamptz, integer);
+CREATE FUNCTION jq._prune(now timestamptz, batch integer DEFAULT 5000, budget integer DEFAULT NULL)
+RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
     q       record;
     v_total integer := 0;
     v_count integer;
+    v_hist  integer := 0;
 BEGIN
     -- Each queue gets its own budget, so a backlog in one queue never holds up the others.
     -- A completed job is the record of its execution (sql/schema.sql), so finished jobs stay at
@@ -1715,21 +1750,28 @@ BEGIN
              FROM jq.queues t
     LOOP
         v_total := v_total + jq._prune_jobs(q.name, _prune.now - q.retention, _prune.now - q.dead_retention,
-                                            _prune.batch);
+                                            _prune.batch, _prune.budget);
     END LOOP;
     -- History in one pass over all queues: the BRIN index narrows the scan to rows older than
     -- the shortest history_retention, each row is then held to its own queue's retention, and
     -- rows of queues that no longer exist (written by a late worker after jq.drop_queue) go.
-    -- SKIP LOCKED: a pass left open in another session must not block this one.
-    DELETE FROM jq.execution_log e WHERE e.ctid = ANY (ARRAY(
-        SELECT h.ctid FROM jq.execution_log h LEFT JOIN jq.queues o ON o.name = h.queue
-        WHERE h.finished_at < _prune.now - coalesce(
-                  (SELECT min(t.history_retention) FROM jq.queues t), interval '0')
-          AND (o.name IS NULL OR h.finished_at < _prune.now - o.history_retention)
-        LIMIT _prune.batch
-        FOR UPDATE OF h SKIP LOCKED));
-    GET DIAGNOSTICS v_count = ROW_COUNT;
-    v_total := v_total + v_count;
+    -- SKIP LOCKED: a pass left open in another session must not block this one. In passes of
+    -- batch until one deletes fewer or budget went (budget NULL: one pass). Unlike the jobs
+    -- above, a pass here re-reads the rows earlier passes deleted (a BRIN range has no order to
+    -- start past them): history holds failures and lease expiries only, far fewer rows.
+    LOOP
+        DELETE FROM jq.execution_log e WHERE e.ctid = ANY (ARRAY(
+            SELECT h.ctid FROM jq.execution_log h LEFT JOIN jq.queues o ON o.name = h.queue
+            WHERE h.finished_at < _prune.now - coalesce(
+                      (SELECT min(t.history_retention) FROM jq.queues t), interval '0')
+              AND (o.name IS NULL OR h.finished_at < _prune.now - o.history_retention)
+            LIMIT _prune.batch
+            FOR UPDATE OF h SKIP LOCKED));
+        GET DIAGNOSTICS v_count = ROW_COUNT;
+        v_hist := v_hist + v_count;
+        EXIT WHEN v_count < _prune.batch OR _prune.budget IS NULL OR v_hist >= _prune.budget;
+    END LOOP;
+    v_total := v_total + v_hist;
     -- Grants to roles that were dropped (a later role could get the same OID).
     DELETE FROM jq.queue_grants g
     WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = g.grantee);
@@ -1746,13 +1788,14 @@ BEGIN
     GET DIAGNOSTICS v_count = ROW_COUNT;
     RETURN v_total + v_count;
 END $$;
-
-COMMENT ON FUNCTION jq._prune(timestamptz, integer) IS
-'Maintenance: per queue, deletes up to batch completed and cancelled jobs finished more than the '
+COMMENT ON FUNCTION jq._prune(timestamptz, integer, integer) IS
+'Maintenance: per queue, deletes the completed and cancelled jobs finished more than the '
 'queue''s retention before now (but at least min(history_retention, 5 minutes): a completed job '
-'is the record of its execution, which jq.queue_stats counts over 5 minutes) and up to batch dead '
-'jobs past dead_retention; then up to batch jq.execution_log rows past their queue''s '
-'history_retention, or of queues that no longer exist (history outlives its jobs); jq.queue_grants rows of dropped roles; and disables (created_by NULL, '
+'is the record of its execution, which jq.queue_stats counts over 5 minutes) and the dead jobs '
+'past dead_retention, oldest first (jq._prune_jobs); then jq.execution_log rows past their queue''s '
+'history_retention, or of queues that no longer exist (history outlives its jobs): each in '
+'passes of batch rows until a pass deletes fewer or budget rows went (per queue; budget NULL, '
+'the default: one pass each); then jq.queue_grants rows of dropped roles; and disables (created_by NULL, '
 'last_error set) schedules whose creator was dropped. Returns how many rows it deleted or disabled. Safe to run concurrently: it '
 'skips rows another session has locked.';
 
@@ -2422,13 +2465,15 @@ CREATE INDEX jobs_blocked_idx ON jq.jobs (queue, concurrency_key, run_at, id)
 CREATE INDEX jobs_aging_idx ON jq.jobs (next_age_at)
     WHERE state = 'ready' AND next_age_at IS NOT NULL;
 
--- Retention: WHERE queue = $1 AND state IN ('completed', 'cancelled') AND finished_at < $cutoff,
--- and the same for dead jobs, which have their own (longer) retention. Two indexes, so that
--- neither pass wades through the other's rows; each finished row is in exactly one of them.
-CREATE INDEX jobs_finished_idx ON jq.jobs (queue, finished_at)
+-- Retention: WHERE queue = $1 AND state IN ('completed', 'cancelled') AND (finished_at, id) >
+-- $last AND finished_at < $cutoff ORDER BY finished_at, id, and the same for dead jobs, which have
+-- their own (longer) retention. Two indexes, so that neither pass wades through the other's rows;
+-- each finished row is in exactly one of them. id makes the key unique, so each pass of a prune
+-- starts exactly past the rows the previous one deleted (jq._prune_jobs).
+CREATE INDEX jobs_finished_idx ON jq.jobs (queue, finished_at, id)
     WHERE state IN ('completed', 'cancelled');
 
-CREATE INDEX jobs_dead_idx ON jq.jobs (queue, finished_at)
+CREATE INDEX jobs_dead_idx ON jq.jobs (queue, finished_at, id)
     WHERE state = 'dead';
 
 SELECT pg_catalog.pg_extension_config_dump('jq.jobs', '');
@@ -3020,16 +3065,13 @@ BEGIN
     WHEN 'cron' THEN
         v_total := jq.cron_tick(_maintain.now);
     WHEN 'prune' THEN
-        -- In passes of 5,000 per queue and kind until a pass prunes fewer than 5,000 in all or
-        -- 100,000 rows went. One pass per tick (until 2026-12-04) capped what a queue could
-        -- finish per second, with a finite retention, at 5,000 jobs per tick: above that its
-        -- finished jobs piled up without bound (bench/run's steady load at 7,158 jobs/s grew
-        -- jq.jobs from 128 MB to 739 MB in 7 minutes with a 1-minute retention).
-        LOOP
-            v_step := jq._prune(_maintain.now, 5000);
-            v_total := v_total + v_step;
-            EXIT WHEN v_step < 5000 OR v_total >= 100000;
-        END LOOP;
+        -- Per queue, in passes of 5,000 until a pass prunes fewer or 100,000 rows went
+        -- (jq._prune_jobs: each pass starts where the last one ended). One pass per tick (until
+        -- 2026-12-04) capped what a queue could finish per second, with a finite retention, at
+        -- 5,000 jobs per tick: above that its finished jobs piled up without bound (bench/run's
+        -- steady load at 7,158 jobs/s grew jq.jobs from 128 MB to 739 MB in 7 minutes with a
+        -- 1-minute retention).
+        v_total := jq._prune(_maintain.now, 5000, 100000);
     ELSE
         RAISE EXCEPTION 'unknown maintenance duty %', _maintain.duty USING ERRCODE = '22023';
     END CASE;
@@ -3038,16 +3080,16 @@ END $$;
 COMMENT ON FUNCTION jq._maintain(text, timestamptz) IS
 'Maintenance: runs one duty at now and returns its count: promote (due scheduled jobs to ready, '
 'up to 50,000 in batches of 5,000; then one priority-aging batch, jq._age, not counted), reap (expired leases, up to 10,000 in batches of 1,000), '
-'cron (jq.cron_tick: due cron schedules), prune (jq._prune with batch 5,000, again until a pass '
-'prunes fewer than 5,000 rows or 100,000 went). jq.tick() runs all '
+'cron (jq.cron_tick: due cron schedules), prune (jq._prune with batch 5,000 and budget 100,000: '
+'per queue, passes until one prunes fewer than 5,000 rows or 100,000 went). jq.tick() runs all '
 'four; the background worker runs each in its own transaction through jq._maintain_guarded. '
 'Errors: 22023 unknown duty; errors of the duty itself propagate.';
 
 COMMENT ON FUNCTION jq.tick() IS
 'One maintenance pass at now(), in the caller''s transaction: promote due scheduled jobs (up to '
 '50,000), reap expired leases (up to 10,000), fire due cron schedules (jq.cron_tick), prune past '
-'retention (passes of up to 5,000 jobs of each kind per queue and 5,000 execution rows, until a '
-'pass prunes fewer than 5,000 rows or 100,000 went); returns the '
+'retention (per queue, passes of up to 5,000 jobs, oldest first, until a pass prunes fewer or '
+'100,000 went; execution rows alike); returns the '
 'counts. Safe to run from several sessions at once and beside the background worker. With jq '
 'in shared_preload_libraries the background worker does this every jq.tick_interval; otherwise '
 'call it about once a second, from pg_cron or any client (see README).';

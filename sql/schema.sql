@@ -162,12 +162,14 @@ CREATE INDEX jobs_blocked_idx ON jq.jobs (queue, concurrency_key, run_at, id)
 -- batch. Jobs of queues without priority_aging have next_age_at NULL and are not in it.
 CREATE INDEX jobs_aging_idx ON jq.jobs (next_age_at)
     WHERE state = 'ready' AND next_age_at IS NOT NULL;
--- Retention: WHERE queue = $1 AND state IN ('completed', 'cancelled') AND finished_at < $cutoff,
--- and the same for dead jobs, which have their own (longer) retention. Two indexes, so that
--- neither pass wades through the other's rows; each finished row is in exactly one of them.
-CREATE INDEX jobs_finished_idx ON jq.jobs (queue, finished_at)
+-- Retention: WHERE queue = $1 AND state IN ('completed', 'cancelled') AND (finished_at, id) >
+-- $last AND finished_at < $cutoff ORDER BY finished_at, id, and the same for dead jobs, which have
+-- their own (longer) retention. Two indexes, so that neither pass wades through the other's rows;
+-- each finished row is in exactly one of them. id makes the key unique, so each pass of a prune
+-- starts exactly past the rows the previous one deleted (jq._prune_jobs).
+CREATE INDEX jobs_finished_idx ON jq.jobs (queue, finished_at, id)
     WHERE state IN ('completed', 'cancelled');
-CREATE INDEX jobs_dead_idx ON jq.jobs (queue, finished_at)
+CREATE INDEX jobs_dead_idx ON jq.jobs (queue, finished_at, id)
     WHERE state = 'dead';
 
 -- Execution history. A completed execution is recorded in its job row, which keeps everything

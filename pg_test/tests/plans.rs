@@ -404,24 +404,28 @@ const REAP_PICK: HotPath = HotPath {
 
 const PRUNE_FINISHED_PICK: HotPath = HotPath {
     label: "jq._prune_jobs: selection of completed and cancelled jobs past retention",
-    function: "jq._prune_jobs(text,timestamptz,timestamptz,integer)",
+    function: "jq._prune_jobs(text,timestamptz,timestamptz,integer,integer)",
     source: "SELECT f.id FROM jq.jobs f
              WHERE f.queue = _prune_jobs.queue AND f.state IN ('completed', 'cancelled')
-               AND f.finished_at < _prune_jobs.finished_before
+               AND (f.finished_at, f.id) > (v_at, v_id) AND f.finished_at < _prune_jobs.finished_before
+             ORDER BY f.finished_at, f.id
              LIMIT _prune_jobs.batch FOR UPDATE SKIP LOCKED",
-    subst: &[("_prune_jobs.queue", "$1"), ("_prune_jobs.finished_before", "$2"), ("_prune_jobs.batch", "$3")],
-    types: "text, timestamptz, integer",
+    subst: &[("_prune_jobs.queue", "$1"), ("_prune_jobs.finished_before", "$2"), ("_prune_jobs.batch", "$3"),
+             ("v_at", "$4"), ("v_id", "$5")],
+    types: "text, timestamptz, integer, timestamptz, bigint",
 };
 
 const PRUNE_DEAD_PICK: HotPath = HotPath {
     label: "jq._prune_jobs: selection of dead jobs past dead_retention",
-    function: "jq._prune_jobs(text,timestamptz,timestamptz,integer)",
+    function: "jq._prune_jobs(text,timestamptz,timestamptz,integer,integer)",
     source: "SELECT f.id FROM jq.jobs f
              WHERE f.queue = _prune_jobs.queue AND f.state = 'dead'
-               AND f.finished_at < _prune_jobs.dead_before
+               AND (f.finished_at, f.id) > (v_at, v_id) AND f.finished_at < _prune_jobs.dead_before
+             ORDER BY f.finished_at, f.id
              LIMIT _prune_jobs.batch FOR UPDATE SKIP LOCKED",
-    subst: &[("_prune_jobs.queue", "$1"), ("_prune_jobs.dead_before", "$2"), ("_prune_jobs.batch", "$3")],
-    types: "text, timestamptz, integer",
+    subst: &[("_prune_jobs.queue", "$1"), ("_prune_jobs.dead_before", "$2"), ("_prune_jobs.batch", "$3"),
+             ("v_at", "$4"), ("v_id", "$5")],
+    types: "text, timestamptz, integer, timestamptz, bigint",
 };
 
 const IDEMPOTENCY_LOOKUP: HotPath = HotPath {
@@ -819,7 +823,7 @@ fn check_runs(f: &mut Failures, mode: Mode, runs: &[Explained],
 
 /// Promotion walks jobs_scheduled_idx and reaping jobs_running_idx in ORDER BY order without a
 /// Sort, reading about one batch; retention's two selections read jobs_finished_idx and
-/// jobs_dead_idx; the
+/// jobs_dead_idx likewise, from the key the previous pass reached; the
 /// idempotency lookup reads jobs_idempotency_idx and the keyed INSERT names it as its ON
 /// CONFLICT arbiter. Checked for the copied statements (custom and generic plans, several
 /// instants) and for the selections inside the functions as they run.
@@ -846,14 +850,17 @@ fn maintenance_and_idempotency_selections_use_their_partial_indexes() {
             let e = explain(&mut c, &REAP_PICK, &format!("{at}, {batch}"), mode);
             f.check(check_ordered_pick(&e, "jobs_running_idx", Some(batch)));
         }
-        // Retention: nothing old enough, everything old enough.
+        // Retention: nothing old enough, everything old enough; a first pass and one that
+        // starts past a key (the oldest rows are behind it): read in key order, no Sort.
         for at in ["now()", "now() + interval '15 days'"] {
-            let e = explain(&mut c, &PRUNE_FINISHED_PICK,
-                            &format!("'plan.1', {at} - interval '1 day', 5000"), mode);
-            f.check(check_uses_index(&e, "jobs_finished_idx", "jobs"));
-            let e = explain(&mut c, &PRUNE_DEAD_PICK,
-                            &format!("'plan.1', {at} - interval '7 days', 5000"), mode);
-            f.check(check_uses_index(&e, "jobs_dead_idx", "jobs"));
+            for from in ["'-infinity', 0", "now() - interval '10 days', 1"] {
+                let e = explain(&mut c, &PRUNE_FINISHED_PICK,
+                                &format!("'plan.1', {at} - interval '1 day', 5000, {from}"), mode);
+                f.check(check_ordered_pick(&e, "jobs_finished_idx", Some(5000)));
+                let e = explain(&mut c, &PRUNE_DEAD_PICK,
+                                &format!("'plan.1', {at} - interval '7 days', 5000, {from}"), mode);
+                f.check(check_ordered_pick(&e, "jobs_dead_idx", Some(5000)));
+            }
         }
         // Idempotency: a key held by a scheduled job (and by a completed one, outside the
         // index), and a key nobody holds.
@@ -876,7 +883,7 @@ fn maintenance_and_idempotency_selections_use_their_partial_indexes() {
         let [finished, dead] = trace_prune(&mut t, mode);
         for (runs, index) in [(finished, "jobs_finished_idx"), (dead, "jobs_dead_idx")] {
             check_runs(&mut f, mode, &runs, |stmt| match stmt.pick() {
-                Some(pick) => check_uses_index(&pick, index, "jobs"),
+                Some(pick) => check_ordered_pick(&pick, index, Some(5000)),
                 None => Err(stmt.fail("no FOR UPDATE selection of jq.jobs")),
             });
         }
