@@ -1850,12 +1850,21 @@ COMMENT ON FUNCTION jq._age(timestamptz, integer) IS
 -- functions also keep sequential scans off (sql/security.sql). Test: pg_test/tests/plans.rs,
 -- maintenance_plans_made_on_a_small_table_stay_index_lookups.
 
-CREATE OR REPLACE FUNCTION jq._promote(now timestamptz, batch integer DEFAULT 5000) RETURNS integer
+DROP FUNCTION jq._promote(timestamptz, integer);
+CREATE FUNCTION jq._promote(now timestamptz, batch integer DEFAULT 5000, budget integer DEFAULT NULL)
+RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_count integer;
+    v_count integer := 0;
     v_keys  record;
+    v_at    timestamptz := '-infinity';  -- the (run_at, id) key the last pass reached
+    v_id    bigint := 0;
 BEGIN
+    -- In passes of batch, due order, until a pass moves fewer or budget went (budget NULL: one
+    -- pass). Each pass starts past the key the previous one reached: the entries of the rows
+    -- this transaction already moved stay in jobs_scheduled_idx until vacuum, and a pass from
+    -- the head would walk them all again (see jq._prune_jobs).
+    LOOP
     -- jq._wake (per row, deduplicated in memory) wakes waiting claims of these queues at commit.
     -- A job with a concurrency key that never ran has no slot of its key: it goes blocked, and
     -- jq._key_fill_many (after, in key order) makes the keys' next jobs ready; one scheduled
@@ -1865,35 +1874,50 @@ BEGIN
                                           ELSE 'blocked' END::jq.job_state
         WHERE j.id = ANY (ARRAY(
             SELECT d.id FROM jq.jobs d
-            WHERE d.state = 'scheduled' AND d.run_at <= _promote.now
-            ORDER BY d.run_at
+            WHERE d.state = 'scheduled' AND (d.run_at, d.id) > (v_at, v_id) AND d.run_at <= _promote.now
+            ORDER BY d.run_at, d.id
             LIMIT _promote.batch
             FOR UPDATE SKIP LOCKED)) AND j.state::text = 'scheduled' AND j.run_at <= _promote.now
-        RETURNING j.queue, j.state, j.concurrency_key, j.priority, j.run_at
+        RETURNING j.id, j.queue, j.state, j.concurrency_key, j.priority, j.run_at
     )
     SELECT count(*) AS n,
            pg_catalog.array_agg(m.queue) FILTER (WHERE m.state = 'blocked') AS queues,
-           pg_catalog.array_agg(m.concurrency_key) FILTER (WHERE m.state = 'blocked') AS keys
+           pg_catalog.array_agg(m.concurrency_key) FILTER (WHERE m.state = 'blocked') AS keys,
+           (pg_catalog.array_agg(m.run_at ORDER BY m.run_at DESC, m.id DESC))[1] AS at,
+           (pg_catalog.array_agg(m.id ORDER BY m.run_at DESC, m.id DESC))[1] AS id
     INTO v_keys
     FROM moved m WHERE CASE WHEN m.state = 'ready' THEN jq._wake_ready(m.queue, m.priority, m.run_at) ELSE true END;
-    v_count := v_keys.n;
+    v_count := v_count + v_keys.n;
     IF v_keys.queues IS NOT NULL THEN
         PERFORM jq._key_fill_many(v_keys.queues, v_keys.keys,
                                   pg_catalog.array_fill(0, ARRAY[pg_catalog.cardinality(v_keys.queues)]));
     END IF;
+    EXIT WHEN v_keys.n < _promote.batch OR _promote.budget IS NULL OR v_count >= _promote.budget;
+    v_at := v_keys.at;
+    v_id := v_keys.id;
+    END LOOP;
     RETURN v_count;
 END $$;
-
-COMMENT ON FUNCTION jq._promote(timestamptz, integer) IS
-'Maintenance: moves up to batch scheduled jobs with run_at <= now to ready (run_at is kept: it is '
+COMMENT ON FUNCTION jq._promote(timestamptz, integer, integer) IS
+'Maintenance: moves scheduled jobs with run_at <= now to ready, oldest first, in passes of batch '
+'until a pass moves fewer or budget went (budget NULL, the default: one pass), each pass starting '
+'past the (run_at, id) key the last one reached (run_at is kept: it is '
 'when the job became due) and returns how many. A job with a concurrency key that has not run '
 'yet goes through its key: blocked, then ready if the key has a free slot. Safe to run concurrently.';
 
-CREATE OR REPLACE FUNCTION jq._reap(now timestamptz, batch integer DEFAULT 1000) RETURNS integer
+DROP FUNCTION jq._reap(timestamptz, integer);
+CREATE FUNCTION jq._reap(now timestamptz, batch integer DEFAULT 1000, budget integer DEFAULT NULL)
+RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_count integer;
+    v_count integer := 0;
+    v_n     integer;
+    v_at    timestamptz := '-infinity';  -- the latest lease_expires_at the last pass reached
 BEGIN
+    -- In passes of batch, oldest expiry first, until a pass ends fewer or budget went (budget
+    -- NULL: one pass), each starting at the expiry the previous one reached (see jq._promote;
+    -- rows of that same expiry already reaped are read again, and skipped).
+    LOOP
     WITH back AS (
         UPDATE jq.jobs j SET
             state = CASE
@@ -1916,7 +1940,7 @@ BEGIN
                 ELSE j.last_error END
         WHERE j.id = ANY (ARRAY(
             SELECT x.id FROM jq.jobs x
-            WHERE x.state = 'running' AND x.lease_expires_at < _reap.now
+            WHERE x.state = 'running' AND x.lease_expires_at >= v_at AND x.lease_expires_at < _reap.now
             ORDER BY x.lease_expires_at
             LIMIT _reap.batch
             FOR UPDATE SKIP LOCKED)) AND j.state::text = 'running' AND j.lease_expires_at < _reap.now
@@ -1929,7 +1953,7 @@ BEGIN
                    jq._key_fill_many(pg_catalog.array_agg(b.queue), pg_catalog.array_agg(b.concurrency_key),
                                      pg_catalog.array_agg(1)) END AS moved
         FROM back b WHERE b.concurrency_key IS NOT NULL AND b.state <> 'ready'
-    )
+    ), logged AS (
     INSERT INTO jq.execution_log (job_id, seq, attempt, outcome, started_at, lease_expires_at,
                                finished_at, queue, worker, error)
     SELECT b.id, b.claims, b.attempt + 1, 'lease_expired', b.started_at, b.lease_expires_at,
@@ -1940,13 +1964,19 @@ BEGIN
     FROM back b, keyed k
     -- At commit, wake waiting claims: the job is claimable again, or its slot of a capped queue
     -- is free.
-    WHERE CASE WHEN b.state = 'ready' THEN jq._wake_ready(b.queue, b.priority, b.run_at) ELSE jq._wake_slot(b.queue) END;
-    GET DIAGNOSTICS v_count = ROW_COUNT;
+    WHERE CASE WHEN b.state = 'ready' THEN jq._wake_ready(b.queue, b.priority, b.run_at) ELSE jq._wake_slot(b.queue) END
+    RETURNING lease_expires_at
+    )
+    SELECT count(*), max(l.lease_expires_at) INTO v_n, v_at FROM logged l;
+    v_count := v_count + v_n;
+    EXIT WHEN v_n < _reap.batch OR _reap.budget IS NULL OR v_count >= _reap.budget;
+    END LOOP;
     RETURN v_count;
 END $$;
-
-COMMENT ON FUNCTION jq._reap(timestamptz, integer) IS
-'Maintenance: ends up to batch running jobs whose lease expired before now and returns how many. '
+COMMENT ON FUNCTION jq._reap(timestamptz, integer, integer) IS
+'Maintenance: ends the running jobs whose lease expired before now and returns how many: oldest '
+'expiry first, in passes of batch until a pass ends fewer or budget went (budget NULL, the '
+'default: one pass), each pass starting at the lease_expires_at the last one reached. '
 'A worker that vanished never gave a verdict, so the attempt is refunded and lease_expiries + 1: '
 'the job is ready again at its old place; cancelled if a cancellation was requested; dead once '
 'lease_expiries exceeds the queue''s max_lease_expiries (a job that kills its worker must not loop '
@@ -2443,10 +2473,14 @@ COMMENT ON TABLE jq.jobs IS
 CREATE INDEX jobs_claim_idx ON jq.jobs (queue, priority DESC NULLS FIRST, run_at, id)
     WHERE state = 'ready';
 
--- Promotion: WHERE state = 'scheduled' AND run_at <= $now ORDER BY run_at.
-CREATE INDEX jobs_scheduled_idx ON jq.jobs (run_at) WHERE state = 'scheduled';
+-- Promotion: WHERE state = 'scheduled' AND (run_at, id) > $last AND run_at <= $now ORDER BY
+-- run_at, id (id: a unique key, so each pass starts exactly past the previous one; jq._promote).
+CREATE INDEX jobs_scheduled_idx ON jq.jobs (run_at, id) WHERE state = 'scheduled';
 
--- Reaping: WHERE state = 'running' AND lease_expires_at < $now ORDER BY lease_expires_at.
+-- Reaping: WHERE state = 'running' AND lease_expires_at >= $last AND lease_expires_at < $now
+-- ORDER BY lease_expires_at (jq._reap). Without id: a wider key tipped the running count of a
+-- capped queue's claim (queue = $1 AND state = 'running', filtered from this index) into a
+-- sequential scan (pg_test/tests/plans.rs).
 CREATE INDEX jobs_running_idx ON jq.jobs (lease_expires_at) WHERE state = 'running';
 
 -- Idempotency: one unfinished job per (queue, key); enqueue uses INSERT ... ON CONFLICT with
@@ -3043,25 +3077,17 @@ CREATE OR REPLACE FUNCTION jq._maintain(duty text, now timestamptz) RETURNS inte
 LANGUAGE plpgsql AS $$
 DECLARE
     v_total integer := 0;
-    v_step  integer;
 BEGIN
     CASE _maintain.duty
     WHEN 'promote' THEN
-        -- In batches until the due backlog is gone or 50,000 rows were moved.
-        LOOP
-            v_step := jq._promote(_maintain.now, 5000);
-            v_total := v_total + v_step;
-            EXIT WHEN v_step < 5000 OR v_total >= 50000;
-        END LOOP;
+        -- In passes of 5,000, each from where the last one ended, until the due backlog is
+        -- gone or 50,000 rows were moved (jq._promote).
+        v_total := jq._promote(_maintain.now, 5000, 50000);
         -- Priority aging rides on the promote duty (not counted in its result): one bounded
         -- batch per pass; queues without priority_aging have nothing in jobs_aging_idx.
         PERFORM jq._age(_maintain.now, 5000);
     WHEN 'reap' THEN
-        LOOP
-            v_step := jq._reap(_maintain.now, 1000);
-            v_total := v_total + v_step;
-            EXIT WHEN v_step < 1000 OR v_total >= 10000;
-        END LOOP;
+        v_total := jq._reap(_maintain.now, 1000, 10000);
     WHEN 'cron' THEN
         v_total := jq.cron_tick(_maintain.now);
     WHEN 'prune' THEN

@@ -145,9 +145,13 @@ COMMENT ON TABLE jq.jobs IS
 -- which silently turns the claim into a sort of the whole queue (seed A, ADR-016).
 CREATE INDEX jobs_claim_idx ON jq.jobs (queue, priority DESC NULLS FIRST, run_at, id)
     WHERE state = 'ready';
--- Promotion: WHERE state = 'scheduled' AND run_at <= $now ORDER BY run_at.
-CREATE INDEX jobs_scheduled_idx ON jq.jobs (run_at) WHERE state = 'scheduled';
--- Reaping: WHERE state = 'running' AND lease_expires_at < $now ORDER BY lease_expires_at.
+-- Promotion: WHERE state = 'scheduled' AND (run_at, id) > $last AND run_at <= $now ORDER BY
+-- run_at, id (id: a unique key, so each pass starts exactly past the previous one; jq._promote).
+CREATE INDEX jobs_scheduled_idx ON jq.jobs (run_at, id) WHERE state = 'scheduled';
+-- Reaping: WHERE state = 'running' AND lease_expires_at >= $last AND lease_expires_at < $now
+-- ORDER BY lease_expires_at (jq._reap). Without id: a wider key tipped the running count of a
+-- capped queue's claim (queue = $1 AND state = 'running', filtered from this index) into a
+-- sequential scan (pg_test/tests/plans.rs).
 CREATE INDEX jobs_running_idx ON jq.jobs (lease_expires_at) WHERE state = 'running';
 -- Idempotency: one unfinished job per (queue, key); enqueue uses INSERT ... ON CONFLICT with
 -- exactly this predicate as its arbiter.

@@ -429,6 +429,15 @@ pub extern "C-unwind" fn jq_db_worker_main(arg: pg_sys::Datum) {
         if let Some(e) = n.error {
             error = Some(format!("notify: {e}"));
         }
+        // The pass's table statistics (rows its duties updated and deleted) go to the
+        // cumulative statistics, which autovacuum reads to decide when jq.jobs needs a vacuum.
+        // A background worker has no idle loop that sends them (PostgresMain's does before it
+        // waits for a command), so until 2026-12-04 they were sent only when the worker exited:
+        // autovacuum never counted the rows pruned (thousands a second at load) as dead.
+        // Outside any transaction; PostgreSQL sends at most once a second (force = false).
+        unsafe {
+            pg_sys::pgstat_report_stat(false);
+        }
         let at = now_ts();
         let ms = started.elapsed().as_secs_f64() * 1000.0;
         slot.with(|s| {

@@ -99,8 +99,8 @@ fn a_failed_job_with_a_1s_backoff_is_claimable_again_within_1s_plus_one_tick() {
     let db = TestDb::new("bgw_retry");
     let mut c = db.connect();
     if broken("no_promote") {
-        sabotage(&mut c, "jq._maintain(text,timestamptz)", "v_step := jq._promote(_maintain.now, 5000);",
-                 "v_step := 0;", 1);
+        sabotage(&mut c, "jq._maintain(text,timestamptz)", "v_total := jq._promote(_maintain.now, 5000, 50000);",
+                 "v_total := 0;", 1);
     }
     served(&db, Duration::from_secs(5));
     c.batch_execute("SELECT jq.create_queue('q')").unwrap();
@@ -129,8 +129,8 @@ fn an_expired_lease_comes_back_with_the_attempt_refunded() {
     let db = TestDb::new("bgw_lease");
     let mut c = db.connect();
     if broken("no_reap") {
-        sabotage(&mut c, "jq._maintain(text,timestamptz)", "v_step := jq._reap(_maintain.now, 1000);",
-                 "v_step := 0;", 1);
+        sabotage(&mut c, "jq._maintain(text,timestamptz)", "v_total := jq._reap(_maintain.now, 1000, 10000);",
+                 "v_total := 0;", 1);
     }
     served(&db, Duration::from_secs(5));
     c.batch_execute("SELECT jq.create_queue('q')").unwrap();
@@ -562,4 +562,39 @@ fn a_refused_drop_database_does_not_suspend_maintenance() {
     let (state, _, _, _) = status(&mut c, &db.name).unwrap();
     assert_eq!(state, "running");
     a.batch_execute(&format!("DROP ROLE {role}")).unwrap();
+}
+
+/// The worker sends its table statistics: autovacuum decides when to vacuum jq.jobs from the
+/// rows counted dead there, and at load the worker's prune deletes a job row for every job
+/// finished. Seen failing without the worker's pgstat_report_stat call (as until 2026-12-04,
+/// src/bgworker.rs): n_tup_del of jq.jobs stayed 0 after the worker had pruned all 500 jobs;
+/// the statistics were sent only when the worker exited.
+#[test]
+fn the_workers_deletes_reach_the_statistics_autovacuum_reads() {
+    let db = TestDb::new("bgw_stats");
+    let mut c = db.connect();
+    served(&db, Duration::from_secs(5));
+    c.batch_execute(
+        "SELECT jq.create_queue('s', retention => '0', history_retention => '0');
+         SELECT count(*) FROM jq.enqueue_many('s', (SELECT jsonb_agg('{}'::jsonb) FROM generate_series(1, 500)));
+         SELECT count(*) FROM (SELECT array_agg(id) AS i, array_agg(lease_token) AS t FROM jq.claim('s', 'w', 500)) x,
+                jq.complete_many(x.i, x.t);",
+    )
+    .unwrap();
+    let mut left = -1i64;
+    eventually(Duration::from_secs(10), || {
+        left = c.query_one("SELECT count(*) FROM jq.jobs", &[]).unwrap().get(0);
+        left == 0
+    })
+    .unwrap_or_else(|| panic!("the worker did not prune the 500 completed jobs: {left} left"));
+    // This session deleted nothing: every delete counted is the worker's.
+    let mut deleted = 0i64;
+    let sent = eventually(Duration::from_secs(5), || {
+        deleted = c
+            .query_one("SELECT n_tup_del FROM pg_catalog.pg_stat_user_tables WHERE relid = 'jq.jobs'::regclass", &[])
+            .unwrap()
+            .get(0);
+        deleted >= 500
+    });
+    assert!(sent.is_some(), "n_tup_del of jq.jobs is {deleted} 5 s after the worker pruned 500 jobs");
 }

@@ -11,7 +11,7 @@ use jq_pg_test::{broken, claim, complete, sabotage, Client, TestDb};
 const CLAIM: &str = "jq.claim(text,text,integer,interval,interval,bigint)";
 const ENQUEUE: &str = "jq.enqueue(text,jsonb,text,timestamptz,interval,integer,integer,text,text,bigint)";
 const RELEASE: &str = "jq.release(bigint,uuid)";
-const PROMOTE: &str = "jq._promote(timestamptz,integer)";
+const PROMOTE: &str = "jq._promote(timestamptz,integer,integer)";
 
 /// Entries of `jobs_claim_idx` one `jq.claim(queue, 'probe', n)` reads, from this transaction's
 /// statistics; the claim must get exactly one job, which is completed in the same transaction.

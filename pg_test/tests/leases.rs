@@ -17,7 +17,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-const REAP: &str = "jq._reap(timestamptz,integer)";
+const REAP: &str = "jq._reap(timestamptz,integer,integer)";
 const COMPLETE: &str = "jq.complete(bigint,uuid,jsonb)";
 
 /// The broken variants shared by several tests.
@@ -243,8 +243,8 @@ fn killed_workers_job_is_claimable_again_once_its_lease_expires() {
         sabotage(
             &mut c,
             REAP,
-            "WHERE x.state = 'running' AND x.lease_expires_at < _reap.now\n",
-            "WHERE x.state = 'running' AND x.lease_expires_at < _reap.now
+            "AND x.lease_expires_at < _reap.now\n",
+            "AND x.lease_expires_at < _reap.now
               AND EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.application_name = x.worker)\n",
             1,
         );
@@ -277,8 +277,8 @@ fn new_session_under_a_killed_workers_name_does_not_keep_its_old_job_running() {
         sabotage(
             &mut c,
             REAP,
-            "WHERE x.state = 'running' AND x.lease_expires_at < _reap.now\n",
-            "WHERE x.state = 'running' AND x.lease_expires_at < _reap.now
+            "AND x.lease_expires_at < _reap.now\n",
+            "AND x.lease_expires_at < _reap.now
               AND NOT EXISTS (SELECT 1 FROM jq.jobs o WHERE o.worker = x.worker AND o.id <> x.id
                               AND o.state = 'running' AND o.lease_expires_at >= _reap.now)\n",
             1,

@@ -207,8 +207,8 @@ fn immediate_shutdown_during_a_drain_with_cron_loses_nothing_and_doubles_nothing
     c.execute("SELECT count(*) FROM jq.enqueue_many('work', (SELECT jsonb_agg(g) FROM generate_series(1, $1::int8) g))", &[&JOBS])
         .unwrap();
     if jq_pg_test::broken("crash_no_reap") {
-        jq_pg_test::sabotage(&mut c, "jq._maintain(text,timestamptz)", "v_step := jq._reap(_maintain.now, 1000);",
-                             "v_step := 0;", 1);
+        jq_pg_test::sabotage(&mut c, "jq._maintain(text,timestamptz)", "v_total := jq._reap(_maintain.now, 1000, 10000);",
+                             "v_total := 0;", 1);
     }
     let port = cl.port;
     let drain = move |stop_after: Option<Duration>| -> Vec<i64> {

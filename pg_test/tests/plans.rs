@@ -380,26 +380,26 @@ const CLAIM_RUNNING_COUNT: HotPath = HotPath {
 
 const PROMOTE_PICK: HotPath = HotPath {
     label: "jq._promote: selection of due scheduled jobs",
-    function: "jq._promote(timestamptz,integer)",
+    function: "jq._promote(timestamptz,integer,integer)",
     source: "SELECT d.id FROM jq.jobs d
-             WHERE d.state = 'scheduled' AND d.run_at <= _promote.now
-             ORDER BY d.run_at
+             WHERE d.state = 'scheduled' AND (d.run_at, d.id) > (v_at, v_id) AND d.run_at <= _promote.now
+             ORDER BY d.run_at, d.id
              LIMIT _promote.batch
              FOR UPDATE SKIP LOCKED",
-    subst: &[("_promote.now", "$1"), ("_promote.batch", "$2")],
-    types: "timestamptz, integer",
+    subst: &[("_promote.now", "$1"), ("_promote.batch", "$2"), ("v_at", "$3"), ("v_id", "$4")],
+    types: "timestamptz, integer, timestamptz, bigint",
 };
 
 const REAP_PICK: HotPath = HotPath {
     label: "jq._reap: selection of expired leases",
-    function: "jq._reap(timestamptz,integer)",
+    function: "jq._reap(timestamptz,integer,integer)",
     source: "SELECT x.id FROM jq.jobs x
-             WHERE x.state = 'running' AND x.lease_expires_at < _reap.now
+             WHERE x.state = 'running' AND x.lease_expires_at >= v_at AND x.lease_expires_at < _reap.now
              ORDER BY x.lease_expires_at
              LIMIT _reap.batch
              FOR UPDATE SKIP LOCKED",
-    subst: &[("_reap.now", "$1"), ("_reap.batch", "$2")],
-    types: "timestamptz, integer",
+    subst: &[("_reap.now", "$1"), ("_reap.batch", "$2"), ("v_at", "$3")],
+    types: "timestamptz, integer, timestamptz",
 };
 
 const PRUNE_FINISHED_PICK: HotPath = HotPath {
@@ -782,20 +782,14 @@ fn trace_duty(t: &mut Traced, mode: Mode, duty: &str, batch: i32) -> (Explained,
     (stmt, pick)
 }
 
-/// jq._prune in passes of 5,000 as jq.tick runs it, until nothing is left to prune, so that
-/// every queue's deletions run; traced, rolled back. Returns the plans of the two job DELETEs
-/// (completed/cancelled, dead), each run once per queue and pass.
+/// jq._prune in passes of 5,000 as jq.tick runs it (budget 100,000 per queue), which prunes
+/// everything past retention here, so that every queue's deletions run; traced, rolled back.
+/// Returns the plans of the two job DELETEs (completed/cancelled, dead), each run once per
+/// queue and pass.
 fn trace_prune(t: &mut Traced, mode: Mode) -> [Vec<Explained>; 2] {
     t.begin(mode);
-    let sql = "SELECT jq._prune(now() + interval '15 days', 5000)";
-    let mut all = Vec::new();
-    for _ in 0..100 {
-        let (rows, plans) = t.run(sql);
-        all.extend(plans);
-        if rows[0].get::<_, i32>(0) == 0 {
-            break;
-        }
-    }
+    let sql = "SELECT jq._prune(now() + interval '15 days', 5000, 100000)";
+    let (_, all) = t.run(sql);
     let left: i64 = t.client
         .query_one("SELECT count(*) FROM jq.jobs WHERE state IN ('completed', 'dead', 'cancelled')", &[])
         .unwrap()
@@ -841,14 +835,18 @@ fn maintenance_and_idempotency_selections_use_their_partial_indexes() {
         // Promotion: nothing due, the 2,000 retries due in 2 hours, everything due (38,000).
         for (at, batch) in [("now()", 5000i64), ("now() + interval '3 hours'", 5000),
                             ("now() + interval '2 days'", 5000), ("now() + interval '2 days'", 100)] {
-            let e = explain(&mut c, &PROMOTE_PICK, &format!("{at}, {batch}"), mode);
-            f.check(check_ordered_pick(&e, "jobs_scheduled_idx", Some(batch)));
+            for from in ["'-infinity', 0", "now() - interval '10 days', 1"] {
+                let e = explain(&mut c, &PROMOTE_PICK, &format!("{at}, {batch}, {from}"), mode);
+                f.check(check_ordered_pick(&e, "jobs_scheduled_idx", Some(batch)));
+            }
         }
         // Reaping: no lease expired, every lease expired (10,000).
         for (at, batch) in [("now()", 1000i64), ("now() + interval '2 days'", 1000),
                             ("now() + interval '2 days'", 10)] {
-            let e = explain(&mut c, &REAP_PICK, &format!("{at}, {batch}"), mode);
-            f.check(check_ordered_pick(&e, "jobs_running_idx", Some(batch)));
+            for from in ["'-infinity'", "now() - interval '10 days'"] {
+                let e = explain(&mut c, &REAP_PICK, &format!("{at}, {batch}, {from}"), mode);
+                f.check(check_ordered_pick(&e, "jobs_running_idx", Some(batch)));
+            }
         }
         // Retention: nothing old enough, everything old enough; a first pass and one that
         // starts past a key (the oldest rows are behind it): read in key order, no Sort.
@@ -1599,9 +1597,9 @@ fn maintenance_plans_made_on_a_small_table_stay_index_lookups() {
         .unwrap();
         if jq_pg_test::broken("maintenance_seqscan_after_growth") {
             c.batch_execute(&format!("ALTER DATABASE {} SET jq.plan_min_pages = 0", db.name)).unwrap();
-            jq_pg_test::sabotage(&mut c, "jq._promote(timestamptz,integer)", "AND j.state::text = 'scheduled'",
+            jq_pg_test::sabotage(&mut c, "jq._promote(timestamptz,integer,integer)", "AND j.state::text = 'scheduled'",
                                  "AND j.state = 'scheduled'", 1);
-            jq_pg_test::sabotage(&mut c, "jq._reap(timestamptz,integer)", "AND j.state::text = 'running'",
+            jq_pg_test::sabotage(&mut c, "jq._reap(timestamptz,integer,integer)", "AND j.state::text = 'running'",
                                  "AND j.state = 'running'", 1);
             jq_pg_test::sabotage(&mut c, "jq._age(timestamptz,integer)", "AND j.state::text = 'ready'",
                                  "AND j.state = 'ready'", 1);
