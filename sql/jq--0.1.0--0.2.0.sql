@@ -225,6 +225,9 @@ DROP FUNCTION jq.resume(text);
 DROP FUNCTION jq.schedule(text, text, text, jsonb, text, text, integer, integer, text, text);
 DROP FUNCTION jq.alter_schedule(text, text, text, jsonb, text, text, integer, integer, text, text, boolean);
 DROP FUNCTION jq.unschedule(text, boolean);
+DROP FUNCTION jq._promote(timestamptz, integer);
+DROP FUNCTION jq._reap(timestamptz, integer);
+DROP FUNCTION jq._prune(timestamptz, integer);
 
 CREATE FUNCTION jq.enqueue(
     queue           text,
@@ -1465,6 +1468,249 @@ COMMENT ON FUNCTION jq.unschedule(text, boolean, bigint) IS
 'fire time. Unknown name: 42704, or false with if_exists => true. Errors: 22004/22023 bad name, '
 '42501 unless the caller may administer the schedule''s queue.';
 
+-- Maintenance duties, each a function of `now` so that tests pass fixed instants and the
+-- background worker passes now(). The rows of a batch are picked by an uncorrelated
+-- ARRAY(SELECT ... LIMIT batch FOR UPDATE SKIP LOCKED) and written by id: a join against a CTE
+-- let the planner hash-join the whole backlog for every batch (pg_test/tests/plans.rs). Each locks its rows with FOR UPDATE SKIP LOCKED in bounded
+-- batches and writes only rows still in the state it read, so passes from several sessions at
+-- once partition the work instead of repeating it, and a late pass changes nothing.
+--
+-- That recheck by id tests `j.state::text = '...'`, not `j.state = '...'`: the plain form
+-- implies the predicate of the partial index the batch was picked from, and a plan the
+-- background worker made while jq.jobs was small (it keeps its plans for the life of its
+-- connection) found the batch's rows through that index with the ids as a filter, walking every
+-- due row for every batch. The cast leaves the primary key as the only index for it, and jq's
+-- planner hook keeps a plan made on a small jq.jobs an index plan (src/planner.rs,
+-- sql/security.sql). Test: pg_test/tests/plans.rs,
+-- maintenance_plans_made_on_a_small_table_stay_index_lookups.
+
+CREATE FUNCTION jq._promote(now timestamptz, batch integer DEFAULT 5000, budget integer DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_count integer := 0;
+    v_keys  record;
+    v_at    timestamptz := '-infinity';  -- the (run_at, id) key the last pass reached
+    v_id    bigint := 0;
+BEGIN
+    -- In passes of batch, due order, until a pass moves fewer or budget went (budget NULL: one
+    -- pass). Each pass starts past the key the previous one reached: the entries of the rows
+    -- this transaction already moved stay in jobs_scheduled_idx until vacuum, and a pass from
+    -- the head would walk them all again (see jq._prune_jobs).
+    LOOP
+    -- jq._wake (per row, deduplicated in memory) wakes waiting claims of these queues at commit.
+    -- A job with a concurrency key that never ran has no slot of its key: it goes blocked, and
+    -- jq._key_fill_many (after, in key order) makes the keys' next jobs ready; one scheduled
+    -- again after a claim (retry, snooze) still holds its slot and goes ready.
+    WITH moved AS (
+        UPDATE jq.jobs j SET state = CASE WHEN j.concurrency_key IS NULL OR j.claims > 0 THEN 'ready'
+                                          ELSE 'blocked' END::jq.job_state
+        WHERE j.id = ANY (ARRAY(
+            SELECT d.id FROM jq.jobs d
+            WHERE d.state = 'scheduled' AND (d.run_at, d.id) > (v_at, v_id) AND d.run_at <= _promote.now
+            ORDER BY d.run_at, d.id
+            LIMIT _promote.batch
+            FOR UPDATE SKIP LOCKED)) AND j.state::text = 'scheduled' AND j.run_at <= _promote.now
+        RETURNING j.id, j.queue, j.state, j.concurrency_key, j.priority, j.run_at
+    )
+    SELECT count(*) AS n,
+           pg_catalog.array_agg(m.queue) FILTER (WHERE m.state = 'blocked') AS queues,
+           pg_catalog.array_agg(m.concurrency_key) FILTER (WHERE m.state = 'blocked') AS keys,
+           (pg_catalog.array_agg(m.run_at ORDER BY m.run_at DESC, m.id DESC))[1] AS at,
+           (pg_catalog.array_agg(m.id ORDER BY m.run_at DESC, m.id DESC))[1] AS id
+    INTO v_keys
+    FROM moved m WHERE CASE WHEN m.state = 'ready' THEN jq._wake_ready(m.queue, m.priority, m.run_at) ELSE true END;
+    v_count := v_count + v_keys.n;
+    IF v_keys.queues IS NOT NULL THEN
+        PERFORM jq._key_fill_many(v_keys.queues, v_keys.keys,
+                                  pg_catalog.array_fill(0, ARRAY[pg_catalog.cardinality(v_keys.queues)]));
+    END IF;
+    EXIT WHEN v_keys.n = 0 OR v_keys.n < _promote.batch OR _promote.budget IS NULL OR v_count >= _promote.budget;
+    v_at := v_keys.at;
+    v_id := v_keys.id;
+    END LOOP;
+    RETURN v_count;
+END $$;
+
+COMMENT ON FUNCTION jq._promote(timestamptz, integer, integer) IS
+'Maintenance: moves scheduled jobs with run_at <= now to ready, oldest first, in passes of batch '
+'until a pass moves fewer or budget went (budget NULL, the default: one pass), each pass starting '
+'past the (run_at, id) key the last one reached (run_at is kept: it is '
+'when the job became due) and returns how many. A job with a concurrency key that has not run '
+'yet goes through its key: blocked, then ready if the key has a free slot. Safe to run concurrently.';
+
+CREATE FUNCTION jq._reap(now timestamptz, batch integer DEFAULT 1000, budget integer DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_count integer := 0;
+    v_n     integer;
+    v_at    timestamptz := '-infinity';  -- the latest lease_expires_at the last pass reached
+BEGIN
+    -- In passes of batch, oldest expiry first, until a pass ends fewer or budget went (budget
+    -- NULL: one pass), each starting at the expiry the previous one reached (see jq._promote;
+    -- rows of that same expiry already reaped are read again, and skipped).
+    LOOP
+    WITH back AS (
+        UPDATE jq.jobs j SET
+            state = CASE
+                WHEN j.cancel_requested THEN 'cancelled'
+                WHEN j.lease_expiries + 1 > coalesce(
+                    (SELECT q.max_lease_expiries FROM jq.queues q WHERE q.name = j.queue), 10)
+                    THEN 'dead'
+                ELSE 'ready' END::jq.job_state,
+            attempt = j.attempt - 1,
+            lease_expiries = j.lease_expiries + 1,
+            finished_at = CASE
+                WHEN j.cancel_requested OR j.lease_expiries + 1 > coalesce(
+                    (SELECT q.max_lease_expiries FROM jq.queues q WHERE q.name = j.queue), 10)
+                    THEN _reap.now END,
+            last_error = CASE
+                WHEN NOT j.cancel_requested AND j.lease_expiries + 1 > coalesce(
+                    (SELECT q.max_lease_expiries FROM jq.queues q WHERE q.name = j.queue), 10)
+                    THEN pg_catalog.format('lease expired %s times (max_lease_expiries); the job '
+                         'may be killing its worker', j.lease_expiries + 1)
+                ELSE j.last_error END
+        WHERE j.id = ANY (ARRAY(
+            SELECT x.id FROM jq.jobs x
+            WHERE x.state = 'running' AND x.lease_expires_at >= v_at AND x.lease_expires_at < _reap.now
+            ORDER BY x.lease_expires_at
+            LIMIT _reap.batch
+            FOR UPDATE SKIP LOCKED)) AND j.state::text = 'running' AND j.lease_expires_at < _reap.now
+        RETURNING j.id, j.claims, j.attempt, j.state, j.started_at, j.lease_expires_at, j.queue,
+                  j.worker, j.concurrency_key, j.priority, j.run_at
+    ), keyed AS (
+        -- A reaped job that ended (dead, cancelled) frees its key's slot; one back in ready
+        -- keeps it. All keys at once, in key order (jq._key_fill_many); one row.
+        SELECT CASE WHEN count(*) > 0 THEN
+                   jq._key_fill_many(pg_catalog.array_agg(b.queue), pg_catalog.array_agg(b.concurrency_key),
+                                     pg_catalog.array_agg(1)) END AS moved
+        FROM back b WHERE b.concurrency_key IS NOT NULL AND b.state <> 'ready'
+    ), logged AS (
+    INSERT INTO jq.execution_log (job_id, seq, attempt, outcome, started_at, lease_expires_at,
+                               finished_at, queue, worker, error)
+    SELECT b.id, b.claims, b.attempt + 1, 'lease_expired', b.started_at, b.lease_expires_at,
+           _reap.now, b.queue, b.worker,
+           CASE WHEN b.state = 'dead' THEN 'lease expired; max_lease_expiries reached'
+                WHEN b.state = 'cancelled' THEN 'lease expired after a cancellation request'
+                ELSE 'lease expired' END
+    FROM back b, keyed k
+    -- At commit, wake waiting claims: the job is claimable again, or its slot of a capped queue
+    -- is free.
+    WHERE CASE WHEN b.state = 'ready' THEN jq._wake_ready(b.queue, b.priority, b.run_at) ELSE jq._wake_slot(b.queue) END
+    RETURNING lease_expires_at
+    )
+    SELECT count(*), max(l.lease_expires_at) INTO v_n, v_at FROM logged l;
+    v_count := v_count + v_n;
+    EXIT WHEN v_n = 0 OR v_n < _reap.batch OR _reap.budget IS NULL OR v_count >= _reap.budget;
+    END LOOP;
+    RETURN v_count;
+END $$;
+
+COMMENT ON FUNCTION jq._reap(timestamptz, integer, integer) IS
+'Maintenance: ends the running jobs whose lease expired before now and returns how many: oldest '
+'expiry first, in passes of batch until a pass ends fewer or budget went (budget NULL, the '
+'default: one pass), each pass starting at the lease_expires_at the last one reached. '
+'A worker that vanished never gave a verdict, so the attempt is refunded and lease_expiries + 1: '
+'the job is ready again at its old place; cancelled if a cancellation was requested; dead once '
+'lease_expiries exceeds the queue''s max_lease_expiries (a job that kills its worker must not loop '
+'forever). Recovery depends only on the job row, never on worker names. Each gets an execution '
+'row with outcome lease_expired. Safe to run concurrently; a job completed meanwhile is skipped.';
+
+CREATE FUNCTION jq._prune(now timestamptz, batch integer DEFAULT 5000, budget integer DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    q       record;
+    v_total integer := 0;
+    v_count integer;
+    v_hist  integer := 0;
+    v_more  text[] := '{}';  -- queues whose first pass was full
+BEGIN
+    -- Jobs, in two rounds. First one pass (of each kind) per queue, so a backlog in one queue
+    -- never holds up the others; then what is left of the budget, shared among the queues whose
+    -- pass was full: each in turn gets the rest divided by the queues still to come (at least
+    -- one more pass), so one busy queue among idle ones gets nearly all of it and the duty stays
+    -- near budget however many queues have a backlog. The second round of a queue starts from
+    -- the head again and reads its first pass's entries once more (see jq._prune_jobs).
+    -- A completed job is the record of its execution (sql/schema.sql), so finished jobs stay at
+    -- least min(history_retention, 5 minutes): jq.queue_stats counts the last 5 minutes of
+    -- completions from them, as it counts the other outcomes from the history.
+    FOR q IN SELECT t.name,
+                    pg_catalog.interval_larger(t.retention,
+                        pg_catalog.interval_smaller(t.history_retention, interval '5 minutes')) AS retention,
+                    t.dead_retention
+             FROM jq.queues t
+    LOOP
+        v_count := jq._prune_jobs(q.name, _prune.now - q.retention, _prune.now - q.dead_retention,
+                                  _prune.batch, NULL);
+        v_total := v_total + v_count;
+        IF v_count >= _prune.batch AND _prune.budget IS NOT NULL THEN
+            v_more := v_more || q.name;
+        END IF;
+    END LOOP;
+    FOR q IN SELECT t.name,
+                    pg_catalog.interval_larger(t.retention,
+                        pg_catalog.interval_smaller(t.history_retention, interval '5 minutes')) AS retention,
+                    t.dead_retention,
+                    pg_catalog.count(*) OVER () - pg_catalog.row_number() OVER (ORDER BY t.name) + 1 AS still
+             FROM jq.queues t WHERE t.name = ANY (v_more) ORDER BY t.name
+    LOOP
+        v_total := v_total + jq._prune_jobs(q.name, _prune.now - q.retention, _prune.now - q.dead_retention,
+                                            _prune.batch,
+                                            pg_catalog.int4larger(_prune.batch,
+                                                (_prune.budget - v_total) / q.still::integer));
+    END LOOP;
+    -- History in one pass over all queues: the BRIN index narrows the scan to rows older than
+    -- the shortest history_retention, each row is then held to its own queue's retention, and
+    -- rows of queues that no longer exist (written by a late worker after jq.drop_queue) go.
+    -- SKIP LOCKED: a pass left open in another session must not block this one. In passes of
+    -- batch until one deletes fewer or budget went (budget NULL: one pass). Unlike the jobs
+    -- above, a pass here re-reads the rows earlier passes deleted (a BRIN range has no order to
+    -- start past them): history holds failures and lease expiries only, far fewer rows.
+    LOOP
+        DELETE FROM jq.execution_log e WHERE e.ctid = ANY (ARRAY(
+            SELECT h.ctid FROM jq.execution_log h LEFT JOIN jq.queues o ON o.name = h.queue
+            WHERE h.finished_at < _prune.now - coalesce(
+                      (SELECT min(t.history_retention) FROM jq.queues t), interval '0')
+              AND (o.name IS NULL OR h.finished_at < _prune.now - o.history_retention)
+            LIMIT _prune.batch
+            FOR UPDATE OF h SKIP LOCKED));
+        GET DIAGNOSTICS v_count = ROW_COUNT;
+        v_hist := v_hist + v_count;
+        EXIT WHEN v_count = 0 OR v_count < _prune.batch OR _prune.budget IS NULL OR v_hist >= _prune.budget;
+    END LOOP;
+    v_total := v_total + v_hist;
+    -- Grants to roles that were dropped (a later role could get the same OID).
+    DELETE FROM jq.queue_grants g
+    WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = g.grantee);
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    v_total := v_total + v_count;
+    -- Schedules whose creator was dropped: disabled and unbound, so that neither a later role with
+    -- the same OID nor a restore into another cluster inherits them; enabling one binds it to the
+    -- role that does (jq.alter_schedule).
+    UPDATE jq.schedules s SET enabled = false, created_by = NULL,
+           last_error = pg_catalog.format('disabled: the role that defined it (OID %s) was dropped', s.created_by::oid),
+           last_error_at = _prune.now
+    WHERE s.created_by IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = s.created_by);
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_total + v_count;
+END $$;
+
+COMMENT ON FUNCTION jq._prune(timestamptz, integer, integer) IS
+'Maintenance: per queue, deletes the completed and cancelled jobs finished more than the '
+'queue''s retention before now (but at least min(history_retention, 5 minutes): a completed job '
+'is the record of its execution, which jq.queue_stats counts over 5 minutes) and the dead jobs '
+'past dead_retention, oldest first, in passes of batch rows (jq._prune_jobs): one pass of each '
+'kind per queue, then, with a budget, the rest of budget shared among the queues whose pass was '
+'full, each in turn getting the rest divided by the queues still to come (at least one more '
+'pass); then jq.execution_log rows past their queue''s history_retention, or of queues that no '
+'longer exist (history outlives its jobs), in passes of batch until a pass deletes fewer or '
+'budget went. budget NULL (the default): one pass each. Then jq.queue_grants rows of dropped roles; and disables (created_by NULL, '
+'last_error set) schedules whose creator was dropped. Returns how many rows it deleted or disabled. Safe to run concurrently: it '
+'skips rows another session has locked.';
+
 -- Changed bodies.
 -- One schedule's pass: the body of jq.cron_tick's subtransaction. Raises on any problem (the
 -- caller records it); writes nothing that outlives a raise.
@@ -1676,9 +1922,8 @@ DECLARE
     v_at    timestamptz;  -- the (finished_at, id) key the last pass reached
     v_id    bigint;
 BEGIN
-    -- Its own function so that it alone keeps sequential scans off (sql/security.sql): the rest
-    -- of jq._prune reads small tables without a fitting index (jq.queue_grants, jq.schedules),
-    -- where that setting left only disabled plans, whose cost made PostgreSQL JIT-compile them.
+    -- Its own function (it kept sequential scans off while the rest of jq._prune could not;
+    -- jq's planner hook now keeps its plans index plans, sql/security.sql).
     -- Oldest first, in passes of batch: completed and cancelled jobs until a pass deletes fewer
     -- than batch or budget went (budget NULL: one pass), then dead jobs alike. Each pass starts
     -- past the (finished_at, id) key the previous one reached: the index entries of the rows
@@ -1701,7 +1946,8 @@ BEGIN
                (pg_catalog.array_agg(g.id ORDER BY g.finished_at DESC, g.id DESC))[1]
         INTO v_count, v_at, v_id FROM gone g;
         v_total := v_total + v_count;
-        EXIT WHEN v_count < _prune_jobs.batch OR _prune_jobs.budget IS NULL OR v_total >= _prune_jobs.budget;
+        EXIT WHEN v_count = 0 OR v_count < _prune_jobs.batch OR _prune_jobs.budget IS NULL
+                  OR v_total >= _prune_jobs.budget;
     END LOOP;
     v_at := '-infinity';
     v_id := 0;
@@ -1718,86 +1964,18 @@ BEGIN
                (pg_catalog.array_agg(g.id ORDER BY g.finished_at DESC, g.id DESC))[1]
         INTO v_count, v_at, v_id FROM gone g;
         v_total := v_total + v_count;
-        EXIT WHEN v_count < _prune_jobs.batch OR _prune_jobs.budget IS NULL OR v_total >= _prune_jobs.budget;
+        EXIT WHEN v_count = 0 OR v_count < _prune_jobs.batch OR _prune_jobs.budget IS NULL
+                  OR v_total >= _prune_jobs.budget;
     END LOOP;
     RETURN v_total;
 END $$;
+
 COMMENT ON FUNCTION jq._prune_jobs(text, timestamptz, timestamptz, integer, integer) IS
 'Internal (jq._prune): deletes the completed and cancelled jobs of queue finished before '
 'finished_before, oldest first, in passes of batch until a pass deletes fewer than batch or budget '
 'rows went (budget NULL: one pass), then the dead jobs finished before dead_before alike (budget '
-'counts both); returns how many. Each pass starts past the last one''s (finished_at, id) key. '
-'Skips rows another session has locked.';
-
-DROP FUNCTION jq._prune(timestamptz, integer);
-CREATE FUNCTION jq._prune(now timestamptz, batch integer DEFAULT 5000, budget integer DEFAULT NULL)
-RETURNS integer
-LANGUAGE plpgsql AS $$
-DECLARE
-    q       record;
-    v_total integer := 0;
-    v_count integer;
-    v_hist  integer := 0;
-BEGIN
-    -- Each queue gets its own budget, so a backlog in one queue never holds up the others.
-    -- A completed job is the record of its execution (sql/schema.sql), so finished jobs stay at
-    -- least min(history_retention, 5 minutes): jq.queue_stats counts the last 5 minutes of
-    -- completions from them, as it counts the other outcomes from the history.
-    FOR q IN SELECT t.name,
-                    pg_catalog.interval_larger(t.retention,
-                        pg_catalog.interval_smaller(t.history_retention, interval '5 minutes')) AS retention,
-                    t.dead_retention, t.history_retention
-             FROM jq.queues t
-    LOOP
-        v_total := v_total + jq._prune_jobs(q.name, _prune.now - q.retention, _prune.now - q.dead_retention,
-                                            _prune.batch, _prune.budget);
-    END LOOP;
-    -- History in one pass over all queues: the BRIN index narrows the scan to rows older than
-    -- the shortest history_retention, each row is then held to its own queue's retention, and
-    -- rows of queues that no longer exist (written by a late worker after jq.drop_queue) go.
-    -- SKIP LOCKED: a pass left open in another session must not block this one. In passes of
-    -- batch until one deletes fewer or budget went (budget NULL: one pass). Unlike the jobs
-    -- above, a pass here re-reads the rows earlier passes deleted (a BRIN range has no order to
-    -- start past them): history holds failures and lease expiries only, far fewer rows.
-    LOOP
-        DELETE FROM jq.execution_log e WHERE e.ctid = ANY (ARRAY(
-            SELECT h.ctid FROM jq.execution_log h LEFT JOIN jq.queues o ON o.name = h.queue
-            WHERE h.finished_at < _prune.now - coalesce(
-                      (SELECT min(t.history_retention) FROM jq.queues t), interval '0')
-              AND (o.name IS NULL OR h.finished_at < _prune.now - o.history_retention)
-            LIMIT _prune.batch
-            FOR UPDATE OF h SKIP LOCKED));
-        GET DIAGNOSTICS v_count = ROW_COUNT;
-        v_hist := v_hist + v_count;
-        EXIT WHEN v_count < _prune.batch OR _prune.budget IS NULL OR v_hist >= _prune.budget;
-    END LOOP;
-    v_total := v_total + v_hist;
-    -- Grants to roles that were dropped (a later role could get the same OID).
-    DELETE FROM jq.queue_grants g
-    WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = g.grantee);
-    GET DIAGNOSTICS v_count = ROW_COUNT;
-    v_total := v_total + v_count;
-    -- Schedules whose creator was dropped: disabled and unbound, so that neither a later role with
-    -- the same OID nor a restore into another cluster inherits them; enabling one binds it to the
-    -- role that does (jq.alter_schedule).
-    UPDATE jq.schedules s SET enabled = false, created_by = NULL,
-           last_error = pg_catalog.format('disabled: the role that defined it (OID %s) was dropped', s.created_by::oid),
-           last_error_at = _prune.now
-    WHERE s.created_by IS NOT NULL
-      AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = s.created_by);
-    GET DIAGNOSTICS v_count = ROW_COUNT;
-    RETURN v_total + v_count;
-END $$;
-COMMENT ON FUNCTION jq._prune(timestamptz, integer, integer) IS
-'Maintenance: per queue, deletes the completed and cancelled jobs finished more than the '
-'queue''s retention before now (but at least min(history_retention, 5 minutes): a completed job '
-'is the record of its execution, which jq.queue_stats counts over 5 minutes) and the dead jobs '
-'past dead_retention, oldest first (jq._prune_jobs); then jq.execution_log rows past their queue''s '
-'history_retention, or of queues that no longer exist (history outlives its jobs): each in '
-'passes of batch rows until a pass deletes fewer or budget rows went (per queue; budget NULL, '
-'the default: one pass each); then jq.queue_grants rows of dropped roles; and disables (created_by NULL, '
-'last_error set) schedules whose creator was dropped. Returns how many rows it deleted or disabled. Safe to run concurrently: it '
-'skips rows another session has locked.';
+'counts both; dead jobs always get at least one pass); returns how many. Each pass starts past '
+'the last one''s (finished_at, id) key. Skips rows another session has locked.';
 
 CREATE OR REPLACE FUNCTION jq._age(now timestamptz, batch integer DEFAULT 5000) RETURNS integer
 LANGUAGE plpgsql AS $$
@@ -1835,153 +2013,44 @@ COMMENT ON FUNCTION jq._age(timestamptz, integer) IS
 'priority_aging) and next_age_at to the next step; returns how many. Run by the promote duty. '
 'Safe to run concurrently (FOR UPDATE SKIP LOCKED).';
 
--- Maintenance duties, each a function of `now` so that tests pass fixed instants and the
--- background worker passes now(). The rows of a batch are picked by an uncorrelated
--- ARRAY(SELECT ... LIMIT batch FOR UPDATE SKIP LOCKED) and written by id: a join against a CTE
--- let the planner hash-join the whole backlog for every batch (pg_test/tests/plans.rs). Each locks its rows with FOR UPDATE SKIP LOCKED in bounded
--- batches and writes only rows still in the state it read, so passes from several sessions at
--- once partition the work instead of repeating it, and a late pass changes nothing.
---
--- That recheck by id tests `j.state::text = '...'`, not `j.state = '...'`: the plain form
--- implies the predicate of the partial index the batch was picked from, and a plan the
--- background worker made while jq.jobs was small (it keeps its plans for the life of its
--- connection) found the batch's rows through that index with the ids as a filter, walking every
--- due row for every batch. The cast leaves the primary key as the only index for it; the
--- functions also keep sequential scans off (sql/security.sql). Test: pg_test/tests/plans.rs,
--- maintenance_plans_made_on_a_small_table_stay_index_lookups.
-
-DROP FUNCTION jq._promote(timestamptz, integer);
-CREATE FUNCTION jq._promote(now timestamptz, batch integer DEFAULT 5000, budget integer DEFAULT NULL)
-RETURNS integer
+CREATE OR REPLACE FUNCTION jq._maintain(duty text, now timestamptz) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_count integer := 0;
-    v_keys  record;
-    v_at    timestamptz := '-infinity';  -- the (run_at, id) key the last pass reached
-    v_id    bigint := 0;
+    v_total integer := 0;
 BEGIN
-    -- In passes of batch, due order, until a pass moves fewer or budget went (budget NULL: one
-    -- pass). Each pass starts past the key the previous one reached: the entries of the rows
-    -- this transaction already moved stay in jobs_scheduled_idx until vacuum, and a pass from
-    -- the head would walk them all again (see jq._prune_jobs).
-    LOOP
-    -- jq._wake (per row, deduplicated in memory) wakes waiting claims of these queues at commit.
-    -- A job with a concurrency key that never ran has no slot of its key: it goes blocked, and
-    -- jq._key_fill_many (after, in key order) makes the keys' next jobs ready; one scheduled
-    -- again after a claim (retry, snooze) still holds its slot and goes ready.
-    WITH moved AS (
-        UPDATE jq.jobs j SET state = CASE WHEN j.concurrency_key IS NULL OR j.claims > 0 THEN 'ready'
-                                          ELSE 'blocked' END::jq.job_state
-        WHERE j.id = ANY (ARRAY(
-            SELECT d.id FROM jq.jobs d
-            WHERE d.state = 'scheduled' AND (d.run_at, d.id) > (v_at, v_id) AND d.run_at <= _promote.now
-            ORDER BY d.run_at, d.id
-            LIMIT _promote.batch
-            FOR UPDATE SKIP LOCKED)) AND j.state::text = 'scheduled' AND j.run_at <= _promote.now
-        RETURNING j.id, j.queue, j.state, j.concurrency_key, j.priority, j.run_at
-    )
-    SELECT count(*) AS n,
-           pg_catalog.array_agg(m.queue) FILTER (WHERE m.state = 'blocked') AS queues,
-           pg_catalog.array_agg(m.concurrency_key) FILTER (WHERE m.state = 'blocked') AS keys,
-           (pg_catalog.array_agg(m.run_at ORDER BY m.run_at DESC, m.id DESC))[1] AS at,
-           (pg_catalog.array_agg(m.id ORDER BY m.run_at DESC, m.id DESC))[1] AS id
-    INTO v_keys
-    FROM moved m WHERE CASE WHEN m.state = 'ready' THEN jq._wake_ready(m.queue, m.priority, m.run_at) ELSE true END;
-    v_count := v_count + v_keys.n;
-    IF v_keys.queues IS NOT NULL THEN
-        PERFORM jq._key_fill_many(v_keys.queues, v_keys.keys,
-                                  pg_catalog.array_fill(0, ARRAY[pg_catalog.cardinality(v_keys.queues)]));
-    END IF;
-    EXIT WHEN v_keys.n < _promote.batch OR _promote.budget IS NULL OR v_count >= _promote.budget;
-    v_at := v_keys.at;
-    v_id := v_keys.id;
-    END LOOP;
-    RETURN v_count;
+    CASE _maintain.duty
+    WHEN 'promote' THEN
+        -- In passes of 5,000, each from where the last one ended, until the due backlog is
+        -- gone or 50,000 rows were moved (jq._promote).
+        v_total := jq._promote(_maintain.now, 5000, 50000);
+        -- Priority aging rides on the promote duty (not counted in its result): one bounded
+        -- batch per pass; queues without priority_aging have nothing in jobs_aging_idx.
+        PERFORM jq._age(_maintain.now, 5000);
+    WHEN 'reap' THEN
+        v_total := jq._reap(_maintain.now, 1000, 10000);
+    WHEN 'cron' THEN
+        v_total := jq.cron_tick(_maintain.now);
+    WHEN 'prune' THEN
+        -- Per queue, in passes of 5,000 until a pass prunes fewer or 100,000 rows went
+        -- (jq._prune_jobs: each pass starts where the last one ended). One pass per tick (until
+        -- 2026-12-04) capped what a queue could finish per second, with a finite retention, at
+        -- 5,000 jobs per tick: above that its finished jobs piled up without bound (bench/run's
+        -- steady load at 7,158 jobs/s grew jq.jobs from 128 MB to 739 MB in 7 minutes with a
+        -- 1-minute retention).
+        v_total := jq._prune(_maintain.now, 5000, 100000);
+    ELSE
+        RAISE EXCEPTION 'unknown maintenance duty %', _maintain.duty USING ERRCODE = '22023';
+    END CASE;
+    RETURN coalesce(v_total, 0);
 END $$;
-COMMENT ON FUNCTION jq._promote(timestamptz, integer, integer) IS
-'Maintenance: moves scheduled jobs with run_at <= now to ready, oldest first, in passes of batch '
-'until a pass moves fewer or budget went (budget NULL, the default: one pass), each pass starting '
-'past the (run_at, id) key the last one reached (run_at is kept: it is '
-'when the job became due) and returns how many. A job with a concurrency key that has not run '
-'yet goes through its key: blocked, then ready if the key has a free slot. Safe to run concurrently.';
 
-DROP FUNCTION jq._reap(timestamptz, integer);
-CREATE FUNCTION jq._reap(now timestamptz, batch integer DEFAULT 1000, budget integer DEFAULT NULL)
-RETURNS integer
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_count integer := 0;
-    v_n     integer;
-    v_at    timestamptz := '-infinity';  -- the latest lease_expires_at the last pass reached
-BEGIN
-    -- In passes of batch, oldest expiry first, until a pass ends fewer or budget went (budget
-    -- NULL: one pass), each starting at the expiry the previous one reached (see jq._promote;
-    -- rows of that same expiry already reaped are read again, and skipped).
-    LOOP
-    WITH back AS (
-        UPDATE jq.jobs j SET
-            state = CASE
-                WHEN j.cancel_requested THEN 'cancelled'
-                WHEN j.lease_expiries + 1 > coalesce(
-                    (SELECT q.max_lease_expiries FROM jq.queues q WHERE q.name = j.queue), 10)
-                    THEN 'dead'
-                ELSE 'ready' END::jq.job_state,
-            attempt = j.attempt - 1,
-            lease_expiries = j.lease_expiries + 1,
-            finished_at = CASE
-                WHEN j.cancel_requested OR j.lease_expiries + 1 > coalesce(
-                    (SELECT q.max_lease_expiries FROM jq.queues q WHERE q.name = j.queue), 10)
-                    THEN _reap.now END,
-            last_error = CASE
-                WHEN NOT j.cancel_requested AND j.lease_expiries + 1 > coalesce(
-                    (SELECT q.max_lease_expiries FROM jq.queues q WHERE q.name = j.queue), 10)
-                    THEN pg_catalog.format('lease expired %s times (max_lease_expiries); the job '
-                         'may be killing its worker', j.lease_expiries + 1)
-                ELSE j.last_error END
-        WHERE j.id = ANY (ARRAY(
-            SELECT x.id FROM jq.jobs x
-            WHERE x.state = 'running' AND x.lease_expires_at >= v_at AND x.lease_expires_at < _reap.now
-            ORDER BY x.lease_expires_at
-            LIMIT _reap.batch
-            FOR UPDATE SKIP LOCKED)) AND j.state::text = 'running' AND j.lease_expires_at < _reap.now
-        RETURNING j.id, j.claims, j.attempt, j.state, j.started_at, j.lease_expires_at, j.queue,
-                  j.worker, j.concurrency_key, j.priority, j.run_at
-    ), keyed AS (
-        -- A reaped job that ended (dead, cancelled) frees its key's slot; one back in ready
-        -- keeps it. All keys at once, in key order (jq._key_fill_many); one row.
-        SELECT CASE WHEN count(*) > 0 THEN
-                   jq._key_fill_many(pg_catalog.array_agg(b.queue), pg_catalog.array_agg(b.concurrency_key),
-                                     pg_catalog.array_agg(1)) END AS moved
-        FROM back b WHERE b.concurrency_key IS NOT NULL AND b.state <> 'ready'
-    ), logged AS (
-    INSERT INTO jq.execution_log (job_id, seq, attempt, outcome, started_at, lease_expires_at,
-                               finished_at, queue, worker, error)
-    SELECT b.id, b.claims, b.attempt + 1, 'lease_expired', b.started_at, b.lease_expires_at,
-           _reap.now, b.queue, b.worker,
-           CASE WHEN b.state = 'dead' THEN 'lease expired; max_lease_expiries reached'
-                WHEN b.state = 'cancelled' THEN 'lease expired after a cancellation request'
-                ELSE 'lease expired' END
-    FROM back b, keyed k
-    -- At commit, wake waiting claims: the job is claimable again, or its slot of a capped queue
-    -- is free.
-    WHERE CASE WHEN b.state = 'ready' THEN jq._wake_ready(b.queue, b.priority, b.run_at) ELSE jq._wake_slot(b.queue) END
-    RETURNING lease_expires_at
-    )
-    SELECT count(*), max(l.lease_expires_at) INTO v_n, v_at FROM logged l;
-    v_count := v_count + v_n;
-    EXIT WHEN v_n < _reap.batch OR _reap.budget IS NULL OR v_count >= _reap.budget;
-    END LOOP;
-    RETURN v_count;
-END $$;
-COMMENT ON FUNCTION jq._reap(timestamptz, integer, integer) IS
-'Maintenance: ends the running jobs whose lease expired before now and returns how many: oldest '
-'expiry first, in passes of batch until a pass ends fewer or budget went (budget NULL, the '
-'default: one pass), each pass starting at the lease_expires_at the last one reached. '
-'A worker that vanished never gave a verdict, so the attempt is refunded and lease_expiries + 1: '
-'the job is ready again at its old place; cancelled if a cancellation was requested; dead once '
-'lease_expiries exceeds the queue''s max_lease_expiries (a job that kills its worker must not loop '
-'forever). Recovery depends only on the job row, never on worker names. Each gets an execution '
-'row with outcome lease_expired. Safe to run concurrently; a job completed meanwhile is skipped.';
+COMMENT ON FUNCTION jq._maintain(text, timestamptz) IS
+'Maintenance: runs one duty at now and returns its count: promote (due scheduled jobs to ready, '
+'up to 50,000 in batches of 5,000; then one priority-aging batch, jq._age, not counted), reap (expired leases, up to 10,000 in batches of 1,000), '
+'cron (jq.cron_tick: due cron schedules), prune (jq._prune with batch 5,000 and budget 100,000: '
+'per queue, passes until one prunes fewer than 5,000 rows or 100,000 went). jq.tick() runs all '
+'four; the background worker runs each in its own transaction through jq._maintain_guarded. '
+'Errors: 22023 unknown duty; errors of the duty itself propagate.';
 
 -- Flow control (docs/flow-control.md): per-key serialisation and snooze. Rate limits live in
 -- jq.claim itself (sql/work.sql), which already reads and, for capped queues, locks the queue row.
@@ -2312,6 +2381,15 @@ COMMENT ON FUNCTION jq.create_queue(text, integer, interval, jq.backoff_policy, 
 'concurrency_key holding a slot at once (docs/flow-control.md). Errors: 22004 NULL option, 22023 '
 'invalid name or value (intervals are at most 100 years), 42710 queue exists (unless '
 'if_not_exists, which returns the existing row; its options are not compared).';
+
+COMMENT ON FUNCTION jq.tick() IS
+'One maintenance pass at now(), in the caller''s transaction: promote due scheduled jobs (up to '
+'50,000), reap expired leases (up to 10,000), fire due cron schedules (jq.cron_tick), prune past '
+'retention (per queue, passes of up to 5,000 jobs, oldest first, until a pass prunes fewer or '
+'100,000 went; execution rows alike); returns the '
+'counts. Safe to run from several sessions at once and beside the background worker. With jq '
+'in shared_preload_libraries the background worker does this every jq.tick_interval; otherwise '
+'call it about once a second, from pg_cron or any client (see README).';
 
 -- 0.1.0 granted nothing and told DBAs to give their roles USAGE on jq and privileges on its
 -- tables. In 0.2.0 the tables change only through the functions and payloads are visible only
@@ -3071,51 +3149,3 @@ COMMENT ON FUNCTION jq._redeem(bigint) IS
 'Internal: the role (oid) a caller ticket of this session was issued to; uses the ticket up. '
 'Errors: 42501 unknown, reused or NULL ticket.';
 
--- The prune duty runs passes until the backlog is gone (a queue finishing more than 5,000 jobs
--- per tick with a finite retention grew without bound).
-CREATE OR REPLACE FUNCTION jq._maintain(duty text, now timestamptz) RETURNS integer
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_total integer := 0;
-BEGIN
-    CASE _maintain.duty
-    WHEN 'promote' THEN
-        -- In passes of 5,000, each from where the last one ended, until the due backlog is
-        -- gone or 50,000 rows were moved (jq._promote).
-        v_total := jq._promote(_maintain.now, 5000, 50000);
-        -- Priority aging rides on the promote duty (not counted in its result): one bounded
-        -- batch per pass; queues without priority_aging have nothing in jobs_aging_idx.
-        PERFORM jq._age(_maintain.now, 5000);
-    WHEN 'reap' THEN
-        v_total := jq._reap(_maintain.now, 1000, 10000);
-    WHEN 'cron' THEN
-        v_total := jq.cron_tick(_maintain.now);
-    WHEN 'prune' THEN
-        -- Per queue, in passes of 5,000 until a pass prunes fewer or 100,000 rows went
-        -- (jq._prune_jobs: each pass starts where the last one ended). One pass per tick (until
-        -- 2026-12-04) capped what a queue could finish per second, with a finite retention, at
-        -- 5,000 jobs per tick: above that its finished jobs piled up without bound (bench/run's
-        -- steady load at 7,158 jobs/s grew jq.jobs from 128 MB to 739 MB in 7 minutes with a
-        -- 1-minute retention).
-        v_total := jq._prune(_maintain.now, 5000, 100000);
-    ELSE
-        RAISE EXCEPTION 'unknown maintenance duty %', _maintain.duty USING ERRCODE = '22023';
-    END CASE;
-    RETURN coalesce(v_total, 0);
-END $$;
-COMMENT ON FUNCTION jq._maintain(text, timestamptz) IS
-'Maintenance: runs one duty at now and returns its count: promote (due scheduled jobs to ready, '
-'up to 50,000 in batches of 5,000; then one priority-aging batch, jq._age, not counted), reap (expired leases, up to 10,000 in batches of 1,000), '
-'cron (jq.cron_tick: due cron schedules), prune (jq._prune with batch 5,000 and budget 100,000: '
-'per queue, passes until one prunes fewer than 5,000 rows or 100,000 went). jq.tick() runs all '
-'four; the background worker runs each in its own transaction through jq._maintain_guarded. '
-'Errors: 22023 unknown duty; errors of the duty itself propagate.';
-
-COMMENT ON FUNCTION jq.tick() IS
-'One maintenance pass at now(), in the caller''s transaction: promote due scheduled jobs (up to '
-'50,000), reap expired leases (up to 10,000), fire due cron schedules (jq.cron_tick), prune past '
-'retention (per queue, passes of up to 5,000 jobs, oldest first, until a pass prunes fewer or '
-'100,000 went; execution rows alike); returns the '
-'counts. Safe to run from several sessions at once and beside the background worker. With jq '
-'in shared_preload_libraries the background worker does this every jq.tick_interval; otherwise '
-'call it about once a second, from pg_cron or any client (see README).';

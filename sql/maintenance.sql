@@ -9,8 +9,9 @@
 -- implies the predicate of the partial index the batch was picked from, and a plan the
 -- background worker made while jq.jobs was small (it keeps its plans for the life of its
 -- connection) found the batch's rows through that index with the ids as a filter, walking every
--- due row for every batch. The cast leaves the primary key as the only index for it; the
--- functions also keep sequential scans off (sql/security.sql). Test: pg_test/tests/plans.rs,
+-- due row for every batch. The cast leaves the primary key as the only index for it, and jq's
+-- planner hook keeps a plan made on a small jq.jobs an index plan (src/planner.rs,
+-- sql/security.sql). Test: pg_test/tests/plans.rs,
 -- maintenance_plans_made_on_a_small_table_stay_index_lookups.
 
 CREATE FUNCTION jq._promote(now timestamptz, batch integer DEFAULT 5000, budget integer DEFAULT NULL)
@@ -54,7 +55,7 @@ BEGIN
         PERFORM jq._key_fill_many(v_keys.queues, v_keys.keys,
                                   pg_catalog.array_fill(0, ARRAY[pg_catalog.cardinality(v_keys.queues)]));
     END IF;
-    EXIT WHEN v_keys.n < _promote.batch OR _promote.budget IS NULL OR v_count >= _promote.budget;
+    EXIT WHEN v_keys.n = 0 OR v_keys.n < _promote.batch OR _promote.budget IS NULL OR v_count >= _promote.budget;
     v_at := v_keys.at;
     v_id := v_keys.id;
     END LOOP;
@@ -173,7 +174,7 @@ BEGIN
     )
     SELECT count(*), max(l.lease_expires_at) INTO v_n, v_at FROM logged l;
     v_count := v_count + v_n;
-    EXIT WHEN v_n < _reap.batch OR _reap.budget IS NULL OR v_count >= _reap.budget;
+    EXIT WHEN v_n = 0 OR v_n < _reap.batch OR _reap.budget IS NULL OR v_count >= _reap.budget;
     END LOOP;
     RETURN v_count;
 END $$;
@@ -196,9 +197,8 @@ DECLARE
     v_at    timestamptz;  -- the (finished_at, id) key the last pass reached
     v_id    bigint;
 BEGIN
-    -- Its own function so that it alone keeps sequential scans off (sql/security.sql): the rest
-    -- of jq._prune reads small tables without a fitting index (jq.queue_grants, jq.schedules),
-    -- where that setting left only disabled plans, whose cost made PostgreSQL JIT-compile them.
+    -- Its own function (it kept sequential scans off while the rest of jq._prune could not;
+    -- jq's planner hook now keeps its plans index plans, sql/security.sql).
     -- Oldest first, in passes of batch: completed and cancelled jobs until a pass deletes fewer
     -- than batch or budget went (budget NULL: one pass), then dead jobs alike. Each pass starts
     -- past the (finished_at, id) key the previous one reached: the index entries of the rows
@@ -221,7 +221,8 @@ BEGIN
                (pg_catalog.array_agg(g.id ORDER BY g.finished_at DESC, g.id DESC))[1]
         INTO v_count, v_at, v_id FROM gone g;
         v_total := v_total + v_count;
-        EXIT WHEN v_count < _prune_jobs.batch OR _prune_jobs.budget IS NULL OR v_total >= _prune_jobs.budget;
+        EXIT WHEN v_count = 0 OR v_count < _prune_jobs.batch OR _prune_jobs.budget IS NULL
+                  OR v_total >= _prune_jobs.budget;
     END LOOP;
     v_at := '-infinity';
     v_id := 0;
@@ -238,7 +239,8 @@ BEGIN
                (pg_catalog.array_agg(g.id ORDER BY g.finished_at DESC, g.id DESC))[1]
         INTO v_count, v_at, v_id FROM gone g;
         v_total := v_total + v_count;
-        EXIT WHEN v_count < _prune_jobs.batch OR _prune_jobs.budget IS NULL OR v_total >= _prune_jobs.budget;
+        EXIT WHEN v_count = 0 OR v_count < _prune_jobs.batch OR _prune_jobs.budget IS NULL
+                  OR v_total >= _prune_jobs.budget;
     END LOOP;
     RETURN v_total;
 END $$;
@@ -246,8 +248,8 @@ COMMENT ON FUNCTION jq._prune_jobs(text, timestamptz, timestamptz, integer, inte
 'Internal (jq._prune): deletes the completed and cancelled jobs of queue finished before '
 'finished_before, oldest first, in passes of batch until a pass deletes fewer than batch or budget '
 'rows went (budget NULL: one pass), then the dead jobs finished before dead_before alike (budget '
-'counts both); returns how many. Each pass starts past the last one''s (finished_at, id) key. '
-'Skips rows another session has locked.';
+'counts both; dead jobs always get at least one pass); returns how many. Each pass starts past '
+'the last one''s (finished_at, id) key. Skips rows another session has locked.';
 
 CREATE FUNCTION jq._prune(now timestamptz, batch integer DEFAULT 5000, budget integer DEFAULT NULL)
 RETURNS integer
@@ -257,19 +259,41 @@ DECLARE
     v_total integer := 0;
     v_count integer;
     v_hist  integer := 0;
+    v_more  text[] := '{}';  -- queues whose first pass was full
 BEGIN
-    -- Each queue gets its own budget, so a backlog in one queue never holds up the others.
+    -- Jobs, in two rounds. First one pass (of each kind) per queue, so a backlog in one queue
+    -- never holds up the others; then what is left of the budget, shared among the queues whose
+    -- pass was full: each in turn gets the rest divided by the queues still to come (at least
+    -- one more pass), so one busy queue among idle ones gets nearly all of it and the duty stays
+    -- near budget however many queues have a backlog. The second round of a queue starts from
+    -- the head again and reads its first pass's entries once more (see jq._prune_jobs).
     -- A completed job is the record of its execution (sql/schema.sql), so finished jobs stay at
     -- least min(history_retention, 5 minutes): jq.queue_stats counts the last 5 minutes of
     -- completions from them, as it counts the other outcomes from the history.
     FOR q IN SELECT t.name,
                     pg_catalog.interval_larger(t.retention,
                         pg_catalog.interval_smaller(t.history_retention, interval '5 minutes')) AS retention,
-                    t.dead_retention, t.history_retention
+                    t.dead_retention
              FROM jq.queues t
     LOOP
+        v_count := jq._prune_jobs(q.name, _prune.now - q.retention, _prune.now - q.dead_retention,
+                                  _prune.batch, NULL);
+        v_total := v_total + v_count;
+        IF v_count >= _prune.batch AND _prune.budget IS NOT NULL THEN
+            v_more := v_more || q.name;
+        END IF;
+    END LOOP;
+    FOR q IN SELECT t.name,
+                    pg_catalog.interval_larger(t.retention,
+                        pg_catalog.interval_smaller(t.history_retention, interval '5 minutes')) AS retention,
+                    t.dead_retention,
+                    pg_catalog.count(*) OVER () - pg_catalog.row_number() OVER (ORDER BY t.name) + 1 AS still
+             FROM jq.queues t WHERE t.name = ANY (v_more) ORDER BY t.name
+    LOOP
         v_total := v_total + jq._prune_jobs(q.name, _prune.now - q.retention, _prune.now - q.dead_retention,
-                                            _prune.batch, _prune.budget);
+                                            _prune.batch,
+                                            pg_catalog.int4larger(_prune.batch,
+                                                (_prune.budget - v_total) / q.still::integer));
     END LOOP;
     -- History in one pass over all queues: the BRIN index narrows the scan to rows older than
     -- the shortest history_retention, each row is then held to its own queue's retention, and
@@ -288,7 +312,7 @@ BEGIN
             FOR UPDATE OF h SKIP LOCKED));
         GET DIAGNOSTICS v_count = ROW_COUNT;
         v_hist := v_hist + v_count;
-        EXIT WHEN v_count < _prune.batch OR _prune.budget IS NULL OR v_hist >= _prune.budget;
+        EXIT WHEN v_count = 0 OR v_count < _prune.batch OR _prune.budget IS NULL OR v_hist >= _prune.budget;
     END LOOP;
     v_total := v_total + v_hist;
     -- Grants to roles that were dropped (a later role could get the same OID).
@@ -311,10 +335,12 @@ COMMENT ON FUNCTION jq._prune(timestamptz, integer, integer) IS
 'Maintenance: per queue, deletes the completed and cancelled jobs finished more than the '
 'queue''s retention before now (but at least min(history_retention, 5 minutes): a completed job '
 'is the record of its execution, which jq.queue_stats counts over 5 minutes) and the dead jobs '
-'past dead_retention, oldest first (jq._prune_jobs); then jq.execution_log rows past their queue''s '
-'history_retention, or of queues that no longer exist (history outlives its jobs): each in '
-'passes of batch rows until a pass deletes fewer or budget rows went (per queue; budget NULL, '
-'the default: one pass each); then jq.queue_grants rows of dropped roles; and disables (created_by NULL, '
+'past dead_retention, oldest first, in passes of batch rows (jq._prune_jobs): one pass of each '
+'kind per queue, then, with a budget, the rest of budget shared among the queues whose pass was '
+'full, each in turn getting the rest divided by the queues still to come (at least one more '
+'pass); then jq.execution_log rows past their queue''s history_retention, or of queues that no '
+'longer exist (history outlives its jobs), in passes of batch until a pass deletes fewer or '
+'budget went. budget NULL (the default): one pass each. Then jq.queue_grants rows of dropped roles; and disables (created_by NULL, '
 'last_error set) schedules whose creator was dropped. Returns how many rows it deleted or disabled. Safe to run concurrently: it '
 'skips rows another session has locked.';
 

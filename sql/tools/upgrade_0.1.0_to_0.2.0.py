@@ -70,6 +70,10 @@ changed_sig = {  # name -> (file, old signature)
     'schedule': ('cron.sql', 'text, text, text, jsonb, text, text, integer, integer, text, text'),
     'alter_schedule': ('cron.sql', 'text, text, text, jsonb, text, text, integer, integer, text, text, boolean'),
     'unschedule': ('cron.sql', 'text, boolean'),
+    # A budget parameter (passes until a pass moves fewer or budget went, 2026-12-04).
+    '_promote': ('maintenance.sql', 'timestamptz, integer'),
+    '_reap': ('maintenance.sql', 'timestamptz, integer'),
+    '_prune': ('maintenance.sql', 'timestamptz, integer'),
 }
 out = []
 w = out.append
@@ -132,8 +136,8 @@ for name, (f, old) in changed_sig.items():
     for s in find(f, r'^(ALTER|COMMENT ON) FUNCTION jq\.' + name + r'\('):
         w(s + '\n')
 w('-- Changed bodies.\n')
-for f, name in (('cron.sql', '_cron_fire'), ('queues.sql', '_interval_fields_nonnegative'), ('work.sql', '_claim_batch'), ('maintenance.sql', '_prune_jobs'), ('maintenance.sql', '_prune'), ('maintenance.sql', '_age'),
-                ('maintenance.sql', '_promote'), ('maintenance.sql', '_reap'), ('flow.sql', '_key_fill'),
+for f, name in (('cron.sql', '_cron_fire'), ('queues.sql', '_interval_fields_nonnegative'), ('work.sql', '_claim_batch'), ('maintenance.sql', '_prune_jobs'), ('maintenance.sql', '_age'),
+                ('maintenance.sql', '_maintain'), ('flow.sql', '_key_fill'),
                 ('flow.sql', 'snooze'), ('work.sql', 'release'), ('work.sql', 'complete'),
                 ('work.sql', 'complete_many'), ('work.sql', 'fail')):
     for s in find(f, r'^CREATE FUNCTION jq\.' + name + r'\(', True):
@@ -142,6 +146,8 @@ for f, name in (('cron.sql', '_cron_fire'), ('queues.sql', '_interval_fields_non
         w(s + '\n')
 w('-- Changed comments.\n')
 for s in find('queues.sql', r'^COMMENT ON FUNCTION jq\.create_queue\('):
+    w(s + '\n')
+for s in find('maintenance.sql', r'^COMMENT ON FUNCTION jq\.tick\('):
     w(s + '\n')
 REVOKE_OTHERS = """DO $$
 DECLARE
