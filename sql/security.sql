@@ -309,6 +309,16 @@ ALTER FUNCTION jq.complete_many(bigint[], uuid[], jsonb[]) SET plan_cache_mode =
 -- are off for it: a hash join, each side read once.
 -- Tests: tests/plans.rs, complete_many_reads_its_input_once.
 ALTER FUNCTION jq.complete_many(bigint[], uuid[], jsonb[]) SET enable_nestloop = off;
+-- jq._prune_jobs deletes in passes of 5,000, each past the (finished_at, id) key the previous
+-- one reached, which only an Index Scan of jobs_finished_idx / jobs_dead_idx in key order
+-- keeps linear. When fewer rows are estimated past retention than a batch (stale statistics,
+-- a queue that just grew), the planner sorted a bitmap scan of the whole range instead, which
+-- every pass then reads again (seen in a CI run of tests/plans.rs, 2,240 estimated for 10,250).
+-- Sorts and bitmap scans are off for it: its two selections have the index order, so no chosen
+-- plan is a disabled one (whose cost would also make PostgreSQL JIT-compile it), and it calls
+-- no other function. Tests: tests/plans.rs, maintenance_and_idempotency_selections_use_their_partial_indexes.
+ALTER FUNCTION jq._prune_jobs(text, timestamptz, timestamptz, integer, integer)
+    SET enable_sort = off SET enable_bitmapscan = off;
 ALTER FUNCTION jq.enqueue_many(text, jsonb, text, timestamptz, interval, integer, integer, boolean, bigint)
     SET plan_cache_mode = force_generic_plan;
 -- A cached plan is kept for the life of a connection (until ANALYZE or VACUUM of the table

@@ -461,6 +461,16 @@ impl Mode {
 /// locks and anything else go with it).
 fn explain(c: &mut Client, path: &HotPath, args: &str, mode: Mode) -> Explained {
     let mut tx = c.transaction().expect("BEGIN");
+    // The function's own settings (ALTER FUNCTION ... SET, sql/security.sql), as when it runs.
+    let config: Vec<String> = tx
+        .query_one("SELECT coalesce(proconfig, '{}') FROM pg_catalog.pg_proc WHERE oid = $1::text::regprocedure",
+                   &[&path.function])
+        .unwrap_or_else(|e| panic!("{}: cannot read {}: {e}", path.label, path.function))
+        .get(0);
+    for setting in config {
+        let (name, value) = setting.split_once('=').expect("name=value");
+        tx.batch_execute(&format!("SET LOCAL {name} = '{value}'")).expect("SET LOCAL");
+    }
     tx.batch_execute(&format!(
         "SET LOCAL plan_cache_mode = {}; PREPARE jq_plan_probe ({}) AS {}",
         mode.setting(), path.types, path.sql()))
