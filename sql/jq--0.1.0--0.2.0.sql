@@ -1949,6 +1949,8 @@ BEGIN
         EXIT WHEN v_count = 0 OR v_count < _prune_jobs.batch OR _prune_jobs.budget IS NULL
                   OR v_total >= _prune_jobs.budget;
     END LOOP;
+    -- The same loop for dead jobs: a statement of its own, whose constant state predicate
+    -- matches jobs_dead_idx (one statement with the state as a parameter would match neither).
     v_at := '-infinity';
     v_id := 0;
     LOOP
@@ -2031,8 +2033,8 @@ BEGIN
     WHEN 'cron' THEN
         v_total := jq.cron_tick(_maintain.now);
     WHEN 'prune' THEN
-        -- Per queue, in passes of 5,000 until a pass prunes fewer or 100,000 rows went
-        -- (jq._prune_jobs: each pass starts where the last one ended). One pass per tick (until
+        -- In passes of 5,000, each from where the last one ended: one per queue, then the rest of
+        -- 100,000 shared among the queues with more (jq._prune). One pass per tick (until
         -- 2026-12-04) capped what a queue could finish per second, with a finite retention, at
         -- 5,000 jobs per tick: above that its finished jobs piled up without bound (bench/run's
         -- steady load at 7,158 jobs/s grew jq.jobs from 128 MB to 739 MB in 7 minutes with a
@@ -2048,7 +2050,7 @@ COMMENT ON FUNCTION jq._maintain(text, timestamptz) IS
 'Maintenance: runs one duty at now and returns its count: promote (due scheduled jobs to ready, '
 'up to 50,000 in batches of 5,000; then one priority-aging batch, jq._age, not counted), reap (expired leases, up to 10,000 in batches of 1,000), '
 'cron (jq.cron_tick: due cron schedules), prune (jq._prune with batch 5,000 and budget 100,000: '
-'per queue, passes until one prunes fewer than 5,000 rows or 100,000 went). jq.tick() runs all '
+'a pass per queue, then the rest of 100,000 shared among the queues with more). jq.tick() runs all '
 'four; the background worker runs each in its own transaction through jq._maintain_guarded. '
 'Errors: 22023 unknown duty; errors of the duty itself propagate.';
 
@@ -2385,8 +2387,8 @@ COMMENT ON FUNCTION jq.create_queue(text, integer, interval, jq.backoff_policy, 
 COMMENT ON FUNCTION jq.tick() IS
 'One maintenance pass at now(), in the caller''s transaction: promote due scheduled jobs (up to '
 '50,000), reap expired leases (up to 10,000), fire due cron schedules (jq.cron_tick), prune past '
-'retention (per queue, passes of up to 5,000 jobs, oldest first, until a pass prunes fewer or '
-'100,000 went; execution rows alike); returns the '
+'retention (passes of up to 5,000 jobs, oldest first: one per queue, then the rest of 100,000 '
+'shared among the queues with more; execution rows until a pass prunes fewer or 100,000 went); returns the '
 'counts. Safe to run from several sessions at once and beside the background worker. With jq '
 'in shared_preload_libraries the background worker does this every jq.tick_interval; otherwise '
 'call it about once a second, from pg_cron or any client (see README).';
