@@ -179,7 +179,7 @@ CREATE FUNCTION jq.schedule(
 LANGUAGE plpgsql AS $$
 DECLARE
     v_now    timestamptz := pg_catalog.now();
-    v_caller oid := jq._authorize(schedule.caller_ticket, ARRAY[schedule.queue], 'admin');
+    v_caller oid := jq._authorize_queue(schedule.caller_ticket, schedule.queue, 'admin');
     s        jq.schedules;
 BEGIN
     PERFORM jq._check_schedule_name(schedule.name);

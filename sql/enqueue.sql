@@ -142,7 +142,7 @@ DECLARE
     v_code    text;
     v_message text;
 BEGIN
-    PERFORM jq._authorize(enqueue.caller_ticket, ARRAY[enqueue.queue], 'enqueue');
+    PERFORM jq._authorize_queue(enqueue.caller_ticket, enqueue.queue, 'enqueue');
     SELECT p.sqlstate, p.message INTO v_code, v_message
     FROM jq._job_problem(enqueue.payload, enqueue.kind, enqueue.max_attempts,
                          enqueue.idempotency_key) p;
@@ -254,7 +254,7 @@ DECLARE
     v_ids          bigint[];
     r              record;
 BEGIN
-    PERFORM jq._authorize(enqueue_many.caller_ticket, ARRAY[enqueue_many.queue], 'enqueue');
+    PERFORM jq._authorize_queue(enqueue_many.caller_ticket, enqueue_many.queue, 'enqueue');
     PERFORM 1 FROM jq.queues t WHERE t.name = enqueue_many.queue;
     IF NOT FOUND THEN
         PERFORM jq._unknown_queue(enqueue_many.queue);

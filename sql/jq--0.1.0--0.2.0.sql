@@ -61,6 +61,12 @@ COMMENT ON TABLE jq.queue_grants IS
 '''*'' means every queue, present and future. Superusers and members of jq_admin need no row. '
 'Rows of a dropped queue are deleted with it; rows of a dropped role are pruned by maintenance.';
 
+-- Queues are keyed by the hash of their name in jobs_claim_idx (as in sql/schema.sql).
+-- A queue's key in jobs_claim_idx is the 64-bit hash of its name (see there), so no two queues
+-- may share one. Two names with the same hash are about 2^-64 apart by chance; a second queue
+-- whose name collides with an existing one is refused with 23505 (unique_violation).
+CREATE UNIQUE INDEX queues_name_hash_idx ON jq.queues (pg_catalog.hashtextextended(name, 0));
+
 -- Schedules remember who defined them (as in sql/cron.sql).
 ALTER TABLE jq.schedules ADD COLUMN created_by regrole;
 
@@ -96,12 +102,21 @@ AS 'MODULE_PATHNAME', '_redeem_wrapper';
 
 CREATE  FUNCTION "_authorize"(
 	"caller_ticket" bigint, /* Option < i64 > */
-	"queues" TEXT[], /* :: std :: option :: Option < Vec < Option < String > > > */
+	"queues" TEXT[], /* :: std :: option :: Option < pgrx :: datum :: Array < & str > > */
 	"privilege" TEXT /* Option < & str > */
 ) RETURNS oid /* pg_sys :: Oid */
 VOLATILE PARALLEL UNSAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_authorize_wrapper';
+
+CREATE  FUNCTION "_authorize_queue"(
+	"caller_ticket" bigint, /* Option < i64 > */
+	"queue" TEXT, /* Option < & str > */
+	"privilege" TEXT /* Option < & str > */
+) RETURNS oid /* pg_sys :: Oid */
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_authorize_queue_wrapper';
 
 CREATE  FUNCTION "_wake_ready"(
 	"queue" TEXT, /* & str */
@@ -251,7 +266,7 @@ DECLARE
     v_code    text;
     v_message text;
 BEGIN
-    PERFORM jq._authorize(enqueue.caller_ticket, ARRAY[enqueue.queue], 'enqueue');
+    PERFORM jq._authorize_queue(enqueue.caller_ticket, enqueue.queue, 'enqueue');
     SELECT p.sqlstate, p.message INTO v_code, v_message
     FROM jq._job_problem(enqueue.payload, enqueue.kind, enqueue.max_attempts,
                          enqueue.idempotency_key) p;
@@ -364,7 +379,7 @@ DECLARE
     v_ids          bigint[];
     r              record;
 BEGIN
-    PERFORM jq._authorize(enqueue_many.caller_ticket, ARRAY[enqueue_many.queue], 'enqueue');
+    PERFORM jq._authorize_queue(enqueue_many.caller_ticket, enqueue_many.queue, 'enqueue');
     PERFORM 1 FROM jq.queues t WHERE t.name = enqueue_many.queue;
     IF NOT FOUND THEN
         PERFORM jq._unknown_queue(enqueue_many.queue);
@@ -507,7 +522,7 @@ DECLARE
     v_below    bigint;            -- after a hinted claim: the full claim looks only at
                                   -- priorities below the hint's (NULL: at every priority)
 BEGIN
-    v_caller := jq._authorize(claim.caller_ticket, ARRAY[claim.queue], 'work');
+    v_caller := jq._authorize_queue(claim.caller_ticket, claim.queue, 'work');
     -- One test for the usual arguments; the slow branch tells which one is wrong.
     IF claim.n IS NULL OR claim.n OPERATOR(pg_catalog.<) 1 OR claim.n OPERATOR(pg_catalog.>) jq.max_claim_batch()
        OR claim.worker IS NULL OR pg_catalog.length(claim.worker) OPERATOR(pg_catalog.>) 200
@@ -561,7 +576,8 @@ BEGIN
         WHERE q.name OPERATOR(pg_catalog.=) claim.queue
           AND j.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
               SELECT p.ctid FROM jq.jobs p
-              WHERE p.queue OPERATOR(pg_catalog.=) claim.queue AND p.state OPERATOR(pg_catalog.=) 'ready'
+              WHERE pg_catalog.hashtextextended(p.queue, 0) OPERATOR(pg_catalog.=) pg_catalog.hashtextextended(claim.queue, 0)
+                AND p.state OPERATOR(pg_catalog.=) 'ready'
                 AND p.priority OPERATOR(pg_catalog.=) jq._hint_priority()
                 AND (p.run_at, p.id) OPERATOR(pg_catalog.>=) (jq._hint_run_at(), jq._hint_id())
                 AND EXISTS (SELECT FROM jq.queues g WHERE g.name OPERATOR(pg_catalog.=) claim.queue
@@ -662,7 +678,8 @@ BEGIN
         WHERE q.name OPERATOR(pg_catalog.=) claim.queue
           AND j.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
               SELECT p.ctid FROM jq.jobs p
-              WHERE p.queue OPERATOR(pg_catalog.=) claim.queue AND p.state OPERATOR(pg_catalog.=) 'ready'
+              WHERE pg_catalog.hashtextextended(p.queue, 0) OPERATOR(pg_catalog.=) pg_catalog.hashtextextended(claim.queue, 0)
+                AND p.state OPERATOR(pg_catalog.=) 'ready'
                 AND p.priority OPERATOR(pg_catalog.<) coalesce(v_below, 2147483648)
                 AND EXISTS (SELECT FROM jq.queues g WHERE g.name OPERATOR(pg_catalog.=) claim.queue
                             AND NOT g.paused
@@ -721,8 +738,9 @@ BEGIN
             -- wait (an enqueue or a job ending wakes us) instead of taking the queue row lock,
             -- which a claim keeps until its transaction ends; the count is taken again under
             -- the lock below.
-            IF NOT EXISTS (SELECT FROM jq.jobs j WHERE j.queue OPERATOR(pg_catalog.=) claim.queue
-                                                   AND j.state OPERATOR(pg_catalog.=) 'ready') THEN
+            IF NOT EXISTS (SELECT FROM jq.jobs j
+                           WHERE pg_catalog.hashtextextended(j.queue, 0) OPERATOR(pg_catalog.=) pg_catalog.hashtextextended(claim.queue, 0)
+                             AND j.state OPERATOR(pg_catalog.=) 'ready') THEN
                 EXIT;
             END IF;
             IF v_cap IS NOT NULL THEN
@@ -911,7 +929,9 @@ BEGIN
     IF NOT jq._wait(LEAST(v_deadline,
                           (SELECT min(jq._rate_next_token(t.name)) FROM jq.queues t
                            WHERE t.name = ANY (claim.queues) AND t.rate_limit IS NOT NULL AND NOT t.paused
-                             AND EXISTS (SELECT FROM jq.jobs j WHERE j.queue = t.name AND j.state = 'ready')
+                             AND EXISTS (SELECT FROM jq.jobs j
+                                         WHERE pg_catalog.hashtextextended(j.queue, 0) = pg_catalog.hashtextextended(t.name, 0)
+                                           AND j.state = 'ready')
                              AND (t.max_concurrency IS NULL
                                   OR (SELECT count(*) FROM jq.jobs r WHERE r.queue = t.name AND r.state = 'running')
                                      < t.max_concurrency))))
@@ -1069,7 +1089,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     q jq.queues;
 BEGIN
-    PERFORM jq._authorize(alter_queue.caller_ticket, ARRAY[alter_queue.name], 'admin');
+    PERFORM jq._authorize_queue(alter_queue.caller_ticket, alter_queue.name, 'admin');
     PERFORM jq._check_queue_options(alter_queue.max_attempts, alter_queue.lease,
         alter_queue.backoff_base, alter_queue.backoff_max, alter_queue.retention,
         alter_queue.dead_retention, alter_queue.history_retention, alter_queue.max_lease_expiries);
@@ -1156,7 +1176,7 @@ DECLARE
 BEGIN
     -- Global admins only: the drop locks jq.jobs against writes (EXCLUSIVE) until its
     -- transaction ends, which would let one queue's admin stall every queue and maintenance.
-    PERFORM jq._authorize(drop_queue.caller_ticket, ARRAY['*'], 'admin');
+    PERFORM jq._authorize_queue(drop_queue.caller_ticket, '*', 'admin');
     -- Under an older snapshot the refusal check and the deletes could miss jobs committed
     -- after it was taken, and leave them behind in a queue that no longer exists.
     IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
@@ -1188,7 +1208,9 @@ BEGIN
         PERFORM jq._unknown_queue(drop_queue.name);  -- dropped meanwhile
     END IF;
     IF NOT coalesce(drop_queue.force, false) AND (
-           EXISTS (SELECT 1 FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'ready')
+           EXISTS (SELECT 1 FROM jq.jobs j  -- jobs_claim_idx's key (sql/schema.sql)
+                   WHERE pg_catalog.hashtextextended(j.queue, 0) = pg_catalog.hashtextextended(drop_queue.name, 0)
+                     AND j.state = 'ready')
         OR EXISTS (SELECT 1 FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'running')
         OR EXISTS (SELECT 1 FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'scheduled')
         OR EXISTS (SELECT 1 FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'blocked'))
@@ -1209,7 +1231,8 @@ BEGIN
         END IF;
         DELETE FROM jq.schedules s WHERE s.queue = drop_queue.name;
     END IF;
-    DELETE FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'ready';
+    DELETE FROM jq.jobs j
+    WHERE pg_catalog.hashtextextended(j.queue, 0) = pg_catalog.hashtextextended(drop_queue.name, 0) AND j.state = 'ready';
     GET DIAGNOSTICS v_count = ROW_COUNT; v_jobs := v_jobs + v_count;
     DELETE FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'running';
     GET DIAGNOSTICS v_count = ROW_COUNT; v_jobs := v_jobs + v_count;
@@ -1251,7 +1274,7 @@ COMMENT ON FUNCTION jq.drop_queue(text, boolean, bigint) IS
 CREATE FUNCTION jq.pause(name text, caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM jq._authorize(pause.caller_ticket, ARRAY[pause.name], 'admin');
+    PERFORM jq._authorize_queue(pause.caller_ticket, pause.name, 'admin');
     -- jq.jobs before the queue row, the order jq.drop_queue takes them in (no deadlock).
     LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;
     UPDATE jq.queues t SET paused = true WHERE t.name = pause.name;
@@ -1268,7 +1291,7 @@ COMMENT ON FUNCTION jq.pause(text, bigint) IS
 CREATE FUNCTION jq.resume(name text, caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM jq._authorize(resume.caller_ticket, ARRAY[resume.name], 'admin');
+    PERFORM jq._authorize_queue(resume.caller_ticket, resume.name, 'admin');
     -- jq.jobs before the queue row, the order jq.drop_queue takes them in (no deadlock).
     LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;
     UPDATE jq.queues t SET paused = false
@@ -1298,7 +1321,7 @@ CREATE FUNCTION jq.schedule(
 LANGUAGE plpgsql AS $$
 DECLARE
     v_now    timestamptz := pg_catalog.now();
-    v_caller oid := jq._authorize(schedule.caller_ticket, ARRAY[schedule.queue], 'admin');
+    v_caller oid := jq._authorize_queue(schedule.caller_ticket, schedule.queue, 'admin');
     s        jq.schedules;
 BEGIN
     PERFORM jq._check_schedule_name(schedule.name);
@@ -1801,6 +1824,24 @@ COMMENT ON FUNCTION jq._cron_fire(jq.schedules, timestamptz) IS
 'next_run_at = jq.cron_next(cron, at, timezone), next_run_from = at and the counters; returns jobs '
 'enqueued (0 when nothing in [next_run_at, at] is due). Raises on any problem.';
 
+CREATE OR REPLACE FUNCTION jq._claimable(queues text[]) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT EXISTS (
+        SELECT FROM jq.queues t
+        WHERE t.name = ANY (_claimable.queues) AND NOT t.paused
+          AND EXISTS (SELECT FROM jq.jobs j  -- jobs_claim_idx's key (sql/schema.sql)
+                      WHERE pg_catalog.hashtextextended(j.queue, 0) = pg_catalog.hashtextextended(t.name, 0)
+                        AND j.state = 'ready')
+          AND (t.max_concurrency IS NULL
+               OR (SELECT count(*) FROM jq.jobs r WHERE r.queue = t.name AND r.state = 'running')
+                  < t.max_concurrency)
+          AND (t.rate_limit IS NULL OR jq._rate_next_token(t.name) <= pg_catalog.clock_timestamp()))
+$$;
+
+COMMENT ON FUNCTION jq._claimable(text[]) IS
+'Internal: whether any of queues (unpaused, under its cap, with a rate token) has a ready job, by a lock-free '
+'look; the long-poll of jq.claim(text[], ...) takes locks only when this says yes.';
+
 -- True when no field of the interval (months, days, time) is negative. Postgres compares
 -- intervals with 30-day months, so '1 mon -30 days 1 second' is "positive" although it ends
 -- before it starts in a 31-day month.
@@ -1852,7 +1893,8 @@ BEGIN
             WHERE q.name OPERATOR(pg_catalog.=) _claim_batch.queue
               AND j.id OPERATOR(pg_catalog.=) ANY (ARRAY(
                   SELECT p.id FROM jq.jobs p
-                  WHERE p.queue OPERATOR(pg_catalog.=) _claim_batch.queue AND p.state OPERATOR(pg_catalog.=) 'ready'
+                  WHERE pg_catalog.hashtextextended(p.queue, 0) OPERATOR(pg_catalog.=) pg_catalog.hashtextextended(_claim_batch.queue, 0)
+                    AND p.state OPERATOR(pg_catalog.=) 'ready'
                     AND p.priority OPERATOR(pg_catalog.=) jq._hint_priority()
                     AND (p.run_at, p.id) OPERATOR(pg_catalog.>=) (jq._hint_run_at(), jq._hint_id())
                     AND EXISTS (SELECT FROM jq.queues g WHERE g.name OPERATOR(pg_catalog.=) _claim_batch.queue
@@ -1886,7 +1928,8 @@ BEGIN
             WHERE q.name OPERATOR(pg_catalog.=) _claim_batch.queue
               AND j.id OPERATOR(pg_catalog.=) ANY (ARRAY(
                   SELECT p.id FROM jq.jobs p
-                  WHERE p.queue OPERATOR(pg_catalog.=) _claim_batch.queue AND p.state OPERATOR(pg_catalog.=) 'ready'
+                  WHERE pg_catalog.hashtextextended(p.queue, 0) OPERATOR(pg_catalog.=) pg_catalog.hashtextextended(_claim_batch.queue, 0)
+                    AND p.state OPERATOR(pg_catalog.=) 'ready'
                     AND p.priority OPERATOR(pg_catalog.<) coalesce(_claim_batch.below, 2147483648)
                     AND EXISTS (SELECT FROM jq.queues g WHERE g.name OPERATOR(pg_catalog.=) _claim_batch.queue
                                 AND NOT g.paused
@@ -2547,11 +2590,30 @@ COMMENT ON TABLE jq.jobs IS
 '(run_at, id) order (docs/flow-control.md). base_priority / next_age_at: set only in queues with '
 'priority_aging: the priority given at enqueue, and when the aging pass next raises priority.';
 
--- Claim: WHERE queue = $1 AND state = 'ready' ORDER BY priority DESC, run_at, id LIMIT n.
+-- Claim: WHERE hashtextextended(queue, 0) = hashtextextended($1, 0) AND state = 'ready'
+-- ORDER BY priority DESC, run_at, id LIMIT n.
+-- The key leads with a 64-bit hash of the queue's name, not the name: every key column then
+-- has a fixed width, so PostgreSQL finds priority, run_at and id at a cached offset in each
+-- index entry instead of walking past the variable-width name (nocache_index_getattr), in
+-- every comparison of the descent and of the scan. That cost a claim about 2% of its CPU
+-- (perf), and 3-10% of the batch-1 drain rate (bench/ab_variant.sh; docs/BENCHMARKS.md).
+-- The hash is a queue's key: no two queues share one (queues_name_hash_idx), and a dropped
+-- queue's jobs go with it, so the jobs with a queue's hash are exactly that queue's. Queries
+-- compare the hash alone: with the name compared too, the planner multiplied the two
+-- selectivities, estimated a deep queue at a few rows, and chose a sorted bitmap scan of the
+-- whole queue for its custom plans (pg_test/tests/plans.rs).
 -- NULLS FIRST is what a plain DESC means; pinned so that nobody "fixes" it into NULLS LAST,
 -- which silently turns the claim into a sort of the whole queue (seed A, ADR-016).
-CREATE INDEX jobs_claim_idx ON jq.jobs (queue, priority DESC NULLS FIRST, run_at, id)
-    WHERE state = 'ready';
+-- INCLUDE (queue), after the fixed-width key, keeps jq.queue_stats' count of claimable jobs an
+-- index-only scan.
+CREATE INDEX jobs_claim_idx ON jq.jobs (pg_catalog.hashtextextended(queue, 0), priority DESC NULLS FIRST, run_at, id)
+    INCLUDE (queue) WHERE state = 'ready';
+
+-- The planner ignores the statistics of a partial index's expressions (they describe only the
+-- index's rows), so without these it estimated every queue at 0.5% of the table and planned a
+-- deep queue's batch claim as a sorted bitmap scan of all of it (pg_test/tests/plans.rs).
+-- ANALYZE keeps them for the whole table, as it does for the column.
+CREATE STATISTICS jq.jobs_queue_hash_stats ON (pg_catalog.hashtextextended(queue, 0)) FROM jq.jobs;
 
 -- Promotion: WHERE state = 'scheduled' AND (run_at, id) > $last AND run_at <= $now ORDER BY
 -- run_at, id (id: a unique key, so each pass starts exactly past the previous one; jq._promote).
@@ -2687,7 +2749,8 @@ SELECT t.name AS queue,
 FROM jq.queues t
 CROSS JOIN LATERAL (
     SELECT count(*) AS claimable, pg_catalog.now() - min(j.run_at) AS oldest_claimable_age
-    FROM jq.jobs j WHERE j.queue = t.name AND j.state = 'ready') c
+    FROM jq.jobs j  -- jobs_claim_idx's key (sql/schema.sql); index-only
+    WHERE pg_catalog.hashtextextended(j.queue, 0) = pg_catalog.hashtextextended(t.name, 0) AND j.state = 'ready') c
 CROSS JOIN LATERAL (
     SELECT count(*) AS scheduled FROM jq.jobs j WHERE j.queue = t.name AND j.state = 'scheduled') s
 CROSS JOIN LATERAL (
@@ -2770,7 +2833,7 @@ SELECT pg_catalog.pg_extension_config_dump('jq.queue_grants', '');
 CREATE FUNCTION jq._may(caller oid, queue text, privilege text) RETURNS boolean
 LANGUAGE sql STABLE AS $$
     -- Qualified to the operators: jq.claim and jq.complete, which have no SET search_path,
-    -- reach it through jq._authorize with the caller's search_path (see jq.claim).
+    -- reach it through jq._authorize_queue with the caller's search_path (see jq.claim).
     SELECT pg_catalog.pg_has_role(caller, 'jq_admin', 'USAGE')
         OR EXISTS (SELECT 1 FROM jq.queue_grants g
                    WHERE g.queue OPERATOR(pg_catalog.=) ANY (ARRAY[_may.queue, '*'])
@@ -2833,12 +2896,17 @@ COMMENT ON FUNCTION jq._check_may(oid, text[], text) IS
 'queue in queues. A NULL or unknown queue counts as not granted, so a role learns nothing of '
 'queues it may not use.';
 
--- jq._authorize(caller_ticket, queues, privilege) is Rust (src/security.rs): jq._redeem, a
+-- jq._authorize(caller_ticket, queues, privilege) and jq._authorize_queue(caller_ticket, queue,
+-- privilege) are Rust (src/security.rs): jq._redeem, a
 -- syscache-only pass for superusers and jq_admin members, else jq._denial.
 COMMENT ON FUNCTION jq._authorize(bigint, text[], text) IS
 'Internal: redeems caller_ticket (42501 if it is not a ticket of this session), then, unless '
 'that role is a superuser or has the privileges of jq_admin, raises jq._denial''s message; returns the calling '
 'role. Rust (src/security.rs).';
+
+COMMENT ON FUNCTION jq._authorize_queue(bigint, text, text) IS
+'Internal: jq._authorize for the one queue queue (NULL: never granted), with no array to build: '
+'the form jq.claim on one queue and jq.enqueue call. Errors: 42501. Rust (src/security.rs).';
 
 CREATE FUNCTION jq._authorize_job(caller_ticket bigint, id bigint) RETURNS boolean
 LANGUAGE plpgsql AS $$
@@ -3028,7 +3096,7 @@ END $$;
 -- has one (and walks all of them when it returns), which cost about 7% of the drain rate at 64
 -- connections (docs/BENCHMARKS.md). Instead every name in them is schema-qualified, operators
 -- included, and so are the internal SQL functions that run inside them with the caller's
--- search_path (jq._may and jq._denial through jq._authorize, jq._interval_fields_nonnegative,
+-- search_path (jq._may and jq._denial through jq._authorize_queue, jq._interval_fields_nonnegative,
 -- inlined); the plpgsql and non-inlined ones below get their own SET: they run on the other
 -- paths (batch claims, once per batch; capped, rate-limited and keyed queues; long-polls).
 -- Field case Q16 for these paths: pg_test/tests/security.rs,

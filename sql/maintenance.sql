@@ -473,7 +473,8 @@ SELECT t.name AS queue,
 FROM jq.queues t
 CROSS JOIN LATERAL (
     SELECT count(*) AS claimable, pg_catalog.now() - min(j.run_at) AS oldest_claimable_age
-    FROM jq.jobs j WHERE j.queue = t.name AND j.state = 'ready') c
+    FROM jq.jobs j  -- jobs_claim_idx's key (sql/schema.sql); index-only
+    WHERE pg_catalog.hashtextextended(j.queue, 0) = pg_catalog.hashtextextended(t.name, 0) AND j.state = 'ready') c
 CROSS JOIN LATERAL (
     SELECT count(*) AS scheduled FROM jq.jobs j WHERE j.queue = t.name AND j.state = 'scheduled') s
 CROSS JOIN LATERAL (

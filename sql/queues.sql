@@ -193,7 +193,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     q jq.queues;
 BEGIN
-    PERFORM jq._authorize(alter_queue.caller_ticket, ARRAY[alter_queue.name], 'admin');
+    PERFORM jq._authorize_queue(alter_queue.caller_ticket, alter_queue.name, 'admin');
     PERFORM jq._check_queue_options(alter_queue.max_attempts, alter_queue.lease,
         alter_queue.backoff_base, alter_queue.backoff_max, alter_queue.retention,
         alter_queue.dead_retention, alter_queue.history_retention, alter_queue.max_lease_expiries);
@@ -302,7 +302,7 @@ DECLARE
 BEGIN
     -- Global admins only: the drop locks jq.jobs against writes (EXCLUSIVE) until its
     -- transaction ends, which would let one queue's admin stall every queue and maintenance.
-    PERFORM jq._authorize(drop_queue.caller_ticket, ARRAY['*'], 'admin');
+    PERFORM jq._authorize_queue(drop_queue.caller_ticket, '*', 'admin');
     -- Under an older snapshot the refusal check and the deletes could miss jobs committed
     -- after it was taken, and leave them behind in a queue that no longer exists.
     IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
@@ -334,7 +334,9 @@ BEGIN
         PERFORM jq._unknown_queue(drop_queue.name);  -- dropped meanwhile
     END IF;
     IF NOT coalesce(drop_queue.force, false) AND (
-           EXISTS (SELECT 1 FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'ready')
+           EXISTS (SELECT 1 FROM jq.jobs j  -- jobs_claim_idx's key (sql/schema.sql)
+                   WHERE pg_catalog.hashtextextended(j.queue, 0) = pg_catalog.hashtextextended(drop_queue.name, 0)
+                     AND j.state = 'ready')
         OR EXISTS (SELECT 1 FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'running')
         OR EXISTS (SELECT 1 FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'scheduled')
         OR EXISTS (SELECT 1 FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'blocked'))
@@ -355,7 +357,8 @@ BEGIN
         END IF;
         DELETE FROM jq.schedules s WHERE s.queue = drop_queue.name;
     END IF;
-    DELETE FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'ready';
+    DELETE FROM jq.jobs j
+    WHERE pg_catalog.hashtextextended(j.queue, 0) = pg_catalog.hashtextextended(drop_queue.name, 0) AND j.state = 'ready';
     GET DIAGNOSTICS v_count = ROW_COUNT; v_jobs := v_jobs + v_count;
     DELETE FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'running';
     GET DIAGNOSTICS v_count = ROW_COUNT; v_jobs := v_jobs + v_count;
@@ -395,7 +398,7 @@ COMMENT ON FUNCTION jq.drop_queue(text, boolean, bigint) IS
 CREATE FUNCTION jq.pause(name text, caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM jq._authorize(pause.caller_ticket, ARRAY[pause.name], 'admin');
+    PERFORM jq._authorize_queue(pause.caller_ticket, pause.name, 'admin');
     -- jq.jobs before the queue row, the order jq.drop_queue takes them in (no deadlock).
     LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;
     UPDATE jq.queues t SET paused = true WHERE t.name = pause.name;
@@ -411,7 +414,7 @@ COMMENT ON FUNCTION jq.pause(text, bigint) IS
 CREATE FUNCTION jq.resume(name text, caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM jq._authorize(resume.caller_ticket, ARRAY[resume.name], 'admin');
+    PERFORM jq._authorize_queue(resume.caller_ticket, resume.name, 'admin');
     -- jq.jobs before the queue row, the order jq.drop_queue takes them in (no deadlock).
     LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;
     UPDATE jq.queues t SET paused = false

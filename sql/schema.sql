@@ -64,6 +64,10 @@ CREATE TABLE jq.queues (
                                           AND (rate_limit IS NULL) = (rate_burst IS NULL)),
     created_at         timestamptz NOT NULL DEFAULT now()
 );
+-- A queue's key in jobs_claim_idx is the 64-bit hash of its name (see there), so no two queues
+-- may share one. Two names with the same hash are about 2^-64 apart by chance; a second queue
+-- whose name collides with an existing one is refused with 23505 (unique_violation).
+CREATE UNIQUE INDEX queues_name_hash_idx ON jq.queues (pg_catalog.hashtextextended(name, 0));
 COMMENT ON TABLE jq.queues IS
 'One row per queue: pause flag, concurrency cap and the defaults of its jobs. Write it only '
 'through jq.create_queue / jq.alter_queue / jq.drop_queue / jq.pause / jq.resume.';
@@ -140,11 +144,29 @@ COMMENT ON TABLE jq.jobs IS
 '(run_at, id) order (docs/flow-control.md). base_priority / next_age_at: set only in queues with '
 'priority_aging: the priority given at enqueue, and when the aging pass next raises priority.';
 
--- Claim: WHERE queue = $1 AND state = 'ready' ORDER BY priority DESC, run_at, id LIMIT n.
+-- Claim: WHERE hashtextextended(queue, 0) = hashtextextended($1, 0) AND state = 'ready'
+-- ORDER BY priority DESC, run_at, id LIMIT n.
+-- The key leads with a 64-bit hash of the queue's name, not the name: every key column then
+-- has a fixed width, so PostgreSQL finds priority, run_at and id at a cached offset in each
+-- index entry instead of walking past the variable-width name (nocache_index_getattr), in
+-- every comparison of the descent and of the scan. That cost a claim about 2% of its CPU
+-- (perf), and 3-10% of the batch-1 drain rate (bench/ab_variant.sh; docs/BENCHMARKS.md).
+-- The hash is a queue's key: no two queues share one (queues_name_hash_idx), and a dropped
+-- queue's jobs go with it, so the jobs with a queue's hash are exactly that queue's. Queries
+-- compare the hash alone: with the name compared too, the planner multiplied the two
+-- selectivities, estimated a deep queue at a few rows, and chose a sorted bitmap scan of the
+-- whole queue for its custom plans (pg_test/tests/plans.rs).
 -- NULLS FIRST is what a plain DESC means; pinned so that nobody "fixes" it into NULLS LAST,
 -- which silently turns the claim into a sort of the whole queue (seed A, ADR-016).
-CREATE INDEX jobs_claim_idx ON jq.jobs (queue, priority DESC NULLS FIRST, run_at, id)
-    WHERE state = 'ready';
+-- INCLUDE (queue), after the fixed-width key, keeps jq.queue_stats' count of claimable jobs an
+-- index-only scan.
+CREATE INDEX jobs_claim_idx ON jq.jobs (pg_catalog.hashtextextended(queue, 0), priority DESC NULLS FIRST, run_at, id)
+    INCLUDE (queue) WHERE state = 'ready';
+-- The planner ignores the statistics of a partial index's expressions (they describe only the
+-- index's rows), so without these it estimated every queue at 0.5% of the table and planned a
+-- deep queue's batch claim as a sorted bitmap scan of all of it (pg_test/tests/plans.rs).
+-- ANALYZE keeps them for the whole table, as it does for the column.
+CREATE STATISTICS jq.jobs_queue_hash_stats ON (pg_catalog.hashtextextended(queue, 0)) FROM jq.jobs;
 -- Promotion: WHERE state = 'scheduled' AND (run_at, id) > $last AND run_at <= $now ORDER BY
 -- run_at, id (id: a unique key, so each pass starts exactly past the previous one; jq._promote).
 CREATE INDEX jobs_scheduled_idx ON jq.jobs (run_at, id) WHERE state = 'scheduled';

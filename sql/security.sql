@@ -20,7 +20,7 @@ SELECT pg_catalog.pg_extension_config_dump('jq.queue_grants', '');
 CREATE FUNCTION jq._may(caller oid, queue text, privilege text) RETURNS boolean
 LANGUAGE sql STABLE AS $$
     -- Qualified to the operators: jq.claim and jq.complete, which have no SET search_path,
-    -- reach it through jq._authorize with the caller's search_path (see jq.claim).
+    -- reach it through jq._authorize_queue with the caller's search_path (see jq.claim).
     SELECT pg_catalog.pg_has_role(caller, 'jq_admin', 'USAGE')
         OR EXISTS (SELECT 1 FROM jq.queue_grants g
                    WHERE g.queue OPERATOR(pg_catalog.=) ANY (ARRAY[_may.queue, '*'])
@@ -79,12 +79,16 @@ COMMENT ON FUNCTION jq._check_may(oid, text[], text) IS
 'queue in queues. A NULL or unknown queue counts as not granted, so a role learns nothing of '
 'queues it may not use.';
 
--- jq._authorize(caller_ticket, queues, privilege) is Rust (src/security.rs): jq._redeem, a
+-- jq._authorize(caller_ticket, queues, privilege) and jq._authorize_queue(caller_ticket, queue,
+-- privilege) are Rust (src/security.rs): jq._redeem, a
 -- syscache-only pass for superusers and jq_admin members, else jq._denial.
 COMMENT ON FUNCTION jq._authorize(bigint, text[], text) IS
 'Internal: redeems caller_ticket (42501 if it is not a ticket of this session), then, unless '
 'that role is a superuser or has the privileges of jq_admin, raises jq._denial''s message; returns the calling '
 'role. Rust (src/security.rs).';
+COMMENT ON FUNCTION jq._authorize_queue(bigint, text, text) IS
+'Internal: jq._authorize for the one queue queue (NULL: never granted), with no array to build: '
+'the form jq.claim on one queue and jq.enqueue call. Errors: 42501. Rust (src/security.rs).';
 
 CREATE FUNCTION jq._authorize_job(caller_ticket bigint, id bigint) RETURNS boolean
 LANGUAGE plpgsql AS $$
@@ -268,7 +272,7 @@ END $$;
 -- has one (and walks all of them when it returns), which cost about 7% of the drain rate at 64
 -- connections (docs/BENCHMARKS.md). Instead every name in them is schema-qualified, operators
 -- included, and so are the internal SQL functions that run inside them with the caller's
--- search_path (jq._may and jq._denial through jq._authorize, jq._interval_fields_nonnegative,
+-- search_path (jq._may and jq._denial through jq._authorize_queue, jq._interval_fields_nonnegative,
 -- inlined); the plpgsql and non-inlined ones below get their own SET: they run on the other
 -- paths (batch claims, once per batch; capped, rate-limited and keyed queues; long-polls).
 -- Field case Q16 for these paths: pg_test/tests/security.rs,

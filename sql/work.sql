@@ -73,7 +73,8 @@ BEGIN
             WHERE q.name OPERATOR(pg_catalog.=) _claim_batch.queue
               AND j.id OPERATOR(pg_catalog.=) ANY (ARRAY(
                   SELECT p.id FROM jq.jobs p
-                  WHERE p.queue OPERATOR(pg_catalog.=) _claim_batch.queue AND p.state OPERATOR(pg_catalog.=) 'ready'
+                  WHERE pg_catalog.hashtextextended(p.queue, 0) OPERATOR(pg_catalog.=) pg_catalog.hashtextextended(_claim_batch.queue, 0)
+                    AND p.state OPERATOR(pg_catalog.=) 'ready'
                     AND p.priority OPERATOR(pg_catalog.=) jq._hint_priority()
                     AND (p.run_at, p.id) OPERATOR(pg_catalog.>=) (jq._hint_run_at(), jq._hint_id())
                     AND EXISTS (SELECT FROM jq.queues g WHERE g.name OPERATOR(pg_catalog.=) _claim_batch.queue
@@ -107,7 +108,8 @@ BEGIN
             WHERE q.name OPERATOR(pg_catalog.=) _claim_batch.queue
               AND j.id OPERATOR(pg_catalog.=) ANY (ARRAY(
                   SELECT p.id FROM jq.jobs p
-                  WHERE p.queue OPERATOR(pg_catalog.=) _claim_batch.queue AND p.state OPERATOR(pg_catalog.=) 'ready'
+                  WHERE pg_catalog.hashtextextended(p.queue, 0) OPERATOR(pg_catalog.=) pg_catalog.hashtextextended(_claim_batch.queue, 0)
+                    AND p.state OPERATOR(pg_catalog.=) 'ready'
                     AND p.priority OPERATOR(pg_catalog.<) coalesce(_claim_batch.below, 2147483648)
                     AND EXISTS (SELECT FROM jq.queues g WHERE g.name OPERATOR(pg_catalog.=) _claim_batch.queue
                                 AND NOT g.paused
@@ -166,7 +168,7 @@ DECLARE
     v_below    bigint;            -- after a hinted claim: the full claim looks only at
                                   -- priorities below the hint's (NULL: at every priority)
 BEGIN
-    v_caller := jq._authorize(claim.caller_ticket, ARRAY[claim.queue], 'work');
+    v_caller := jq._authorize_queue(claim.caller_ticket, claim.queue, 'work');
     -- One test for the usual arguments; the slow branch tells which one is wrong.
     IF claim.n IS NULL OR claim.n OPERATOR(pg_catalog.<) 1 OR claim.n OPERATOR(pg_catalog.>) jq.max_claim_batch()
        OR claim.worker IS NULL OR pg_catalog.length(claim.worker) OPERATOR(pg_catalog.>) 200
@@ -220,7 +222,8 @@ BEGIN
         WHERE q.name OPERATOR(pg_catalog.=) claim.queue
           AND j.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
               SELECT p.ctid FROM jq.jobs p
-              WHERE p.queue OPERATOR(pg_catalog.=) claim.queue AND p.state OPERATOR(pg_catalog.=) 'ready'
+              WHERE pg_catalog.hashtextextended(p.queue, 0) OPERATOR(pg_catalog.=) pg_catalog.hashtextextended(claim.queue, 0)
+                AND p.state OPERATOR(pg_catalog.=) 'ready'
                 AND p.priority OPERATOR(pg_catalog.=) jq._hint_priority()
                 AND (p.run_at, p.id) OPERATOR(pg_catalog.>=) (jq._hint_run_at(), jq._hint_id())
                 AND EXISTS (SELECT FROM jq.queues g WHERE g.name OPERATOR(pg_catalog.=) claim.queue
@@ -321,7 +324,8 @@ BEGIN
         WHERE q.name OPERATOR(pg_catalog.=) claim.queue
           AND j.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
               SELECT p.ctid FROM jq.jobs p
-              WHERE p.queue OPERATOR(pg_catalog.=) claim.queue AND p.state OPERATOR(pg_catalog.=) 'ready'
+              WHERE pg_catalog.hashtextextended(p.queue, 0) OPERATOR(pg_catalog.=) pg_catalog.hashtextextended(claim.queue, 0)
+                AND p.state OPERATOR(pg_catalog.=) 'ready'
                 AND p.priority OPERATOR(pg_catalog.<) coalesce(v_below, 2147483648)
                 AND EXISTS (SELECT FROM jq.queues g WHERE g.name OPERATOR(pg_catalog.=) claim.queue
                             AND NOT g.paused
@@ -380,8 +384,9 @@ BEGIN
             -- wait (an enqueue or a job ending wakes us) instead of taking the queue row lock,
             -- which a claim keeps until its transaction ends; the count is taken again under
             -- the lock below.
-            IF NOT EXISTS (SELECT FROM jq.jobs j WHERE j.queue OPERATOR(pg_catalog.=) claim.queue
-                                                   AND j.state OPERATOR(pg_catalog.=) 'ready') THEN
+            IF NOT EXISTS (SELECT FROM jq.jobs j
+                           WHERE pg_catalog.hashtextextended(j.queue, 0) OPERATOR(pg_catalog.=) pg_catalog.hashtextextended(claim.queue, 0)
+                             AND j.state OPERATOR(pg_catalog.=) 'ready') THEN
                 EXIT;
             END IF;
             IF v_cap IS NOT NULL THEN
@@ -519,7 +524,9 @@ LANGUAGE sql STABLE AS $$
     SELECT EXISTS (
         SELECT FROM jq.queues t
         WHERE t.name = ANY (_claimable.queues) AND NOT t.paused
-          AND EXISTS (SELECT FROM jq.jobs j WHERE j.queue = t.name AND j.state = 'ready')
+          AND EXISTS (SELECT FROM jq.jobs j  -- jobs_claim_idx's key (sql/schema.sql)
+                      WHERE pg_catalog.hashtextextended(j.queue, 0) = pg_catalog.hashtextextended(t.name, 0)
+                        AND j.state = 'ready')
           AND (t.max_concurrency IS NULL
                OR (SELECT count(*) FROM jq.jobs r WHERE r.queue = t.name AND r.state = 'running')
                   < t.max_concurrency)
@@ -630,7 +637,9 @@ BEGIN
     IF NOT jq._wait(LEAST(v_deadline,
                           (SELECT min(jq._rate_next_token(t.name)) FROM jq.queues t
                            WHERE t.name = ANY (claim.queues) AND t.rate_limit IS NOT NULL AND NOT t.paused
-                             AND EXISTS (SELECT FROM jq.jobs j WHERE j.queue = t.name AND j.state = 'ready')
+                             AND EXISTS (SELECT FROM jq.jobs j
+                                         WHERE pg_catalog.hashtextextended(j.queue, 0) = pg_catalog.hashtextextended(t.name, 0)
+                                           AND j.state = 'ready')
                              AND (t.max_concurrency IS NULL
                                   OR (SELECT count(*) FROM jq.jobs r WHERE r.queue = t.name AND r.state = 'running')
                                      < t.max_concurrency))))

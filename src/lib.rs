@@ -78,7 +78,7 @@ extension_sql_file!(
     name = "maintenance",
     requires = ["cron", bgworker::_status, bgworker::_preloaded, bgworker::_launcher_wake]
 );
-extension_sql_file!("../sql/security.sql", name = "security", requires = ["maintenance", security::_authorize], finalize);
+extension_sql_file!("../sql/security.sql", name = "security", requires = ["maintenance", security::_authorize, security::_authorize_queue], finalize);
 
 #[cfg(any(test, feature = "pg_test"))]
 mod pg_tests;

@@ -82,16 +82,35 @@ fn is_jq_admin(role: pg_sys::Oid) -> bool {
 /// `jq._authorize(caller_ticket bigint, queues text[], privilege text) RETURNS oid`: redeems the
 /// ticket ([`_redeem`]) and raises 42501 unless that role may exercise `privilege` (enqueue,
 /// work, admin) on every queue in `queues` (`jq._denial`, sql/security.sql). Superusers and
-/// members of `jq_admin` pass without a query, so the hot path costs two syscache lookups. The
-/// error is raised here, not inside the query, so that it carries no Rust backtrace.
-/// Returns the calling role.
+/// members of `jq_admin` pass without a query and without decoding `queues`, so the hot path
+/// costs two syscache lookups. The error is raised here, not inside the query, so that it
+/// carries no Rust backtrace. Returns the calling role. One queue: [`_authorize_queue`].
 #[pg_extern(volatile, parallel_unsafe)]
-fn _authorize(caller_ticket: Option<i64>, queues: Option<Vec<Option<String>>>, privilege: Option<&str>) -> pg_sys::Oid {
+fn _authorize(caller_ticket: Option<i64>, queues: Option<pgrx::datum::Array<&str>>, privilege: Option<&str>) -> pg_sys::Oid {
     let caller = _redeem(caller_ticket);
-    if is_jq_admin(caller) {
-        return caller;
+    if !is_jq_admin(caller) {
+        let queues: Vec<Option<String>> =
+            queues.map(|a| a.iter().map(|q| q.map(str::to_owned)).collect()).unwrap_or_default();
+        deny_unless_granted(caller, queues, privilege);
     }
-    let queues = queues.unwrap_or_default();
+    caller
+}
+
+/// `jq._authorize_queue(caller_ticket bigint, queue text, privilege text) RETURNS oid`:
+/// [`_authorize`] for one queue (NULL: denied unless admin), without an array to build and
+/// decode: the form the hot paths call (jq.claim on one queue, jq.enqueue). Errors: 42501.
+#[pg_extern(volatile, parallel_unsafe)]
+fn _authorize_queue(caller_ticket: Option<i64>, queue: Option<&str>, privilege: Option<&str>) -> pg_sys::Oid {
+    let caller = _redeem(caller_ticket);
+    if !is_jq_admin(caller) {
+        deny_unless_granted(caller, vec![queue.map(str::to_owned)], privilege);
+    }
+    caller
+}
+
+/// Raises 42501 with `jq._denial`'s message unless `caller` may exercise `privilege` on every
+/// queue in `queues` (a NULL queue is never granted).
+fn deny_unless_granted(caller: pg_sys::Oid, queues: Vec<Option<String>>, privilege: Option<&str>) {
     let denial = Spi::get_one_with_args::<String>(
         "SELECT jq._denial($1, $2, $3)",
         &[caller.into(), queues.into(), privilege.into()],
@@ -105,5 +124,4 @@ fn _authorize(caller_ticket: Option<i64>, queues: Option<Vec<Option<String>>>, p
             "A member of jq_admin can grant it with jq.grant(queue, role, privilege)."
         );
     }
-    caller
 }

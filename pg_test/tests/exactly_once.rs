@@ -49,15 +49,15 @@ fn apply_breaks(c: &mut Client) {
         sabotage(
             c,
             CLAIM,
-            "WHERE p.queue OPERATOR(pg_catalog.=) claim.queue AND p.state OPERATOR(pg_catalog.=) 'ready'\n",
-            "WHERE p.queue OPERATOR(pg_catalog.=) claim.queue AND p.state OPERATOR(pg_catalog.=) 'ready' AND pg_try_advisory_lock(p.id)\n",
+            "AND p.state OPERATOR(pg_catalog.=) 'ready'\n",
+            "AND p.state OPERATOR(pg_catalog.=) 'ready' AND pg_try_advisory_lock(p.id)\n",
             2,
         );
         sabotage(
             c,
             CLAIM_BATCH,
-            "WHERE p.queue OPERATOR(pg_catalog.=) _claim_batch.queue AND p.state OPERATOR(pg_catalog.=) 'ready'\n",
-            "WHERE p.queue OPERATOR(pg_catalog.=) _claim_batch.queue AND p.state OPERATOR(pg_catalog.=) 'ready' AND pg_try_advisory_lock(p.id)\n",
+            "AND p.state OPERATOR(pg_catalog.=) 'ready'\n",
+            "AND p.state OPERATOR(pg_catalog.=) 'ready' AND pg_try_advisory_lock(p.id)\n",
             2,
         );
     }

@@ -215,7 +215,7 @@ fn claim_reads_no_job_of_a_blocked_key() {
     let plan = explain(
         &mut c,
         "SELECT p.id FROM jq.jobs p
-         WHERE p.queue = 'q' AND p.state = 'ready'
+         WHERE hashtextextended(p.queue, 0) = hashtextextended('q', 0) AND p.state = 'ready'
            AND EXISTS (SELECT FROM jq.queues g WHERE g.name = 'q' AND NOT g.paused
                        AND ((g.max_concurrency IS NULL AND g.rate_limit IS NULL) OR false))
          ORDER BY p.priority DESC, p.run_at, p.id LIMIT 10 FOR UPDATE OF p SKIP LOCKED",

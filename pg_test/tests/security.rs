@@ -14,7 +14,7 @@
 //! - `leaky_view`: jq.queue_stats without security_barrier; a reader's function sees every queue.
 //! - `unqualified_operator`, `unqualified_type`, `unqualified_may`, `unqualified_complete`,
 //!   `unpinned_callees` (the last: two callees without their own search_path):
-//!   jq.claim, jq._may (which jq.claim reaches through jq._authorize) or jq.complete with one
+//!   jq.claim, jq._may (which jq.claim reaches through jq._authorize_queue) or jq.complete with one
 //!   operator or one variable's type left to the caller's search_path; the hostile
 //!   search_path test fails.
 
@@ -349,7 +349,7 @@ fn every_queue_function_checks_the_callers_grant_on_that_queue() {
         sabotage(
             &mut c,
             "jq.pause(text,bigint)",
-            "PERFORM jq._authorize(pause.caller_ticket, ARRAY[pause.name], 'admin');",
+            "PERFORM jq._authorize_queue(pause.caller_ticket, pause.name, 'admin');",
             "PERFORM jq._redeem(pause.caller_ticket);",
             1,
         );
@@ -418,6 +418,8 @@ fn a_tenant_sees_and_claims_only_its_own_queues_payloads() {
         "UPDATE jq.jobs SET state = 'ready'",
         "SELECT jq._may('postgres'::regrole, 'qb', 'work')",
         "SELECT jq._authorize(jq._ticket(), ARRAY['qb'], 'work')",
+        "SELECT jq._authorize_queue(jq._ticket(), 'qb', 'work')",
+        "SELECT jq._authorize_queue(jq._ticket(), NULL, 'work')",
     ] {
         assert_eq!(as_role(&mut c, work, sql), Err("42501".to_string()), "{sql}");
     }

@@ -107,13 +107,16 @@ sch = files['schema.sql']
 start = next(i for i, s in enumerate(sch) if 'DO $$' in s)
 for s in sch[start:]:
     w(s + '\n')
+w('-- Queues are keyed by the hash of their name in jobs_claim_idx (as in sql/schema.sql).\n')
+for s in find('schema.sql', r'^CREATE UNIQUE INDEX queues_name_hash_idx'):
+    w(s + '\n')
 w('-- Schedules remember who defined them (as in sql/cron.sql).\n')
 w('ALTER TABLE jq.schedules ADD COLUMN created_by regrole;\n\n')
 for s in find('cron.sql', r'^COMMENT ON TABLE jq\.schedules'):
     w(s + '\n')
 gen = open(sys.argv[1]).read()  # cargo pgrx schema pg15 -p jq --out FILE
 w('-- Caller tickets (src/security.rs), lease tokens (src/random.rs) and claim-start hints (src/claim_hint.rs).\n')
-for fn in ('_ticket', '_lease_token', '_redeem', '_authorize', '_wake_ready', '_claim_hint', '_hint_priority',
+for fn in ('_ticket', '_lease_token', '_redeem', '_authorize', '_authorize_queue', '_wake_ready', '_claim_hint', '_hint_priority',
            '_hint_run_at', '_hint_id', '_hint_advance', '_hint_clear', '_hint_turn_end'):
     m = re.search(r'CREATE\s+FUNCTION "' + fn + r'"\(.*?;\n', gen, re.S)
     assert m, fn
@@ -136,7 +139,7 @@ for name, (f, old) in changed_sig.items():
     for s in find(f, r'^(ALTER|COMMENT ON) FUNCTION jq\.' + name + r'\('):
         w(s + '\n')
 w('-- Changed bodies.\n')
-for f, name in (('cron.sql', '_cron_fire'), ('queues.sql', '_interval_fields_nonnegative'), ('work.sql', '_claim_batch'), ('maintenance.sql', '_prune_jobs'), ('maintenance.sql', '_age'),
+for f, name in (('cron.sql', '_cron_fire'), ('work.sql', '_claimable'), ('queues.sql', '_interval_fields_nonnegative'), ('work.sql', '_claim_batch'), ('maintenance.sql', '_prune_jobs'), ('maintenance.sql', '_age'),
                 ('maintenance.sql', '_maintain'), ('flow.sql', '_key_fill'),
                 ('flow.sql', 'snooze'), ('work.sql', 'release'), ('work.sql', 'complete'),
                 ('work.sql', 'complete_many'), ('work.sql', 'fail')):
