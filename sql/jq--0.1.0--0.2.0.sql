@@ -1842,6 +1842,87 @@ COMMENT ON FUNCTION jq._claimable(text[]) IS
 'Internal: whether any of queues (unpaused, under its cap, with a rate token) has a ready job, by a lock-free '
 'look; the long-poll of jq.claim(text[], ...) takes locks only when this says yes.';
 
+CREATE OR REPLACE FUNCTION jq.create_queue(
+    name               text,
+    max_attempts       integer DEFAULT 25,
+    lease              interval DEFAULT '5 minutes',
+    backoff            jq.backoff_policy DEFAULT 'exponential',
+    backoff_base       interval DEFAULT '1 second',
+    backoff_max        interval DEFAULT '1 hour',
+    jitter             jq.jitter_mode DEFAULT 'full',
+    retention          interval DEFAULT '1 day',
+    dead_retention     interval DEFAULT '7 days',
+    history_retention  interval DEFAULT '7 days',
+    max_concurrency    integer DEFAULT NULL,
+    max_lease_expiries integer DEFAULT 10,
+    paused             boolean DEFAULT false,
+    if_not_exists      boolean DEFAULT false,
+    key_concurrency    integer DEFAULT 1
+) RETURNS jq.queues
+LANGUAGE plpgsql AS $$
+DECLARE
+    q jq.queues;
+BEGIN
+    PERFORM jq._check_queue_name(create_queue.name);
+    IF create_queue.max_attempts IS NULL OR create_queue.lease IS NULL OR create_queue.backoff IS NULL
+       OR create_queue.backoff_base IS NULL OR create_queue.backoff_max IS NULL
+       OR create_queue.jitter IS NULL OR create_queue.retention IS NULL
+       OR create_queue.dead_retention IS NULL OR create_queue.history_retention IS NULL
+       OR create_queue.max_lease_expiries IS NULL OR create_queue.paused IS NULL
+       OR create_queue.if_not_exists IS NULL OR create_queue.key_concurrency IS NULL THEN
+        RAISE EXCEPTION 'only max_concurrency may be NULL (unlimited); omit an option to take its default'
+            USING ERRCODE = '22004';
+    END IF;
+    PERFORM jq._check_queue_options(create_queue.max_attempts, create_queue.lease,
+        create_queue.backoff_base, create_queue.backoff_max, create_queue.retention,
+        create_queue.dead_retention, create_queue.history_retention, create_queue.max_lease_expiries);
+    IF create_queue.max_concurrency IS NOT NULL AND create_queue.max_concurrency < 1 THEN
+        RAISE EXCEPTION 'max_concurrency must be at least 1 or NULL (unlimited), got %',
+            create_queue.max_concurrency USING ERRCODE = '22023';
+    END IF;
+    PERFORM jq._check_flow_options(create_queue.key_concurrency, NULL, NULL, NULL);
+
+    INSERT INTO jq.queues AS t (name, paused, max_concurrency, max_attempts, lease, backoff,
+        backoff_base, backoff_max, jitter, retention, dead_retention, history_retention,
+        max_lease_expiries, key_concurrency)
+    VALUES (create_queue.name, create_queue.paused, create_queue.max_concurrency,
+        create_queue.max_attempts, create_queue.lease, create_queue.backoff,
+        create_queue.backoff_base, create_queue.backoff_max, create_queue.jitter,
+        create_queue.retention, create_queue.dead_retention, create_queue.history_retention,
+        create_queue.max_lease_expiries, create_queue.key_concurrency)
+    -- No conflict target: a concurrent create of the same name must wait and return here, not
+    -- fail on queues_name_hash_idx (which a target of queues_pkey alone would check strictly).
+    ON CONFLICT DO NOTHING
+    RETURNING * INTO q;
+    IF q.name IS NULL THEN
+        SELECT * INTO q FROM jq.queues t WHERE t.name = create_queue.name;
+        IF q.name IS NULL THEN
+            -- Another queue's name has the same 64-bit hash (jobs_claim_idx's key).
+            RAISE EXCEPTION 'queue name "%" has the same hash as an existing queue''s; choose another name',
+                create_queue.name USING ERRCODE = '23505';
+        END IF;
+        IF create_queue.if_not_exists THEN
+            RETURN q;
+        END IF;
+        RAISE EXCEPTION 'queue "%" already exists', create_queue.name
+            USING ERRCODE = '42710', HINT = 'Pass if_not_exists => true to accept an existing queue.';
+    END IF;
+    RETURN q;
+END $$;
+
+COMMENT ON FUNCTION jq.create_queue(text, integer, interval, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, interval, interval, integer, integer, boolean, boolean, integer) IS
+'Creates a queue and returns its row. name: 1-128 characters of [A-Za-z0-9_.:-]. Defaults of its '
+'jobs: max_attempts 25; lease 5 minutes; retry backoff exponential from backoff_base 1 second, '
+'capped at backoff_max 1 hour, with full jitter; finished jobs kept for retention 1 day '
+'(completed, cancelled; at least min(history_retention, 5 minutes)) or dead_retention 7 days '
+'(dead); the history of executions that did not complete their job (failed, lease_expired, '
+'released, snoozed, cancelled) kept for history_retention 7 days (a completed execution is kept '
+'with its job); max_concurrency NULL = unlimited running jobs; a job whose lease '
+'expires more than max_lease_expiries (10) times goes dead; key_concurrency (1): jobs per '
+'concurrency_key holding a slot at once (docs/flow-control.md). Errors: 22004 NULL option, 22023 '
+'invalid name or value (intervals are at most 100 years), 42710 queue exists (unless '
+'if_not_exists, which returns the existing row; its options are not compared).';
+
 -- True when no field of the interval (months, days, time) is negative. Postgres compares
 -- intervals with 30-day months, so '1 mon -30 days 1 second' is "positive" although it ends
 -- before it starts in a 31-day month.
@@ -2414,19 +2495,6 @@ COMMENT ON FUNCTION jq.fail(bigint, uuid, text, interval) IS
 'or positive with a negative field (a zero or negative retry_in means now).';
 
 -- Changed comments.
-COMMENT ON FUNCTION jq.create_queue(text, integer, interval, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, interval, interval, integer, integer, boolean, boolean, integer) IS
-'Creates a queue and returns its row. name: 1-128 characters of [A-Za-z0-9_.:-]. Defaults of its '
-'jobs: max_attempts 25; lease 5 minutes; retry backoff exponential from backoff_base 1 second, '
-'capped at backoff_max 1 hour, with full jitter; finished jobs kept for retention 1 day '
-'(completed, cancelled; at least min(history_retention, 5 minutes)) or dead_retention 7 days '
-'(dead); the history of executions that did not complete their job (failed, lease_expired, '
-'released, snoozed, cancelled) kept for history_retention 7 days (a completed execution is kept '
-'with its job); max_concurrency NULL = unlimited running jobs; a job whose lease '
-'expires more than max_lease_expiries (10) times goes dead; key_concurrency (1): jobs per '
-'concurrency_key holding a slot at once (docs/flow-control.md). Errors: 22004 NULL option, 22023 '
-'invalid name or value (intervals are at most 100 years), 42710 queue exists (unless '
-'if_not_exists, which returns the existing row; its options are not compared).';
-
 COMMENT ON FUNCTION jq.tick() IS
 'One maintenance pass at now(), in the caller''s transaction: promote due scheduled jobs (up to '
 '50,000), reap expired leases (up to 10,000), fire due cron schedules (jq.cron_tick), prune past '
@@ -2905,8 +2973,9 @@ COMMENT ON FUNCTION jq._authorize(bigint, text[], text) IS
 'role. Rust (src/security.rs).';
 
 COMMENT ON FUNCTION jq._authorize_queue(bigint, text, text) IS
-'Internal: jq._authorize for the one queue queue (NULL: never granted), with no array to build: '
-'the form jq.claim on one queue and jq.enqueue call. Errors: 42501. Rust (src/security.rs).';
+'Internal: jq._authorize for the one queue queue (NULL: granted to no role but superusers and '
+'jq_admin members; ''*'': every queue), with no array to build: the form every function naming one '
+'queue calls. Errors: 42501. Rust (src/security.rs).';
 
 CREATE FUNCTION jq._authorize_job(caller_ticket bigint, id bigint) RETURNS boolean
 LANGUAGE plpgsql AS $$

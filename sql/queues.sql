@@ -143,11 +143,18 @@ BEGIN
         create_queue.backoff_base, create_queue.backoff_max, create_queue.jitter,
         create_queue.retention, create_queue.dead_retention, create_queue.history_retention,
         create_queue.max_lease_expiries, create_queue.key_concurrency)
-    ON CONFLICT ON CONSTRAINT queues_pkey DO NOTHING
+    -- No conflict target: a concurrent create of the same name must wait and return here, not
+    -- fail on queues_name_hash_idx (which a target of queues_pkey alone would check strictly).
+    ON CONFLICT DO NOTHING
     RETURNING * INTO q;
     IF q.name IS NULL THEN
+        SELECT * INTO q FROM jq.queues t WHERE t.name = create_queue.name;
+        IF q.name IS NULL THEN
+            -- Another queue's name has the same 64-bit hash (jobs_claim_idx's key).
+            RAISE EXCEPTION 'queue name "%" has the same hash as an existing queue''s; choose another name',
+                create_queue.name USING ERRCODE = '23505';
+        END IF;
         IF create_queue.if_not_exists THEN
-            SELECT * INTO q FROM jq.queues t WHERE t.name = create_queue.name;
             RETURN q;
         END IF;
         RAISE EXCEPTION 'queue "%" already exists', create_queue.name

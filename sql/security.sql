@@ -87,8 +87,9 @@ COMMENT ON FUNCTION jq._authorize(bigint, text[], text) IS
 'that role is a superuser or has the privileges of jq_admin, raises jq._denial''s message; returns the calling '
 'role. Rust (src/security.rs).';
 COMMENT ON FUNCTION jq._authorize_queue(bigint, text, text) IS
-'Internal: jq._authorize for the one queue queue (NULL: never granted), with no array to build: '
-'the form jq.claim on one queue and jq.enqueue call. Errors: 42501. Rust (src/security.rs).';
+'Internal: jq._authorize for the one queue queue (NULL: granted to no role but superusers and '
+'jq_admin members; ''*'': every queue), with no array to build: the form every function naming one '
+'queue calls. Errors: 42501. Rust (src/security.rs).';
 
 CREATE FUNCTION jq._authorize_job(caller_ticket bigint, id bigint) RETURNS boolean
 LANGUAGE plpgsql AS $$
