@@ -97,8 +97,9 @@ fn _authorize(caller_ticket: Option<i64>, queues: Option<pgrx::datum::Array<&str
 }
 
 /// `jq._authorize_queue(caller_ticket bigint, queue text, privilege text) RETURNS oid`:
-/// [`_authorize`] for one queue (NULL: denied unless admin), without an array to build and
-/// decode: the form the hot paths call (jq.claim on one queue, jq.enqueue). Errors: 42501.
+/// [`_authorize`] for one queue (NULL: denied unless admin; '*': every queue), without an array
+/// to build and decode: the form every function naming one queue calls (jq.claim on one queue,
+/// jq.enqueue, the queue administration functions). Errors: 42501.
 #[pg_extern(volatile, parallel_unsafe)]
 fn _authorize_queue(caller_ticket: Option<i64>, queue: Option<&str>, privilege: Option<&str>) -> pg_sys::Oid {
     let caller = _redeem(caller_ticket);
