@@ -515,15 +515,18 @@ BEGIN
             END;
         END;
     END LOOP;
-    PERFORM jq._cron_prune(cron_tick.at, 1000);
+    -- At least twice what this tick logged (a row per enqueued fire, at most one failure row
+    -- per schedule) plus 1000: however long the tick interval and however many fire times a
+    -- tick catches up, the fire log cannot outgrow its pruning.
+    PERFORM jq._cron_prune(cron_tick.at, 1000 + 2 * v_total);
     RETURN v_total;
 END $$;
 COMMENT ON FUNCTION jq.cron_tick(timestamptz) IS
 'The cron duty at instant at (default now()): for up to 1000 due schedules (enabled, next_run_at '
 '<= at; rows locked FOR UPDATE SKIP LOCKED), enqueues their due fire times under their misfire and '
 'overlap policies, logs them in jq.cron_runs (one row per schedule and fire time, ever) and '
-'moves next_run_at to jq.cron_next(cron, at, timezone); then prunes up to 1000 fire-log rows past '
-'jq.cron_log_retention(). Clock guard: up to 1000 enabled schedules whose next_run_at was computed '
+'moves next_run_at to jq.cron_next(cron, at, timezone); then prunes up to 1000 + 2 x (jobs '
+'enqueued) fire-log rows past jq.cron_log_retention(). Clock guard: up to 1000 enabled schedules whose next_run_at was computed '
 'from an instant after at (next_run_from > at: the clock went back) get next_run_at recomputed '
 'from at. Returns the number of jobs enqueued. Each schedule runs in its own '
 'subtransaction: a failing one is recorded (last_error, a failed fire-log row for its due fire time, '

@@ -90,7 +90,13 @@ BEGIN
                         ELSE LEAST(j.base_priority::bigint
                                    + jq._age_steps(_age.now, j.run_at, q.priority_aging),
                                    2147483647)::integer END,
+        -- Aging stops (next_age_at NULL: out of jobs_aging_idx) once the priority or the step
+        -- count reached its cap: such a job's next_age_at would stay in the past, and every
+        -- tick would pick it again first (oldest next_age_at) and starve other queues' aging.
         next_age_at = CASE WHEN q.priority_aging IS NULL THEN NULL
+                           WHEN j.base_priority::bigint + jq._age_steps(_age.now, j.run_at, q.priority_aging)
+                                >= 2147483647
+                             OR jq._age_steps(_age.now, j.run_at, q.priority_aging) >= 2147483647 THEN NULL
                            ELSE j.run_at + (jq._age_steps(_age.now, j.run_at, q.priority_aging) + 1)
                                            * q.priority_aging END
     FROM jq.queues q
@@ -108,7 +114,8 @@ END $$;
 COMMENT ON FUNCTION jq._age(timestamptz, integer) IS
 'Maintenance (priority aging, docs/flow-control.md): for up to batch ready jobs whose next_age_at '
 '<= now (jobs_aging_idx), sets priority = base_priority + floor((now - run_at) / the queue''s '
-'priority_aging) and next_age_at to the next step; returns how many. Run by the promote duty. '
+'priority_aging) and next_age_at to the next step, or NULL once the priority (2^31-1) or the step '
+'count (2^31-1) reached its cap; returns how many. Run by the promote duty. '
 'Safe to run concurrently (FOR UPDATE SKIP LOCKED).';
 
 CREATE FUNCTION jq._reap(now timestamptz, batch integer DEFAULT 1000, budget integer DEFAULT NULL)

@@ -114,7 +114,8 @@ CREATE FUNCTION jq.create_queue(
 ) RETURNS jq.queues
 LANGUAGE plpgsql AS $$
 DECLARE
-    q jq.queues;
+    q     jq.queues;
+    v_try integer;
 BEGIN
     PERFORM jq._check_queue_name(create_queue.name);
     IF create_queue.max_attempts IS NULL OR create_queue.lease IS NULL OR create_queue.backoff IS NULL
@@ -135,32 +136,42 @@ BEGIN
     END IF;
     PERFORM jq._check_flow_options(create_queue.key_concurrency, NULL, NULL, NULL);
 
-    INSERT INTO jq.queues AS t (name, paused, max_concurrency, max_attempts, lease, backoff,
-        backoff_base, backoff_max, jitter, retention, dead_retention, history_retention,
-        max_lease_expiries, key_concurrency)
-    VALUES (create_queue.name, create_queue.paused, create_queue.max_concurrency,
-        create_queue.max_attempts, create_queue.lease, create_queue.backoff,
-        create_queue.backoff_base, create_queue.backoff_max, create_queue.jitter,
-        create_queue.retention, create_queue.dead_retention, create_queue.history_retention,
-        create_queue.max_lease_expiries, create_queue.key_concurrency)
-    -- No conflict target: a concurrent create of the same name must wait and return here, not
-    -- fail on queues_name_hash_idx (which a target of queues_pkey alone would check strictly).
-    ON CONFLICT DO NOTHING
-    RETURNING * INTO q;
-    IF q.name IS NULL THEN
+    -- A conflict with a queue that a concurrent jq.drop_queue deletes before the re-read below
+    -- sees neither that name nor a same-hash one: try again (bounded; 40001 if it never settles).
+    FOR v_try IN 1..10 LOOP
+        INSERT INTO jq.queues AS t (name, paused, max_concurrency, max_attempts, lease, backoff,
+            backoff_base, backoff_max, jitter, retention, dead_retention, history_retention,
+            max_lease_expiries, key_concurrency)
+        VALUES (create_queue.name, create_queue.paused, create_queue.max_concurrency,
+            create_queue.max_attempts, create_queue.lease, create_queue.backoff,
+            create_queue.backoff_base, create_queue.backoff_max, create_queue.jitter,
+            create_queue.retention, create_queue.dead_retention, create_queue.history_retention,
+            create_queue.max_lease_expiries, create_queue.key_concurrency)
+        -- No conflict target: a concurrent create of the same name must wait and return here,
+        -- not fail on queues_name_hash_idx (which a target of queues_pkey alone would check
+        -- strictly).
+        ON CONFLICT DO NOTHING
+        RETURNING * INTO q;
+        IF q.name IS NOT NULL THEN
+            RETURN q;
+        END IF;
         SELECT * INTO q FROM jq.queues t WHERE t.name = create_queue.name;
-        IF q.name IS NULL THEN
+        IF q.name IS NOT NULL THEN
+            IF create_queue.if_not_exists THEN
+                RETURN q;
+            END IF;
+            RAISE EXCEPTION 'queue "%" already exists', create_queue.name
+                USING ERRCODE = '42710', HINT = 'Pass if_not_exists => true to accept an existing queue.';
+        END IF;
+        IF EXISTS (SELECT 1 FROM jq.queues t
+                   WHERE pg_catalog.hashtextextended(t.name, 0) = pg_catalog.hashtextextended(create_queue.name, 0)) THEN
             -- Another queue's name has the same 64-bit hash (jobs_claim_idx's key).
             RAISE EXCEPTION 'queue name "%" has the same hash as an existing queue''s; choose another name',
                 create_queue.name USING ERRCODE = '23505';
         END IF;
-        IF create_queue.if_not_exists THEN
-            RETURN q;
-        END IF;
-        RAISE EXCEPTION 'queue "%" already exists', create_queue.name
-            USING ERRCODE = '42710', HINT = 'Pass if_not_exists => true to accept an existing queue.';
-    END IF;
-    RETURN q;
+    END LOOP;
+    RAISE EXCEPTION 'queue "%" was created and dropped concurrently too often; retry', create_queue.name
+        USING ERRCODE = '40001';
 END $$;
 COMMENT ON FUNCTION jq.create_queue(text, integer, interval, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, interval, interval, integer, integer, boolean, boolean, integer) IS
 'Creates a queue and returns its row. name: 1-128 characters of [A-Za-z0-9_.:-]. Defaults of its '
@@ -173,7 +184,9 @@ COMMENT ON FUNCTION jq.create_queue(text, integer, interval, jq.backoff_policy, 
 'expires more than max_lease_expiries (10) times goes dead; key_concurrency (1): jobs per '
 'concurrency_key holding a slot at once (docs/flow-control.md). Errors: 22004 NULL option, 22023 '
 'invalid name or value (intervals are at most 100 years), 42710 queue exists (unless '
-'if_not_exists, which returns the existing row; its options are not compared).';
+'if_not_exists, which returns the existing row; its options are not compared), 23505 another '
+'queue''s name has the same hash (pg_catalog.hashtextextended(name, 0), the claim index''s key), '
+'40001 the name kept being created and dropped concurrently (retry).';
 
 CREATE FUNCTION jq.alter_queue(
     name               text,
@@ -310,6 +323,10 @@ BEGIN
     -- Global admins only: the drop locks jq.jobs against writes (EXCLUSIVE) until its
     -- transaction ends, which would let one queue's admin stall every queue and maintenance.
     PERFORM jq._authorize_queue(drop_queue.caller_ticket, '*', 'admin');
+    -- The name is not passed to jq._authorize_queue, whose refusal of a nondeterministic
+    -- collation (src/security.rs) therefore does not see it; the name check's regular
+    -- expression refuses one too (0A000), so 'a' COLLATE a_case_insensitive_one cannot drop A.
+    PERFORM jq._check_queue_name(drop_queue.name);
     -- Under an older snapshot the refusal check and the deletes could miss jobs committed
     -- after it was taken, and leave them behind in a queue that no longer exists.
     IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
@@ -399,8 +416,8 @@ COMMENT ON FUNCTION jq.drop_queue(text, boolean, bigint) IS
 'then fails with 55P03 (lock_not_available: a transaction that wrote jobs is still open; retry). '
 'Cron schedules targeting the queue also make it refuse (55006) unless force => true, which '
 'deletes them (their fire log stays until its retention). '
-'Needs READ COMMITTED. Errors: 22004/22023 bad name, 42704 unknown queue, 55006 jobs or schedules remain, '
-'55P03 busy, 25000 other isolation level.';
+'Needs READ COMMITTED. Errors: 22004/22023 bad name, 0A000 name under a nondeterministic collation, '
+'42704 unknown queue, 55006 jobs or schedules remain, 55P03 busy, 25000 other isolation level.';
 
 CREATE FUNCTION jq.pause(name text, caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
 LANGUAGE plpgsql AS $$

@@ -223,8 +223,11 @@ BEGIN
         RAISE EXCEPTION 'unknown privilege "%"', revoke.privilege
             USING ERRCODE = '22023', HINT = 'Privileges: enqueue, work, admin.';
     END IF;
+    -- Compared under the column's collation: a caller's nondeterministic one (say, case
+    -- insensitive) would otherwise also revoke the grant on a queue differing only in case.
     DELETE FROM jq.queue_grants g
-    WHERE g.queue = revoke.queue AND g.grantee = revoke.role AND g.privilege = revoke.privilege;
+    WHERE g.queue = revoke.queue COLLATE pg_catalog."default" AND g.grantee = revoke.role
+      AND g.privilege = revoke.privilege COLLATE pg_catalog."default";
     IF NOT FOUND THEN
         RETURN false;
     END IF;

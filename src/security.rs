@@ -86,7 +86,13 @@ fn is_jq_admin(role: pg_sys::Oid) -> bool {
 /// costs two syscache lookups. The error is raised here, not inside the query, so that it
 /// carries no Rust backtrace. Returns the calling role. One queue: [`_authorize_queue`].
 #[pg_extern(volatile, parallel_unsafe)]
-fn _authorize(caller_ticket: Option<i64>, queues: Option<pgrx::datum::Array<&str>>, privilege: Option<&str>) -> pg_sys::Oid {
+fn _authorize(
+    caller_ticket: Option<i64>,
+    queues: Option<pgrx::datum::Array<&str>>,
+    privilege: Option<&str>,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> pg_sys::Oid {
+    refuse_nondeterministic_collation(fcinfo);
     let caller = _redeem(caller_ticket);
     if !is_jq_admin(caller) {
         let queues: Vec<Option<String>> =
@@ -101,12 +107,46 @@ fn _authorize(caller_ticket: Option<i64>, queues: Option<pgrx::datum::Array<&str
 /// to build and decode: the form every function naming one queue calls (jq.claim on one queue,
 /// jq.enqueue, the queue administration functions). Errors: 42501.
 #[pg_extern(volatile, parallel_unsafe)]
-fn _authorize_queue(caller_ticket: Option<i64>, queue: Option<&str>, privilege: Option<&str>) -> pg_sys::Oid {
+fn _authorize_queue(
+    caller_ticket: Option<i64>,
+    queue: Option<&str>,
+    privilege: Option<&str>,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> pg_sys::Oid {
+    refuse_nondeterministic_collation(fcinfo);
     let caller = _redeem(caller_ticket);
     if !is_jq_admin(caller) {
         deny_unless_granted(caller, vec![queue.map(str::to_owned)], privilege);
     }
     caller
+}
+
+/// Raises 0A000 (feature_not_supported) when the call's collation is nondeterministic.
+///
+/// A PL/pgSQL or SQL function's text parameters take the collation of the arguments it was
+/// called with, and a non-default implicit collation wins over a column's default one in a
+/// comparison. So `jq.pause('acme' COLLATE some_case_insensitive_icu_collation)` would compare
+/// `t.name = pause.name` case-insensitively and also pause `ACME`, another tenant's queue,
+/// while the grant check (exact, via SPI) only looked at `acme`. Every function that names a
+/// queue passes that name to [`_authorize`] or [`_authorize_queue`] first, so the call
+/// carries the caller's collation here, where it is refused before anything is read or
+/// written. Deterministic collations compare equal only byte-equal strings, so they are
+/// harmless. The default collation (the common case) costs one comparison.
+fn refuse_nondeterministic_collation(fcinfo: pg_sys::FunctionCallInfo) {
+    // SAFETY: pgrx passes the call's own, valid FunctionCallInfo; the collation lookup is a
+    // syscache read, valid in a transaction.
+    let collation = unsafe { (*fcinfo).fncollation };
+    if collation == pg_sys::InvalidOid || collation == pg_sys::DEFAULT_COLLATION_OID {
+        return;
+    }
+    if !unsafe { pg_sys::get_collation_isdeterministic(collation) } {
+        ereport!(
+            ERROR,
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            "jq: queue names cannot be compared under a nondeterministic collation",
+            "Pass the queue name without a COLLATE clause (or with a deterministic collation)."
+        );
+    }
 }
 
 /// Raises 42501 with `jq._denial`'s message unless `caller` may exercise `privilege` on every

@@ -559,6 +559,50 @@ fn aging_raises_a_waiting_job_above_fresh_higher_priority_jobs() {
     assert_eq!(max, 5);
 }
 
+/// Priority aging stops at its cap (review finding, session 28). A job waiting so long that the
+/// step count (2^31-1) or the priority (2^31-1) is capped has nothing left to gain: the aging
+/// pass must take it out of jobs_aging_idx (next_age_at NULL). Otherwise its next_age_at stays
+/// in the past, every pass picks it again first (oldest next_age_at), and a batch of such jobs
+/// starves every other queue's aging. Here: 3 jobs due in 1900 in a queue aging every second
+/// (2^31-1 steps are about 68 years), a batch of 3, and a job in another aging queue due 60 s ago.
+/// Negative control: JQ_TEST_BREAK=age_no_cap_stop (the cap branch removed from jq._age) fails:
+/// the second pass takes the three capped jobs again and the other queue's job is never aged.
+#[test]
+fn capped_aging_leaves_the_aging_index_and_starves_no_queue() {
+    let db = TestDb::new("flow_age_cap");
+    let mut c = db.connect();
+    if broken("age_no_cap_stop") {
+        sabotage(&mut c, "jq._age(timestamptz,integer)", "OR jq._age_steps(_age.now, j.run_at, q.priority_aging) >= 2147483647 THEN NULL", "AND false THEN NULL", 1);
+        sabotage(&mut c, "jq._age(timestamptz,integer)", "WHEN j.base_priority::bigint + jq._age_steps(_age.now, j.run_at, q.priority_aging)\n", "WHEN false AND j.base_priority::bigint + jq._age_steps(_age.now, j.run_at, q.priority_aging)\n", 1);
+    }
+    c.batch_execute(
+        "SELECT jq.create_queue('old', paused => true); SELECT jq.create_queue('fresh', paused => true);
+         SELECT jq.alter_queue('old', priority_aging => '1 second');
+         SELECT jq.alter_queue('fresh', priority_aging => '10 seconds');
+         SELECT count(jq.enqueue('old', '{}', priority => -5, run_at => '1900-01-01 00:00:00+00')) FROM generate_series(1, 3);",
+    )
+    .unwrap();
+    // The first pass (batch 3) takes the three oldest: the capped jobs.
+    let aged: i32 = c.query_one("SELECT jq._age(now(), 3)", &[]).unwrap().get(0);
+    assert_eq!(aged, 3);
+    let capped: (i32, i64) = {
+        let r = c
+            .query_one("SELECT min(priority), count(*) FILTER (WHERE next_age_at IS NULL) FROM jq.jobs WHERE queue = 'old'", &[])
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    assert_eq!(capped, (2147483647 - 5, 3), "capped jobs keep a next_age_at (or lost their priority)");
+    let fresh: i64 = c
+        .query_one("SELECT jq.enqueue('fresh', '{}', priority => 0, run_at => now() - interval '60 seconds')", &[])
+        .unwrap()
+        .get(0);
+    // The next pass reaches the other queue's job: the capped ones are out of the index.
+    let aged: i32 = c.query_one("SELECT jq._age(now(), 3)", &[]).unwrap().get(0);
+    assert_eq!(aged, 1, "the pass took capped jobs again");
+    let p: i32 = c.query_one("SELECT priority FROM jq.jobs WHERE id = $1", &[&fresh]).unwrap().get(0);
+    assert_eq!(p, 6, "the other queue's job was not aged");
+}
+
 /// Priority aging under a saturated stream, with the background worker (database jqt_bgw_*,
 /// tick 1 s): a producer keeps ~20 priority-3 jobs ready, two claimers drain them; a priority-0
 /// job in a queue with priority_aging 1 s must start within the documented bound

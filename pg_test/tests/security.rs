@@ -392,6 +392,90 @@ fn every_queue_function_checks_the_callers_grant_on_that_queue() {
     assert!(checked >= 14 * 2 * 7);
 }
 
+/// A queue name under a nondeterministic collation is refused (0A000) by every function that
+/// takes one, before it reads or writes anything (review finding, session 28). PL/pgSQL
+/// parameters take the caller's collation, which wins over the column's default in `t.name =
+/// pause.name`: under a case-insensitive ICU collation `jq.pause('acme')` also paused `ACME`,
+/// another tenant's queue, while the grant check looked at `acme` alone. The functions are taken
+/// from the catalog as in the per-queue matrix above, so a new one is covered by construction.
+/// A deterministic non-default collation ("C") compares exactly and stays accepted.
+/// Negative control: JQ_TEST_BREAK=collation_unchecked (jq.pause hands jq._authorize_queue its
+/// name under the default collation) fails: the call succeeds and ACME is paused.
+#[test]
+fn a_nondeterministic_collation_cannot_widen_a_queue_name() {
+    let db = TestDb::new("sec_collation");
+    let mut c = db.connect();
+    if broken("collation_unchecked") {
+        sabotage(
+            &mut c,
+            "jq.pause(text,bigint)",
+            "jq._authorize_queue(pause.caller_ticket, pause.name, 'admin')",
+            "jq._authorize_queue(pause.caller_ticket, pause.name COLLATE pg_catalog.\"default\", 'admin')",
+            1,
+        );
+    }
+    c.batch_execute(
+        "CREATE COLLATION jqt_ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
+         SELECT jq.create_queue('qa'); SELECT jq.create_queue('qb'); SELECT jq.create_queue('QA');
+         SELECT jq.create_queue('ACME');",
+    )
+    .unwrap();
+    let ids = prepare(&mut c);
+    let functions: Vec<String> = c
+        .query(
+            "SELECT p.oid::regprocedure::text FROM pg_proc p
+              WHERE p.pronamespace = 'jq'::regnamespace AND 'caller_ticket' = ANY (p.proargnames)
+                AND p.proname NOT LIKE '\\_%'
+              ORDER BY 1",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    // Every quoted name of the call becomes 'qa' COLLATE jqt_ci || '' (explicit, so it wins).
+    let widened = "qa' COLLATE jqt_ci || '";
+    let mut problems = Vec::new();
+    let mut calls: Vec<(String, bool)> = Vec::new();
+    for f in &functions {
+        let Some((sql, _)) = queue_call(f, widened, &ids) else {
+            problems.push(format!("{f}: no call in queue_call"));
+            continue;
+        };
+        // jq.cancel and jq.retry take a job id, no name: nothing to widen.
+        let takes_a_name = !(f.starts_with("jq.cancel(") || f.starts_with("jq.retry("));
+        calls.push((sql, takes_a_name));
+    }
+    calls.push(("SELECT jq.revoke('QA' COLLATE jqt_ci, 'jq_worker', 'work')".into(), false));
+    for (sql, refused) in &calls {
+        let mut t = c.transaction().unwrap();
+        let got = t.batch_execute(sql).map_err(|e| e.code().map(|c| c.code().to_string()).unwrap_or_else(|| e.to_string()));
+        let _ = t.rollback();
+        match (&got, refused) {
+            (Err(code), true) if code == "0A000" => {}
+            (Ok(()), false) => {}
+            _ => problems.push(format!("{sql} -> {got:?}, expected {}", if *refused { "0A000" } else { "success" })),
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    assert!(calls.len() >= 15, "{calls:?}");
+
+    // The effect the refusal prevents, committed: only qa may be paused, QA untouched.
+    let r = c.batch_execute("SELECT jq.pause('acme' COLLATE jqt_ci)");
+    assert!(r.is_err(), "pause under a case-insensitive collation was accepted");
+    let paused: i64 = c.query_one("SELECT count(*) FROM jq.queues WHERE paused", &[]).unwrap().get(0);
+    assert_eq!(paused, 0);
+    // revoke compares under the column's collation: the grant on qa stays.
+    c.batch_execute("SELECT jq.grant('qa', 'jq_worker', 'work')").unwrap();
+    let revoked: bool = c.query_one("SELECT jq.revoke('QA' COLLATE jqt_ci, 'jq_worker', 'work')", &[]).unwrap().get(0);
+    assert!(!revoked);
+    // A deterministic collation other than the default compares exactly: accepted.
+    c.batch_execute("SELECT jq.pause('qa' COLLATE \"C\")").unwrap();
+    let paused: Vec<String> =
+        c.query("SELECT name FROM jq.queues WHERE paused", &[]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(paused, vec!["qa".to_string()]);
+}
+
 #[test]
 fn a_tenant_sees_and_claims_only_its_own_queues_payloads() {
     let roles;
