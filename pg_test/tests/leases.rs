@@ -265,6 +265,41 @@ fn killed_workers_job_is_claimable_again_once_its_lease_expires() {
     assert_eq!(executions(&mut c, id), vec![ex(1, 1, "lease_expired"), ex(2, 1, "completed")]);
 }
 
+// Field case X08 (a serialised named queue locked for good once its job hit its limit during a
+// connection drop). A queue capped at one running job whose jobs share a concurrency key: the
+// holder's session is killed, and its job may not outlive one more lease expiry
+// (max_lease_expiries 0), so the reaper ends it dead. The cap and the key's slot must both be
+// free again: the key's next job and an unkeyed job of the queue are claimable.
+// Negative control: JQ_TEST_BREAK=reap_keeps_key_slot (the reaper's key refill left out for
+// jobs it ends) made this test fail: the key's next job stayed blocked and the claim returned
+// only the unkeyed job.
+#[test]
+fn x08_a_capped_keyed_queue_unlocks_when_its_crashed_holders_lease_expires() {
+    let db = TestDb::new("x08");
+    let mut c = db.connect();
+    if broken("reap_keeps_key_slot") {
+        sabotage(&mut c, REAP, "FROM back b WHERE b.concurrency_key IS NOT NULL AND b.state <> 'ready'", "FROM back b WHERE false", 1);
+    }
+    c.batch_execute("SELECT jq.create_queue('x8', max_concurrency => 1, max_lease_expiries => 0)").unwrap();
+    let first: i64 = c.query_one("SELECT jq.enqueue('x8', '{}', concurrency_key => 'k')", &[]).unwrap().get(0);
+    let second: i64 = c.query_one("SELECT jq.enqueue('x8', '{}', concurrency_key => 'k')", &[]).unwrap().get(0);
+    let j = claim_then_kill_session(&db, &mut c, "x8", "pod-a");
+    assert_eq!(j.id, first);
+    let plain = enqueue(&mut c, "x8");
+    // Held: the cap is taken, and the key's next job waits behind its head.
+    assert!(claim(&mut c, "x8", "pod-b", 10, None).is_empty(), "claimed past the cap or the key");
+    assert_eq!(reap(&mut c, "now() + interval '10 minutes'"), 1);
+    assert_eq!(state(&mut c, first).as_deref(), Some("dead"));
+    let mut got: Vec<i64> = Vec::new();
+    for _ in 0..2 {
+        let j = claim(&mut c, "x8", "pod-b", 1, None).pop().expect("the queue stays locked after the reap");
+        assert!(complete(&mut c, &j));
+        got.push(j.id);
+    }
+    got.sort();
+    assert_eq!(got, vec![second, plain]);
+}
+
 // Field case Q01, variant b (a restarted pod under the same worker name makes its
 // predecessor's job look alive). Negative control: JQ_TEST_BREAK=reap_skips_live_worker_name
 // (the reaper skips a job while another running job of the same worker name holds a live
