@@ -697,3 +697,58 @@ fn a_long_poll_never_sleeps_holding_row_locks() {
         assert!(start.elapsed() >= Duration::from_millis(900), "{sql}: returned after {:?}", start.elapsed());
     }
 }
+
+/// Queue names share the claim index's key space (pg_catalog.hashtextextended(name, 0), made
+/// unique among queues by queues_name_hash_idx). 'emails' and 'tenant-evil.:ocLqum5eMGI' have
+/// the same hash (found by a birthday search, review of session 27): the second create is
+/// refused with 23505 and a message saying so, with or without if_not_exists, and the first
+/// queue keeps working. A create of a name another session is creating waits for it, then
+/// returns its row (if_not_exists) instead of failing.
+/// Negative control: JQ_TEST_BREAK=create_queue_no_hash_check (every conflict without a row of
+/// that name taken for a concurrent drop and retried) fails: 40001 after ten tries, not 23505.
+#[test]
+fn a_name_with_another_queues_hash_is_refused_and_concurrent_creates_of_one_name_agree() {
+    let db = TestDb::new("rob_create");
+    let mut c = db.connect();
+    if broken("create_queue_no_hash_check") {
+        sabotage(
+            &mut c,
+            "jq.create_queue(text,integer,interval,jq.backoff_policy,interval,interval,jq.jitter_mode,interval,interval,interval,integer,integer,boolean,boolean,integer)",
+            "IF EXISTS (SELECT 1 FROM jq.queues t\n",
+            "IF false AND EXISTS (SELECT 1 FROM jq.queues t\n",
+            1,
+        );
+    }
+    let same: bool = c
+        .query_one("SELECT hashtextextended('emails', 0) = hashtextextended('tenant-evil.:ocLqum5eMGI', 0)", &[])
+        .unwrap()
+        .get(0);
+    assert!(same, "the pair no longer collides");
+    c.batch_execute("SELECT jq.create_queue('emails'); SELECT jq.enqueue('emails', '{}');").unwrap();
+    for sql in [
+        "SELECT jq.create_queue('tenant-evil.:ocLqum5eMGI')",
+        "SELECT jq.create_queue('tenant-evil.:ocLqum5eMGI', if_not_exists => true)",
+    ] {
+        let e = c.batch_execute(sql).expect_err(sql);
+        assert_eq!(e.code().map(|c| c.code()), Some("23505"), "{sql}: {e:?}");
+        assert!(e.to_string().contains("same hash"), "{e}");
+    }
+    let n: i64 = c.query_one("SELECT count(*) FROM jq.queues", &[]).unwrap().get(0);
+    assert_eq!(n, 1);
+    let claimed: i64 = c.query_one("SELECT count(*) FROM jq.claim('emails', 'w')", &[]).unwrap().get(0);
+    assert_eq!(claimed, 1);
+
+    // Two sessions create one name: the second waits for the first's commit.
+    let mut a = db.connect();
+    let mut ta = a.transaction().unwrap();
+    ta.batch_execute("SELECT jq.create_queue('cc', max_attempts => 3)").unwrap();
+    let conninfo = jq_pg_test::conninfo(&db.name);
+    let waiter = thread::spawn(move || {
+        let mut b = jq_pg_test::Client::connect(&conninfo, jq_pg_test::NoTls).unwrap();
+        let r = b.query_one("SELECT max_attempts FROM jq.create_queue('cc', if_not_exists => true)", &[]);
+        r.map(|row| row.get::<_, i32>(0)).map_err(|e| e.to_string())
+    });
+    thread::sleep(Duration::from_millis(300));
+    ta.commit().unwrap();
+    assert_eq!(waiter.join().unwrap(), Ok(3), "the waiting create did not return the committed queue");
+}
