@@ -1177,6 +1177,10 @@ BEGIN
     -- Global admins only: the drop locks jq.jobs against writes (EXCLUSIVE) until its
     -- transaction ends, which would let one queue's admin stall every queue and maintenance.
     PERFORM jq._authorize_queue(drop_queue.caller_ticket, '*', 'admin');
+    -- The name is not passed to jq._authorize_queue, whose refusal of a nondeterministic
+    -- collation (src/security.rs) therefore does not see it; the name check's regular
+    -- expression refuses one too (0A000), so 'a' COLLATE a_case_insensitive_one cannot drop A.
+    PERFORM jq._check_queue_name(drop_queue.name);
     -- Under an older snapshot the refusal check and the deletes could miss jobs committed
     -- after it was taken, and leave them behind in a queue that no longer exists.
     IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
@@ -1268,8 +1272,8 @@ COMMENT ON FUNCTION jq.drop_queue(text, boolean, bigint) IS
 'then fails with 55P03 (lock_not_available: a transaction that wrote jobs is still open; retry). '
 'Cron schedules targeting the queue also make it refuse (55006) unless force => true, which '
 'deletes them (their fire log stays until its retention). '
-'Needs READ COMMITTED. Errors: 22004/22023 bad name, 42704 unknown queue, 55006 jobs or schedules remain, '
-'55P03 busy, 25000 other isolation level.';
+'Needs READ COMMITTED. Errors: 22004/22023 bad name, 0A000 name under a nondeterministic collation, '
+'42704 unknown queue, 55006 jobs or schedules remain, 55P03 busy, 25000 other isolation level.';
 
 CREATE FUNCTION jq.pause(name text, caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
 LANGUAGE plpgsql AS $$
@@ -1824,6 +1828,107 @@ COMMENT ON FUNCTION jq._cron_fire(jq.schedules, timestamptz) IS
 'next_run_at = jq.cron_next(cron, at, timezone), next_run_from = at and the counters; returns jobs '
 'enqueued (0 when nothing in [next_run_at, at] is due). Raises on any problem.';
 
+CREATE OR REPLACE FUNCTION jq.cron_tick(at timestamptz DEFAULT now()) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    s          jq.schedules;
+    v_total    integer := 0;
+    v_message  text;
+    v_state    text;
+    v_next     timestamptz;
+    v_fire     timestamptz;
+BEGIN
+    IF cron_tick.at IS NULL OR NOT pg_catalog.isfinite(cron_tick.at) THEN
+        RAISE EXCEPTION 'at must be a finite timestamp' USING ERRCODE = '22023';
+    END IF;
+    IF cron_tick.at < '0001-01-02 00:00:00+00'::timestamptz THEN
+        RAISE EXCEPTION 'at is before 0001-01-02 00:00:00+00, the earliest instant cron fire times are computed from'
+            USING ERRCODE = '22008';
+    END IF;
+    -- jq.jobs before any schedule row, the order jq.drop_queue takes them in (no deadlock).
+    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;
+    -- Due schedules in a bounded batch; SKIP LOCKED: passes from several sessions partition the
+    -- rows, and a row re-checked after a concurrent pass moved its next_run_at is not due.
+    -- The clock guard: a row whose next_run_at was computed from an instant after at (the clock
+    -- went back: a forward step that was corrected, a VM resumed, a bad RTC before NTP) is taken
+    -- too, also in a bounded batch (by schedules_clock_idx; normally no row), and _cron_fire
+    -- recomputes its next_run_at from at. Without it, a pass at at + 1 year would leave the
+    -- schedule silent for a year once the clock is back. Fire times the later pass already
+    -- handled stay fenced by the fire log.
+    FOR s IN SELECT * FROM jq.schedules t WHERE t.name = ANY (ARRAY(
+                 SELECT g.name FROM jq.schedules g
+                 WHERE g.enabled AND g.next_run_from > cron_tick.at
+                 LIMIT 1000
+                 FOR UPDATE SKIP LOCKED) || ARRAY(
+                 SELECT d.name FROM jq.schedules d
+                 WHERE d.enabled AND d.next_run_at <= cron_tick.at
+                 ORDER BY d.next_run_at
+                 LIMIT 1000
+                 FOR UPDATE SKIP LOCKED))
+             ORDER BY t.next_run_at, t.name
+    LOOP
+        BEGIN
+            v_total := v_total + jq._cron_fire(s, cron_tick.at);
+        EXCEPTION WHEN OTHERS THEN
+            -- A broken row (expression or zone made invalid by a direct UPDATE, queue dropped, a
+            -- job check failing) is flagged and moved on; the others keep firing.
+            GET STACKED DIAGNOSTICS v_message = MESSAGE_TEXT, v_state = RETURNED_SQLSTATE;
+            BEGIN
+                BEGIN
+                    v_next := jq.cron_next(s.cron, cron_tick.at, s.timezone);
+                    v_fire := (SELECT max(x) FROM jq._cron_latest(s.cron, s.timezone,
+                                   s.next_run_at, cron_tick.at, 1) x);
+                EXCEPTION WHEN OTHERS THEN
+                    -- The expression or zone itself is broken: retry in an hour, not every pass.
+                    v_next := cron_tick.at + interval '1 hour';
+                    v_fire := NULL;
+                END;
+                -- A row taken only by the clock guard has no due fire time: none is logged (a
+                -- failed row for a future fire time would keep it from ever firing).
+                v_fire := coalesce(v_fire, s.next_run_at);
+                IF v_fire > cron_tick.at THEN
+                    v_fire := NULL;
+                END IF;
+                IF v_fire IS NOT NULL THEN
+                    INSERT INTO jq.cron_runs (schedule, fire_time, outcome, fired_at, error)
+                    VALUES (s.name, v_fire, 'failed', cron_tick.at,
+                            pg_catalog.left(v_state || ': ' || v_message, 2000))
+                    ON CONFLICT DO NOTHING;
+                END IF;
+                UPDATE jq.schedules t SET
+                    next_run_at   = v_next,
+                    next_run_from = cron_tick.at,
+                    skipped_count = t.skipped_count + (v_fire IS NOT NULL)::integer,
+                    last_error    = pg_catalog.left(v_state || ': ' || v_message, 2000),
+                    last_error_at = cron_tick.at
+                WHERE t.name = s.name;
+            EXCEPTION WHEN OTHERS THEN
+                GET STACKED DIAGNOSTICS v_message = MESSAGE_TEXT;
+                RAISE WARNING 'jq.cron_tick: cannot record the failure of schedule "%": %',
+                    s.name, v_message;
+            END;
+        END;
+    END LOOP;
+    -- At least twice what this tick logged (a row per enqueued fire, at most one failure row
+    -- per schedule) plus 1000: however long the tick interval and however many fire times a
+    -- tick catches up, the fire log cannot outgrow its pruning.
+    PERFORM jq._cron_prune(cron_tick.at, 1000 + 2 * v_total);
+    RETURN v_total;
+END $$;
+
+COMMENT ON FUNCTION jq.cron_tick(timestamptz) IS
+'The cron duty at instant at (default now()): for up to 1000 due schedules (enabled, next_run_at '
+'<= at; rows locked FOR UPDATE SKIP LOCKED), enqueues their due fire times under their misfire and '
+'overlap policies, logs them in jq.cron_runs (one row per schedule and fire time, ever) and '
+'moves next_run_at to jq.cron_next(cron, at, timezone); then prunes up to 1000 + 2 x (jobs '
+'enqueued) fire-log rows past jq.cron_log_retention(). Clock guard: up to 1000 enabled schedules whose next_run_at was computed '
+'from an instant after at (next_run_from > at: the clock went back) get next_run_at recomputed '
+'from at. Returns the number of jobs enqueued. Each schedule runs in its own '
+'subtransaction: a failing one is recorded (last_error, a failed fire-log row for its due fire time, '
+'next_run_at moved on: to its next fire time, or at + 1 hour when its expression or zone is invalid) '
+'and never stops the others or raises. Safe to run from several sessions at once. Errors: 22023 '
+'infinite at; 22008 at before 0001-01-02 00:00:00+00.';
+
 CREATE OR REPLACE FUNCTION jq._claimable(queues text[]) RETURNS boolean
 LANGUAGE sql STABLE AS $$
     SELECT EXISTS (
@@ -1861,7 +1966,8 @@ CREATE OR REPLACE FUNCTION jq.create_queue(
 ) RETURNS jq.queues
 LANGUAGE plpgsql AS $$
 DECLARE
-    q jq.queues;
+    q     jq.queues;
+    v_try integer;
 BEGIN
     PERFORM jq._check_queue_name(create_queue.name);
     IF create_queue.max_attempts IS NULL OR create_queue.lease IS NULL OR create_queue.backoff IS NULL
@@ -1882,32 +1988,42 @@ BEGIN
     END IF;
     PERFORM jq._check_flow_options(create_queue.key_concurrency, NULL, NULL, NULL);
 
-    INSERT INTO jq.queues AS t (name, paused, max_concurrency, max_attempts, lease, backoff,
-        backoff_base, backoff_max, jitter, retention, dead_retention, history_retention,
-        max_lease_expiries, key_concurrency)
-    VALUES (create_queue.name, create_queue.paused, create_queue.max_concurrency,
-        create_queue.max_attempts, create_queue.lease, create_queue.backoff,
-        create_queue.backoff_base, create_queue.backoff_max, create_queue.jitter,
-        create_queue.retention, create_queue.dead_retention, create_queue.history_retention,
-        create_queue.max_lease_expiries, create_queue.key_concurrency)
-    -- No conflict target: a concurrent create of the same name must wait and return here, not
-    -- fail on queues_name_hash_idx (which a target of queues_pkey alone would check strictly).
-    ON CONFLICT DO NOTHING
-    RETURNING * INTO q;
-    IF q.name IS NULL THEN
+    -- A conflict with a queue that a concurrent jq.drop_queue deletes before the re-read below
+    -- sees neither that name nor a same-hash one: try again (bounded; 40001 if it never settles).
+    FOR v_try IN 1..10 LOOP
+        INSERT INTO jq.queues AS t (name, paused, max_concurrency, max_attempts, lease, backoff,
+            backoff_base, backoff_max, jitter, retention, dead_retention, history_retention,
+            max_lease_expiries, key_concurrency)
+        VALUES (create_queue.name, create_queue.paused, create_queue.max_concurrency,
+            create_queue.max_attempts, create_queue.lease, create_queue.backoff,
+            create_queue.backoff_base, create_queue.backoff_max, create_queue.jitter,
+            create_queue.retention, create_queue.dead_retention, create_queue.history_retention,
+            create_queue.max_lease_expiries, create_queue.key_concurrency)
+        -- No conflict target: a concurrent create of the same name must wait and return here,
+        -- not fail on queues_name_hash_idx (which a target of queues_pkey alone would check
+        -- strictly).
+        ON CONFLICT DO NOTHING
+        RETURNING * INTO q;
+        IF q.name IS NOT NULL THEN
+            RETURN q;
+        END IF;
         SELECT * INTO q FROM jq.queues t WHERE t.name = create_queue.name;
-        IF q.name IS NULL THEN
+        IF q.name IS NOT NULL THEN
+            IF create_queue.if_not_exists THEN
+                RETURN q;
+            END IF;
+            RAISE EXCEPTION 'queue "%" already exists', create_queue.name
+                USING ERRCODE = '42710', HINT = 'Pass if_not_exists => true to accept an existing queue.';
+        END IF;
+        IF EXISTS (SELECT 1 FROM jq.queues t
+                   WHERE pg_catalog.hashtextextended(t.name, 0) = pg_catalog.hashtextextended(create_queue.name, 0)) THEN
             -- Another queue's name has the same 64-bit hash (jobs_claim_idx's key).
             RAISE EXCEPTION 'queue name "%" has the same hash as an existing queue''s; choose another name',
                 create_queue.name USING ERRCODE = '23505';
         END IF;
-        IF create_queue.if_not_exists THEN
-            RETURN q;
-        END IF;
-        RAISE EXCEPTION 'queue "%" already exists', create_queue.name
-            USING ERRCODE = '42710', HINT = 'Pass if_not_exists => true to accept an existing queue.';
-    END IF;
-    RETURN q;
+    END LOOP;
+    RAISE EXCEPTION 'queue "%" was created and dropped concurrently too often; retry', create_queue.name
+        USING ERRCODE = '40001';
 END $$;
 
 COMMENT ON FUNCTION jq.create_queue(text, integer, interval, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, interval, interval, integer, integer, boolean, boolean, integer) IS
@@ -1921,7 +2037,9 @@ COMMENT ON FUNCTION jq.create_queue(text, integer, interval, jq.backoff_policy, 
 'expires more than max_lease_expiries (10) times goes dead; key_concurrency (1): jobs per '
 'concurrency_key holding a slot at once (docs/flow-control.md). Errors: 22004 NULL option, 22023 '
 'invalid name or value (intervals are at most 100 years), 42710 queue exists (unless '
-'if_not_exists, which returns the existing row; its options are not compared).';
+'if_not_exists, which returns the existing row; its options are not compared), 23505 another '
+'queue''s name has the same hash (pg_catalog.hashtextextended(name, 0), the claim index''s key), '
+'40001 the name kept being created and dropped concurrently (retry).';
 
 -- True when no field of the interval (months, days, time) is negative. Postgres compares
 -- intervals with 30-day months, so '1 mon -30 days 1 second' is "positive" although it ends
@@ -2117,7 +2235,13 @@ BEGIN
                         ELSE LEAST(j.base_priority::bigint
                                    + jq._age_steps(_age.now, j.run_at, q.priority_aging),
                                    2147483647)::integer END,
+        -- Aging stops (next_age_at NULL: out of jobs_aging_idx) once the priority or the step
+        -- count reached its cap: such a job's next_age_at would stay in the past, and every
+        -- tick would pick it again first (oldest next_age_at) and starve other queues' aging.
         next_age_at = CASE WHEN q.priority_aging IS NULL THEN NULL
+                           WHEN j.base_priority::bigint + jq._age_steps(_age.now, j.run_at, q.priority_aging)
+                                >= 2147483647
+                             OR jq._age_steps(_age.now, j.run_at, q.priority_aging) >= 2147483647 THEN NULL
                            ELSE j.run_at + (jq._age_steps(_age.now, j.run_at, q.priority_aging) + 1)
                                            * q.priority_aging END
     FROM jq.queues q
@@ -2136,7 +2260,8 @@ END $$;
 COMMENT ON FUNCTION jq._age(timestamptz, integer) IS
 'Maintenance (priority aging, docs/flow-control.md): for up to batch ready jobs whose next_age_at '
 '<= now (jobs_aging_idx), sets priority = base_priority + floor((now - run_at) / the queue''s '
-'priority_aging) and next_age_at to the next step; returns how many. Run by the promote duty. '
+'priority_aging) and next_age_at to the next step, or NULL once the priority (2^31-1) or the step '
+'count (2^31-1) reached its cap; returns how many. Run by the promote duty. '
 'Safe to run concurrently (FOR UPDATE SKIP LOCKED).';
 
 CREATE OR REPLACE FUNCTION jq._maintain(duty text, now timestamptz) RETURNS integer
@@ -3113,8 +3238,11 @@ BEGIN
         RAISE EXCEPTION 'unknown privilege "%"', revoke.privilege
             USING ERRCODE = '22023', HINT = 'Privileges: enqueue, work, admin.';
     END IF;
+    -- Compared under the column's collation: a caller's nondeterministic one (say, case
+    -- insensitive) would otherwise also revoke the grant on a queue differing only in case.
     DELETE FROM jq.queue_grants g
-    WHERE g.queue = revoke.queue AND g.grantee = revoke.role AND g.privilege = revoke.privilege;
+    WHERE g.queue = revoke.queue COLLATE pg_catalog."default" AND g.grantee = revoke.role
+      AND g.privilege = revoke.privilege COLLATE pg_catalog."default";
     IF NOT FOUND THEN
         RETURN false;
     END IF;
