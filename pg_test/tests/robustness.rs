@@ -731,7 +731,8 @@ fn a_name_with_another_queues_hash_is_refused_and_concurrent_creates_of_one_name
     ] {
         let e = c.batch_execute(sql).expect_err(sql);
         assert_eq!(e.code().map(|c| c.code()), Some("23505"), "{sql}: {e:?}");
-        assert!(e.to_string().contains("same hash"), "{e}");
+        let message = e.as_db_error().map(|d| d.message().to_string()).unwrap_or_default();
+        assert!(message.contains("same hash"), "{message}");
     }
     let n: i64 = c.query_one("SELECT count(*) FROM jq.queues", &[]).unwrap().get(0);
     assert_eq!(n, 1);
