@@ -3427,3 +3427,22 @@ COMMENT ON FUNCTION jq._redeem(bigint) IS
 'Internal: the role (oid) a caller ticket of this session was issued to; uses the ticket up. '
 'Errors: 42501 unknown, reused or NULL ticket.';
 
+-- JIT off for every jq function that carries settings of its own (the batch claims, the batch
+-- writes, the maintenance duties; the functions without a SET clause keep none, see jq.claim).
+-- A generic plan costs a LIMIT parameter at 10% of the queue: past ~9M ready jobs the batch
+-- claim's generic plan cost 137,000, over jit_above_cost (100,000), and PostgreSQL JIT-compiled
+-- it on every call (~140 ms of code emission for a 10-job claim, run 2026-12-04T1811: the
+-- held-snapshot drain over a 12M-job queue ran at 1,190 jobs/s instead of ~28,000). jq's
+-- statements are short index walks that JIT cannot speed up. Tests: tests/plans.rs,
+-- functions_with_settings_never_jit.
+DO $$
+DECLARE
+    f regprocedure;
+BEGIN
+    FOR f IN SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
+             WHERE p.pronamespace = 'jq'::regnamespace AND p.proconfig IS NOT NULL
+    LOOP
+        EXECUTE pg_catalog.format('ALTER FUNCTION %s SET jit = off', f);
+    END LOOP;
+END $$;
+

@@ -27,7 +27,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use jq_pg_test::{conninfo, Client, NoTls, TestDb};
+use jq_pg_test::{broken, conninfo, Client, NoTls, TestDb};
 use serde_json::Value;
 
 /// Rows an ordered pick may read beyond its LIMIT. No other session holds locks in these tests,
@@ -1890,4 +1890,53 @@ fn one_job_claims_update_by_ctid_and_look_again_only_after_a_lock() {
         t.rollback();
     }
     f.finish();
+}
+
+/// No jq function that carries settings of its own is JIT-compiled (sql/security.sql sets
+/// jit = off on each). A generic plan costs a LIMIT parameter at 10% of the queue, so over a
+/// deep queue (12M ready jobs) the batch claim's plan cost 137,000, past jit_above_cost
+/// (100,000), and every call was compiled: ~140 ms of code emission for a 10-job claim, and the
+/// held-snapshot drain of run 2026-12-04T1811 ran at 1,190 jobs/s instead of ~28,000. Here
+/// jit_above_cost = 0 stands for the deep queue. Negative control `jit_allowed` (jit reset on the
+/// batch claim and on complete_many): their statements carried a JIT section (seen failing).
+#[test]
+fn functions_with_settings_never_jit() {
+    let db = TestDb::new("nojit");
+    let mut c = db.connect();
+    c.batch_execute("SELECT jq.create_queue('q'); SELECT jq.enqueue_many('q', (SELECT jsonb_agg(i) FROM generate_series(1, 50) i))")
+        .unwrap();
+    if broken("jit_allowed") {
+        c.batch_execute(
+            "ALTER FUNCTION jq._claim_batch(text,text,integer,interval,boolean,bigint,boolean) RESET jit;
+             ALTER FUNCTION jq.complete_many(bigint[],uuid[],jsonb[]) RESET jit",
+        )
+        .unwrap();
+    }
+    let unset: Vec<String> = c
+        .query("SELECT p.oid::regprocedure::text FROM pg_catalog.pg_proc p
+                WHERE p.pronamespace = 'jq'::regnamespace AND p.proconfig IS NOT NULL
+                  AND NOT ('jit=off' = ANY (p.proconfig)) ORDER BY 1", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let mut t = Traced::connect(&db);
+    t.client
+        .batch_execute("SET jit = on; SET jit_above_cost = 0; SET jit_optimize_above_cost = -1; SET jit_inline_above_cost = -1")
+        .unwrap();
+    // JIT must work here at all, or this test would prove nothing.
+    t.notices.lock().unwrap().clear();
+    t.client.batch_execute("SELECT count(*) FROM generate_series(1, 10)").unwrap();
+    let probe = std::mem::take(&mut *t.notices.lock().unwrap());
+    assert!(probe.iter().any(|n| n.contains("\"JIT\"")), "no JIT in this cluster: {probe:?}");
+    t.client
+        .batch_execute("WITH c AS (SELECT id, lease_token FROM jq.claim('q', 'w', 10))
+                        SELECT count(*) FROM jq.complete_many((SELECT array_agg(id) FROM c), (SELECT array_agg(lease_token) FROM c))")
+        .unwrap();
+    let notices = std::mem::take(&mut *t.notices.lock().unwrap());
+    let writes: Vec<&String> = notices.iter().filter(|n| n.contains("UPDATE jq.jobs")).collect();
+    assert!(writes.len() >= 2, "the claim and the completion were not traced: {notices:?}");
+    let jitted: Vec<&&String> = writes.iter().filter(|n| n.contains("\"JIT\"")).collect();
+    assert!(unset.is_empty() && jitted.is_empty(),
+            "functions with settings but without jit = off: {unset:?}; JIT-compiled statements: {jitted:?}");
 }
