@@ -354,18 +354,7 @@ fn every_queue_function_checks_the_callers_grant_on_that_queue() {
             1,
         );
     }
-    let functions: Vec<String> = c
-        .query(
-            "SELECT p.oid::regprocedure::text FROM pg_proc p
-              WHERE p.pronamespace = 'jq'::regnamespace AND 'caller_ticket' = ANY (p.proargnames)
-                AND p.proname NOT LIKE '\\_%'  -- internal: executable by no role (the catalog test)
-              ORDER BY 1",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let functions = ticketed_functions(&mut c);
     assert!(functions.len() >= 14, "functions with caller_ticket: {functions:?}");
     let mut problems = Vec::new();
     let mut checked = 0;
@@ -421,18 +410,7 @@ fn a_nondeterministic_collation_cannot_widen_a_queue_name() {
     )
     .unwrap();
     let ids = prepare(&mut c);
-    let functions: Vec<String> = c
-        .query(
-            "SELECT p.oid::regprocedure::text FROM pg_proc p
-              WHERE p.pronamespace = 'jq'::regnamespace AND 'caller_ticket' = ANY (p.proargnames)
-                AND p.proname NOT LIKE '\\_%'
-              ORDER BY 1",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let functions = ticketed_functions(&mut c);
     // Every quoted name of the call becomes 'qa' COLLATE jqt_ci || '' (explicit, so it wins).
     let widened = "qa' COLLATE jqt_ci || '";
     let mut problems = Vec::new();
@@ -887,4 +865,20 @@ fn hot_functions_ignore_the_callers_search_path() {
 /// The server's message of a database error (postgres::Error's Display says only "db error").
 fn db_message(e: &postgres::Error) -> String {
     e.as_db_error().map(|d| d.message().to_string()).unwrap_or_else(|| e.to_string())
+}
+
+/// The public jq functions that take a caller ticket (the internal ones, `_` first, are
+/// executable by no role: the catalog test).
+fn ticketed_functions(c: &mut Client) -> Vec<String> {
+    c.query(
+        "SELECT p.oid::regprocedure::text FROM pg_proc p
+          WHERE p.pronamespace = 'jq'::regnamespace AND 'caller_ticket' = ANY (p.proargnames)
+            AND p.proname NOT LIKE '\\_%'
+          ORDER BY 1",
+        &[],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
 }
