@@ -152,9 +152,12 @@ COMMENT ON FUNCTION jq._check_schedule_name(text) IS
 
 -- The target queue must exist; FOR KEY SHARE holds off a concurrent jq.drop_queue until this
 -- transaction ends (drop_queue then sees the schedule and refuses, or deletes it with force).
+-- jq.jobs is locked first, the order of jq.drop_queue: with the queue row alone, a transaction
+-- that scheduled and then wrote jobs deadlocked with a drop (pg_test/tests/robustness.rs).
 CREATE FUNCTION jq._lock_schedule_queue(queue text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
+    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;  -- before the queue row, as jq.drop_queue
     PERFORM 1 FROM jq.queues t WHERE t.name = _lock_schedule_queue.queue FOR KEY SHARE;
     IF NOT FOUND THEN
         PERFORM jq._unknown_queue(_lock_schedule_queue.queue);

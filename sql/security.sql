@@ -172,6 +172,7 @@ BEGIN
     END IF;
     IF g_queue <> '*' THEN
         PERFORM jq._check_queue_name(g_queue);
+        LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;  -- before the queue row, as jq.drop_queue
         PERFORM 1 FROM jq.queues t WHERE t.name = g_queue FOR KEY SHARE;
         IF NOT FOUND THEN
             PERFORM jq._unknown_queue(g_queue);

@@ -626,6 +626,60 @@ fn pausing_then_cancelling_does_not_deadlock_with_a_drop() {
     assert_eq!((cancel, dropped), (Ok(()), Ok(())), "no 40P01 on either side");
 }
 
+/// The same for the other admin calls that lock a queue row: jq.schedule, jq.alter_schedule
+/// (moving a schedule to the queue) and jq.grant hold the row FOR KEY SHARE until the
+/// transaction ends, and lock jq.jobs first. Broken variants `schedule_row_first` (the
+/// schedule's queue lock without the table lock) and `grant_row_first` (the same in jq.grant):
+/// the enqueue that follows in the same transaction and the drop each waited for the other,
+/// and one of them died with 40P01.
+#[test]
+fn scheduling_or_granting_then_enqueuing_does_not_deadlock_with_a_drop() {
+    let db = TestDb::new("admindrop");
+    let mut c = db.connect();
+    c.batch_execute(
+        "SELECT jq.create_queue('other');
+         SELECT jq.schedule('moved', '0 0 1 1 *', 'other');",
+    )
+    .unwrap();
+    if broken("schedule_row_first") {
+        sabotage(&mut c, "jq._lock_schedule_queue(text)",
+                 "    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;  -- before the queue row, as jq.drop_queue\n", "", 1);
+    }
+    if broken("grant_row_first") {
+        sabotage(&mut c, "jq.grant(text,regrole,text,bigint)",
+                 "        LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;  -- before the queue row, as jq.drop_queue\n", "", 1);
+    }
+    for (q, call) in [
+        ("s1", "SELECT jq.schedule('daily', '0 0 * * *', 's1')"),
+        ("s2", "SELECT jq.alter_schedule('moved', queue => 's2')"),
+        ("s3", "SELECT jq.grant('s3', 'jq_worker', 'work')"),
+    ] {
+        c.batch_execute(&format!("SELECT jq.create_queue('{q}')")).unwrap();
+        let mut admin = db.connect();
+        admin.batch_execute(&format!("SET deadlock_timeout = '100ms'; BEGIN; {call};")).unwrap();
+        let dropper = {
+            let mut d = db.connect();
+            let q = q.to_string();
+            thread::spawn(move || {
+                d.batch_execute("SET deadlock_timeout = '100ms'").unwrap();
+                d.simple_query(&format!("SELECT jq.drop_queue('{q}', force => true)"))
+                    .map(|_| ())
+                    .map_err(|e| e.code().map(|s| s.code().to_string()))
+            })
+        };
+        thread::sleep(Duration::from_millis(300));
+        let enqueue = admin
+            .simple_query(&format!("SELECT jq.enqueue('{q}')"))
+            .map(|_| ())
+            .map_err(|e| e.code().map(|s| s.code().to_string()));
+        admin.batch_execute(if enqueue.is_ok() { "COMMIT" } else { "ROLLBACK" }).unwrap();
+        let dropped = dropper.join().unwrap();
+        assert_eq!((enqueue, dropped), (Ok(()), Ok(())), "{call}: no 40P01 on either side");
+        let left: i64 = c.query_one("SELECT count(*) FROM jq.queues WHERE name = $1", &[&q]).unwrap().get(0);
+        assert_eq!(left, 0, "{call}: the drop went through after the transaction");
+    }
+}
+
 #[test]
 fn a_delay_with_a_negative_field_is_refused() {
     let db = TestDb::new("mixdelay");

@@ -139,7 +139,7 @@ for name, (f, old) in changed_sig.items():
     for s in find(f, r'^(ALTER|COMMENT ON) FUNCTION jq\.' + name + r'\('):
         w(s + '\n')
 w('-- Changed bodies.\n')
-for f, name in (('cron.sql', '_cron_fire'), ('cron.sql', 'cron_tick'), ('work.sql', '_claimable'), ('queues.sql', 'create_queue'), ('queues.sql', '_interval_fields_nonnegative'), ('work.sql', '_claim_batch'), ('maintenance.sql', '_prune_jobs'), ('maintenance.sql', '_age'),
+for f, name in (('cron.sql', '_cron_fire'), ('cron.sql', 'cron_tick'), ('cron.sql', '_lock_schedule_queue'), ('work.sql', '_claimable'), ('queues.sql', 'create_queue'), ('queues.sql', '_interval_fields_nonnegative'), ('work.sql', '_claim_batch'), ('maintenance.sql', '_prune_jobs'), ('maintenance.sql', '_age'),
                 ('maintenance.sql', '_maintain'), ('flow.sql', '_key_fill'),
                 ('flow.sql', 'snooze'), ('work.sql', 'release'), ('work.sql', 'complete'),
                 ('work.sql', 'complete_many'), ('work.sql', 'fail')):

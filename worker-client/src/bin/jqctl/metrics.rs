@@ -133,7 +133,9 @@ async fn scrape(client: &tokio_postgres::Client) -> Result<String, CliError> {
             "SELECT coalesce(database::text, '?'), CASE WHEN state = 'running' THEN 1 ELSE 0 END::float8,
                     extract(epoch FROM clock_timestamp() - last_pass_at)::float8,
                     CASE WHEN last_error_at > clock_timestamp() - interval '5 minutes' THEN 1 ELSE 0 END::float8
-             FROM jq.status()",
+             FROM jq.status()
+             -- a database without jq has no maintenance worker to be up (its row only says so)
+             WHERE state IS DISTINCT FROM 'no extension'",
             &[],
         )
         .await?
