@@ -234,7 +234,7 @@ COMMENT ON FUNCTION jq.enqueue(text, jsonb, text, timestamptz, interval, integer
 'key_concurrency at a time and start in (run_at, id) order whatever their priority; a due job '
 'whose key is full waits in state blocked (docs/flow-control.md). '
 'Errors: 42704 unknown queue, 22004 NULL queue or payload, 22023 invalid name/kind/key/'
-'max_attempts/run_at, 22008 delay overflow, 54000 payload too large.';
+'max_attempts/run_at, 22008 delay overflow, 54000 payload too large. 42501: the caller holds no enqueue grant on the queue; 0A000: the queue name under a nondeterministic collation.';
 
 CREATE FUNCTION jq.enqueue_many(
     queue        text,
@@ -361,4 +361,4 @@ COMMENT ON FUNCTION jq.enqueue_many(text, jsonb, text, timestamptz, interval, in
 'idempotency or concurrency keys are enqueued one by one in key order (concurrency key, then '
 'idempotency key); the others in one INSERT '
 '(200,000 jobs in one call work). Errors: as jq.enqueue, plus 22023 when payloads is not an array '
-'or a spec has an unknown field.';
+'or a spec has an unknown field. 42501: the caller holds no enqueue grant on the queue; 0A000: the queue name under a nondeterministic collation.';

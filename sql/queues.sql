@@ -287,7 +287,7 @@ COMMENT ON FUNCTION jq.alter_queue(text, integer, interval, jq.backoff_policy, i
 'than rate_limit + burst claims; changing any of the three refills the bucket. priority_aging '
 '(interval > 0, at most 100 years; 0 turns it off): a ready job''s priority rises by 1 per '
 'interval waited since run_at, for jobs enqueued while it is set. Errors: 22023 '
-'invalid value (also rate_period or burst without a rate limit), 42704 unknown queue.';
+'invalid value (also rate_period or burst without a rate limit), 42704 unknown queue. 42501: the caller holds no admin grant on the queue; 0A000: the name under a nondeterministic collation.';
 
 CREATE FUNCTION jq._check_flow_options(key_concurrency integer, rate_limit integer,
                                        rate_period interval, burst integer) RETURNS void
@@ -417,7 +417,7 @@ COMMENT ON FUNCTION jq.drop_queue(text, boolean, bigint) IS
 'Cron schedules targeting the queue also make it refuse (55006) unless force => true, which '
 'deletes them (their fire log stays until its retention). '
 'Needs READ COMMITTED. Errors: 22004/22023 bad name, 0A000 name under a nondeterministic collation, '
-'42704 unknown queue, 55006 jobs or schedules remain, 55P03 busy, 25000 other isolation level.';
+'42704 unknown queue, 55006 jobs or schedules remain, 55P03 busy, 25000 other isolation level. 42501: the caller holds no admin grant on every queue (''*'').';
 
 CREATE FUNCTION jq.pause(name text, caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
 LANGUAGE plpgsql AS $$
@@ -433,7 +433,7 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION jq.pause(text, bigint) IS
 'Pauses a queue: jq.claim returns no jobs from it until jq.resume. Enqueue, running jobs and '
-'maintenance go on. Errors: 22004/22023 bad name, 42704 unknown queue.';
+'maintenance go on. Errors: 22004/22023 bad name, 42704 unknown queue. 42501: the caller holds no admin grant on the queue; 0A000: the name under a nondeterministic collation.';
 
 CREATE FUNCTION jq.resume(name text, caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
 LANGUAGE plpgsql AS $$
@@ -449,4 +449,4 @@ BEGIN
     RETURN true;
 END $$;
 COMMENT ON FUNCTION jq.resume(text, bigint) IS
-'Resumes a paused queue. Errors: 22004/22023 bad name, 42704 unknown queue.';
+'Resumes a paused queue. Errors: 22004/22023 bad name, 42704 unknown queue. 42501: the caller holds no admin grant on the queue; 0A000: the name under a nondeterministic collation.';

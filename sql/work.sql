@@ -496,7 +496,7 @@ COMMENT ON FUNCTION jq.claim(text, text, integer, interval, interval, bigint) IS
 'rate_period sees more than rate_limit + rate_burst claims; a long-poll with no token sleeps until '
 'the next one (docs/flow-control.md). Errors: 22023 bad n, worker, lease or wait; 42704 '
 'unknown queue; 22004/22023 bad queue name; 25000 wait, or a capped or rate-limited queue, '
-'outside READ COMMITTED.';
+'outside READ COMMITTED. 42501: the caller holds no work grant on the queue; 0A000: the queue name under a nondeterministic collation.';
 
 CREATE FUNCTION jq._wait_deadline(wait interval) RETURNS timestamptz
 LANGUAGE plpgsql AS $$
@@ -667,7 +667,7 @@ COMMENT ON FUNCTION jq.claim(text[], text, integer, interval, interval, bigint) 
 'were faster), it sleeps again, except when a capped queue is listed: then it returns empty '
 'rather than sleep holding that queue''s row lock. It never sleeps while its transaction has a '
 'transaction id (as jq.claim(text, ...)): it returns empty instead. Errors: as jq.claim(text, ...), plus 22023 '
-'for an empty array.';
+'for an empty array. 42501: the caller holds no work grant on one of the queues; 0A000: a queue name under a nondeterministic collation.';
 
 CREATE FUNCTION jq.complete(id bigint, lease_token uuid, result jsonb DEFAULT NULL) RETURNS boolean
 LANGUAGE plpgsql AS $$
@@ -907,7 +907,7 @@ COMMENT ON FUNCTION jq.cancel(bigint, bigint) IS
 'slot if it held one); a running job gets '
 'cancel_requested, which its worker sees in the next jq.heartbeat and should answer by stopping '
 '(its jq.fail or jq.release then ends it as cancelled; a jq.complete still completes it, and an '
-'expired lease cancels it). Returns false for finished or unknown jobs.';
+'expired lease cancels it). Returns false for finished or unknown jobs. Errors: 42501 when the job exists and the caller holds no admin grant on its queue.';
 
 CREATE FUNCTION jq.retry(id bigint, caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
 LANGUAGE plpgsql AS $$
@@ -940,4 +940,4 @@ END $$;
 COMMENT ON FUNCTION jq.retry(bigint, bigint) IS
 'Puts a dead or cancelled job back to ready now, with attempt and lease_expiries reset (its '
 'history and last_error stay). Returns false for other states or unknown ids. Errors: 23505 when '
-'another unfinished job in the queue holds its idempotency key.';
+'another unfinished job in the queue holds its idempotency key. 42501: the job exists and the caller holds no admin grant on its queue.';
