@@ -164,7 +164,7 @@ BEGIN
     END IF;
 END $$;
 COMMENT ON FUNCTION jq._lock_schedule_queue(text) IS
-'Internal: locks the queue row FOR KEY SHARE; 22004/22023 bad name, 42704 unknown queue.';
+'Internal: locks jq.jobs ROW EXCLUSIVE, then the queue row FOR KEY SHARE (the order of jq.drop_queue); 22004/22023 bad name, 42704 unknown queue.';
 
 CREATE FUNCTION jq.schedule(
     name         text,
@@ -271,6 +271,9 @@ BEGIN
     PERFORM jq._check_schedule_options(alter_schedule.cron, alter_schedule.timezone,
         alter_schedule.payload, alter_schedule.kind, alter_schedule.max_attempts,
         alter_schedule.misfire, alter_schedule.overlap);
+    -- Before the schedule row (which a forced jq.drop_queue deletes) and the queue row, as
+    -- jq.drop_queue: else a transaction that altered and then wrote jobs could deadlock with it.
+    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;
     IF alter_schedule.queue IS NOT NULL THEN
         PERFORM jq._lock_schedule_queue(alter_schedule.queue);
     END IF;
@@ -332,6 +335,7 @@ DECLARE
     v_queue  text;
 BEGIN
     PERFORM jq._check_schedule_name(unschedule.name);
+    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;  -- before the schedule row, as jq.drop_queue (see jq.alter_schedule)
     SELECT t.queue INTO v_queue FROM jq.schedules t WHERE t.name = unschedule.name FOR UPDATE;
     IF FOUND THEN
         PERFORM jq._check_schedule_owner(v_caller, unschedule.name, v_queue);

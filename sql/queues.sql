@@ -349,9 +349,10 @@ BEGIN
     -- behind it. EXCLUSIVE, not just SHARE ROW EXCLUSIVE, so that it also waits for
     -- transactions that only row-locked jobs so far (jq.fail's SELECT ... FOR UPDATE) instead
     -- of deadlocking with them. The table lock comes before the queue row lock: every jq
-    -- function that locks a queue row (a capped claim, an enqueue outside READ COMMITTED,
-    -- pause, resume, alter_queue, the multi-queue claim) takes its lock on jq.jobs first, so
-    -- this order cannot deadlock with them. Plain reads of jq.jobs go on meanwhile.
+    -- function that locks a queue row, or a schedule or grant row this drop deletes (a capped
+    -- claim, an enqueue outside READ COMMITTED, pause, resume, alter_queue, the multi-queue
+    -- claim, schedule, alter_schedule, unschedule, grant, revoke) takes its lock on jq.jobs
+    -- first, so this order cannot deadlock with them. Plain reads of jq.jobs go on meanwhile.
     LOCK TABLE jq.jobs IN EXCLUSIVE MODE;
     PERFORM 1 FROM jq.queues t WHERE t.name = drop_queue.name FOR UPDATE;
     IF NOT FOUND THEN

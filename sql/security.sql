@@ -170,9 +170,10 @@ BEGIN
         RAISE EXCEPTION 'unknown privilege "%"', g_privilege
             USING ERRCODE = '22023', HINT = 'Privileges: enqueue, work, admin.';
     END IF;
+    -- Before the queue row and the catalogs' pg_proc rows (GRANT EXECUTE below), as jq.drop_queue.
+    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;
     IF g_queue <> '*' THEN
         PERFORM jq._check_queue_name(g_queue);
-        LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;  -- before the queue row, as jq.drop_queue
         PERFORM 1 FROM jq.queues t WHERE t.name = g_queue FOR KEY SHARE;
         IF NOT FOUND THEN
             PERFORM jq._unknown_queue(g_queue);
@@ -224,6 +225,8 @@ BEGIN
         RAISE EXCEPTION 'unknown privilege "%"', revoke.privilege
             USING ERRCODE = '22023', HINT = 'Privileges: enqueue, work, admin.';
     END IF;
+    -- Before the grant row (which jq.drop_queue deletes) and pg_proc's rows, as jq.drop_queue.
+    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;
     -- Compared under the column's collation: a caller's nondeterministic one (say, case
     -- insensitive) would otherwise also revoke the grant on a queue differing only in case.
     DELETE FROM jq.queue_grants g

@@ -626,39 +626,58 @@ fn pausing_then_cancelling_does_not_deadlock_with_a_drop() {
     assert_eq!((cancel, dropped), (Ok(()), Ok(())), "no 40P01 on either side");
 }
 
-/// The same for the other admin calls that lock a queue row: jq.schedule, jq.alter_schedule
-/// (moving a schedule to the queue) and jq.grant hold the row FOR KEY SHARE until the
-/// transaction ends, and lock jq.jobs first. Broken variants `schedule_row_first` (the
-/// schedule's queue lock without the table lock) and `grant_row_first` (the same in jq.grant):
-/// the enqueue that follows in the same transaction and the drop each waited for the other,
-/// and one of them died with 40P01.
+/// The same for every other admin call that locks a row jq.drop_queue locks or deletes:
+/// jq.schedule and jq.alter_schedule(queue => ...) (the queue row, FOR KEY SHARE),
+/// jq.alter_schedule and jq.unschedule (the schedule row, which a forced drop deletes), jq.grant
+/// (the queue row) and jq.revoke (the grant row, which the drop deletes). Each locks jq.jobs
+/// first, as the drop does. Broken variants, one per function, each without its table lock:
+/// `schedule_row_first` (jq._lock_schedule_queue), `alter_schedule_row_first`,
+/// `unschedule_row_first`, `grant_row_first`, `revoke_row_first`: the enqueue that follows in
+/// the admin's transaction and the drop each waited for the other, and one died with 40P01.
 #[test]
-fn scheduling_or_granting_then_enqueuing_does_not_deadlock_with_a_drop() {
+fn admin_calls_then_enqueuing_do_not_deadlock_with_a_drop() {
     let db = TestDb::new("admindrop");
     let mut c = db.connect();
-    c.batch_execute(
-        "SELECT jq.create_queue('other');
-         SELECT jq.schedule('moved', '0 0 1 1 *', 'other');",
-    )
-    .unwrap();
+    c.batch_execute("SELECT jq.create_queue('other'); SELECT jq.schedule('moved', '0 0 1 1 *', 'other');")
+        .unwrap();
     if broken("schedule_row_first") {
         sabotage(&mut c, "jq._lock_schedule_queue(text)",
                  "    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;  -- before the queue row, as jq.drop_queue\n", "", 1);
     }
-    if broken("grant_row_first") {
-        sabotage(&mut c, "jq.grant(text,regrole,text,bigint)",
-                 "        LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;  -- before the queue row, as jq.drop_queue\n", "", 1);
+    if broken("alter_schedule_row_first") {
+        sabotage(&mut c, "jq.alter_schedule(text,text,text,jsonb,text,text,integer,integer,text,text,boolean,bigint)",
+                 "    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;\n    IF alter_schedule.queue IS NOT NULL THEN",
+                 "    IF alter_schedule.queue IS NOT NULL THEN", 1);
     }
-    for (q, call) in [
-        ("s1", "SELECT jq.schedule('daily', '0 0 * * *', 's1')"),
-        ("s2", "SELECT jq.alter_schedule('moved', queue => 's2')"),
-        ("s3", "SELECT jq.grant('s3', 'jq_worker', 'work')"),
-    ] {
-        c.batch_execute(&format!("SELECT jq.create_queue('{q}')")).unwrap();
+    if broken("unschedule_row_first") {
+        sabotage(&mut c, "jq.unschedule(text,boolean,bigint)",
+                 "    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;  -- before the schedule row, as jq.drop_queue (see jq.alter_schedule)\n",
+                 "", 1);
+    }
+    if broken("grant_row_first") {
+        sabotage(&mut c, "jq.grant(text,regrole,text,bigint)", "    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;\n    IF g_queue <> '*' THEN",
+                 "    IF g_queue <> '*' THEN", 1);
+    }
+    if broken("revoke_row_first") {
+        sabotage(&mut c, "jq.revoke(text,regrole,text)", "    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;\n    -- Compared under",
+                 "    -- Compared under", 1);
+    }
+    let cases = [
+        ("s1", "", "SELECT jq.schedule('daily', '0 0 * * *', 's1')"),
+        ("s2", "", "SELECT jq.alter_schedule('moved', queue => 's2')"),
+        ("s3", "SELECT jq.schedule('s3_daily', '0 0 * * *', 's3')", "SELECT jq.alter_schedule('s3_daily', cron => '0 1 * * *')"),
+        ("s4", "SELECT jq.schedule('s4_daily', '0 0 * * *', 's4')", "SELECT jq.unschedule('s4_daily')"),
+        ("s5", "", "SELECT jq.grant('s5', 'jq_worker', 'work')"),
+        ("s6", "SELECT jq.grant('s6', 'jq_worker', 'work')", "SELECT jq.revoke('s6', 'jq_worker', 'work')"),
+    ];
+    let mut failures = Vec::new();
+    for (q, setup, call) in cases {
+        c.batch_execute(&format!("SELECT jq.create_queue('{q}'); {setup}")).unwrap();
         let mut admin = db.connect();
         admin.batch_execute(&format!("SET deadlock_timeout = '100ms'; BEGIN; {call};")).unwrap();
+        let mut d = db.connect();
+        let dropper_pid = jq_pg_test::backend_pid(&mut d);
         let dropper = {
-            let mut d = db.connect();
             let q = q.to_string();
             thread::spawn(move || {
                 d.batch_execute("SET deadlock_timeout = '100ms'").unwrap();
@@ -667,17 +686,25 @@ fn scheduling_or_granting_then_enqueuing_does_not_deadlock_with_a_drop() {
                     .map_err(|e| e.code().map(|s| s.code().to_string()))
             })
         };
-        thread::sleep(Duration::from_millis(300));
+        // The drop waits (for the table with the fix, for a row without it) before the enqueue.
+        let t0 = Instant::now();
+        while !jq_pg_test::waiting_on_lock(&mut c, dropper_pid) {
+            assert!(t0.elapsed() < Duration::from_secs(10), "{call}: the drop never waited");
+            thread::sleep(Duration::from_millis(10));
+        }
         let enqueue = admin
             .simple_query(&format!("SELECT jq.enqueue('{q}')"))
             .map(|_| ())
             .map_err(|e| e.code().map(|s| s.code().to_string()));
         admin.batch_execute(if enqueue.is_ok() { "COMMIT" } else { "ROLLBACK" }).unwrap();
         let dropped = dropper.join().unwrap();
-        assert_eq!((enqueue, dropped), (Ok(()), Ok(())), "{call}: no 40P01 on either side");
         let left: i64 = c.query_one("SELECT count(*) FROM jq.queues WHERE name = $1", &[&q]).unwrap().get(0);
-        assert_eq!(left, 0, "{call}: the drop went through after the transaction");
+        if (&enqueue, &dropped, left) != (&Ok(()), &Ok(()), 0) {
+            failures.push(format!("{call}: enqueue {enqueue:?}, drop {dropped:?}, queue rows left {left}"));
+        }
     }
+    assert!(failures.is_empty(), "no 40P01 on either side, and the drop goes through after the transaction:\n{}",
+            failures.join("\n"));
 }
 
 #[test]
