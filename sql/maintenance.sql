@@ -453,7 +453,9 @@ COMMENT ON FUNCTION jq.status() IS
 'is dropped/renamed/copied, waiting for a worker slot), the worker''s pid, when it started, '
 'the time, number and duration (pass_ms, milliseconds) of its passes with the counts of the '
 'last one (promoted, reaped, fired cron jobs, pruned rows, NOTIFYs sent on channel jq_ready), '
-'and its last error with its time. Without jq in shared_preload_libraries: one row saying so.';
+'and its last error with its time. Without jq in shared_preload_libraries: one row saying so. '
+'The calling database, if the launcher tracks no slot for it (not in jq.databases, or more than '
+'64 databases), gets a row in state not served, whose last_error says why.';
 
 -- A database that just got jq is served within a second rather than at the next recheck.
 SELECT jq._launcher_wake();

@@ -494,9 +494,13 @@ fn _status() -> TableIterator<
     ),
 > {
     let ts = |v: i64| (v != 0).then(|| TimestampWithTimeZone::try_from(v).ok()).flatten();
-    let rows: Vec<_> = shmem::get()
-        .map(|sh| sh.statuses())
-        .unwrap_or_default()
+    let statuses = shmem::get().map(|sh| sh.statuses()).unwrap_or_default();
+    // SAFETY: MyDatabaseId is set in every backend connected to a database.
+    let me = unsafe { pg_sys::MyDatabaseId };
+    // This database has jq (the function exists here). Without a slot it has no maintenance
+    // worker, and a row saying so is what keeps that from passing unseen (field case Q20).
+    let unserved = shmem::get().is_some() && !statuses.iter().any(|s| s.dboid == me.to_u32());
+    let mut rows: Vec<_> = statuses
         .into_iter()
         .map(|s| {
             let state = match s.state {
@@ -526,6 +530,28 @@ fn _status() -> TableIterator<
             )
         })
         .collect();
+    if unserved {
+        rows.push((
+            me,
+            "not served".to_string(),
+            None,
+            None,
+            None,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0.0,
+            Some(format!(
+                "this database has jq but no maintenance worker: it is not in jq.databases, or the launcher \
+                 tracks {} databases already (it serves at most that many); restrict jq.databases",
+                shmem::MAX_DATABASES
+            )),
+            None,
+        ));
+    }
     TableIterator::new(rows)
 }
 

@@ -150,6 +150,8 @@ for f, name in (('cron.sql', '_cron_fire'), ('cron.sql', 'cron_tick'), ('cron.sq
 w('-- Changed comments.\n')
 for s in find('maintenance.sql', r'^COMMENT ON FUNCTION jq\.tick\('):
     w(s + '\n')
+for s in find('maintenance.sql', r'^COMMENT ON FUNCTION jq\.status\('):
+    w(s + '\n')
 REVOKE_OTHERS = """DO $$
 DECLARE
     r record;
