@@ -2,6 +2,7 @@
 
 mod common;
 use common::*;
+use std::time::Duration;
 
 #[test]
 fn metrics_once_exposes_queue_gauges_and_table_health() {
@@ -49,4 +50,29 @@ fn alter_queue_sets_flow_control_options() {
     let out = db.jqctl().args(["alter-queue", "fq", "--key-concurrency", "0"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).starts_with("jqctl: error: "));
+}
+
+/// `jq_worker_up` covers databases with jq only. jq.status() also lists the databases the
+/// launcher looked at and found without jq (state `no extension`); exported as
+/// `jq_worker_up 0`, they made the documented JqMaintenanceStalled alert fire for `postgres`
+/// and every other such database. Seen failing before metrics left them out (the line
+/// `jq_worker_up{database="jqt_bgw_noext_…"} 0` was there).
+#[test]
+fn databases_without_jq_are_not_reported_as_workers_down() {
+    let db = TestDb::new("metricsnoext");
+    let mut c = db.connect();
+    // A database the test cluster's launcher tracks (jq.databases = 'jqt_bgw_*'), without jq.
+    let noext = format!("jqt_bgw_noext_{}", std::process::id());
+    let mut a = Client::connect(&conninfo_at(port(), "postgres"), NoTls).unwrap();
+    a.batch_execute(&format!("DROP DATABASE IF EXISTS {noext} WITH (FORCE); CREATE DATABASE {noext}")).unwrap();
+    wait_until(Duration::from_secs(20), "the launcher finds the database without jq", || {
+        c.query_opt("SELECT 1 FROM jq.status() WHERE database = $1 AND state = 'no extension'", &[&noext])
+            .unwrap()
+            .is_some()
+    });
+    let out = db.jqctl().args(["metrics", "--once"]).output().unwrap();
+    a.batch_execute(&format!("DROP DATABASE IF EXISTS {noext} WITH (FORCE)")).unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(!text.contains(&format!("database=\"{noext}\"")), "{noext} reported:\n{text}");
 }
