@@ -359,7 +359,7 @@ COMMENT ON FUNCTION jq.enqueue(text, jsonb, text, timestamptz, interval, integer
 'key_concurrency at a time and start in (run_at, id) order whatever their priority; a due job '
 'whose key is full waits in state blocked (docs/flow-control.md). '
 'Errors: 42704 unknown queue, 22004 NULL queue or payload, 22023 invalid name/kind/key/'
-'max_attempts/run_at, 22008 delay overflow, 54000 payload too large.';
+'max_attempts/run_at, 22008 delay overflow, 54000 payload too large. 42501: the caller holds no enqueue grant on the queue; 0A000: the queue name under a nondeterministic collation.';
 
 CREATE FUNCTION jq.enqueue_many(
     queue        text,
@@ -487,7 +487,7 @@ COMMENT ON FUNCTION jq.enqueue_many(text, jsonb, text, timestamptz, interval, in
 'idempotency or concurrency keys are enqueued one by one in key order (concurrency key, then '
 'idempotency key); the others in one INSERT '
 '(200,000 jobs in one call work). Errors: as jq.enqueue, plus 22023 when payloads is not an array '
-'or a spec has an unknown field.';
+'or a spec has an unknown field. 42501: the caller holds no enqueue grant on the queue; 0A000: the queue name under a nondeterministic collation.';
 
 CREATE FUNCTION jq.claim(queue text, worker text, n integer DEFAULT 1, lease interval DEFAULT NULL,
                          wait interval DEFAULT NULL, caller_ticket bigint DEFAULT jq._ticket())
@@ -967,7 +967,7 @@ COMMENT ON FUNCTION jq.claim(text, text, integer, interval, interval, bigint) IS
 'rate_period sees more than rate_limit + rate_burst claims; a long-poll with no token sleeps until '
 'the next one (docs/flow-control.md). Errors: 22023 bad n, worker, lease or wait; 42704 '
 'unknown queue; 22004/22023 bad queue name; 25000 wait, or a capped or rate-limited queue, '
-'outside READ COMMITTED.';
+'outside READ COMMITTED. 42501: the caller holds no work grant on the queue; 0A000: the queue name under a nondeterministic collation.';
 
 COMMENT ON FUNCTION jq.claim(text[], text, integer, interval, interval, bigint) IS
 'Claims up to n jobs in total from several queues, one queue at a time in the given order (each '
@@ -985,7 +985,7 @@ COMMENT ON FUNCTION jq.claim(text[], text, integer, interval, interval, bigint) 
 'were faster), it sleeps again, except when a capped queue is listed: then it returns empty '
 'rather than sleep holding that queue''s row lock. It never sleeps while its transaction has a '
 'transaction id (as jq.claim(text, ...)): it returns empty instead. Errors: as jq.claim(text, ...), plus 22023 '
-'for an empty array.';
+'for an empty array. 42501: the caller holds no work grant on one of the queues; 0A000: a queue name under a nondeterministic collation.';
 
 CREATE FUNCTION jq.cancel(id bigint, caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
 LANGUAGE plpgsql AS $$
@@ -1028,7 +1028,7 @@ COMMENT ON FUNCTION jq.cancel(bigint, bigint) IS
 'slot if it held one); a running job gets '
 'cancel_requested, which its worker sees in the next jq.heartbeat and should answer by stopping '
 '(its jq.fail or jq.release then ends it as cancelled; a jq.complete still completes it, and an '
-'expired lease cancels it). Returns false for finished or unknown jobs.';
+'expired lease cancels it). Returns false for finished or unknown jobs. Errors: 42501 when the job exists and the caller holds no admin grant on its queue.';
 
 CREATE FUNCTION jq.retry(id bigint, caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
 LANGUAGE plpgsql AS $$
@@ -1062,7 +1062,7 @@ END $$;
 COMMENT ON FUNCTION jq.retry(bigint, bigint) IS
 'Puts a dead or cancelled job back to ready now, with attempt and lease_expiries reset (its '
 'history and last_error stay). Returns false for other states or unknown ids. Errors: 23505 when '
-'another unfinished job in the queue holds its idempotency key.';
+'another unfinished job in the queue holds its idempotency key. 42501: the job exists and the caller holds no admin grant on its queue.';
 
 CREATE FUNCTION jq.alter_queue(
     name               text,
@@ -1164,7 +1164,7 @@ COMMENT ON FUNCTION jq.alter_queue(text, integer, interval, jq.backoff_policy, i
 'than rate_limit + burst claims; changing any of the three refills the bucket. priority_aging '
 '(interval > 0, at most 100 years; 0 turns it off): a ready job''s priority rises by 1 per '
 'interval waited since run_at, for jobs enqueued while it is set. Errors: 22023 '
-'invalid value (also rate_period or burst without a rate limit), 42704 unknown queue.';
+'invalid value (also rate_period or burst without a rate limit), 42704 unknown queue. 42501: the caller holds no admin grant on the queue; 0A000: the name under a nondeterministic collation.';
 
 CREATE FUNCTION jq.drop_queue(name text, force boolean DEFAULT false,
                               caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
@@ -1203,9 +1203,10 @@ BEGIN
     -- behind it. EXCLUSIVE, not just SHARE ROW EXCLUSIVE, so that it also waits for
     -- transactions that only row-locked jobs so far (jq.fail's SELECT ... FOR UPDATE) instead
     -- of deadlocking with them. The table lock comes before the queue row lock: every jq
-    -- function that locks a queue row (a capped claim, an enqueue outside READ COMMITTED,
-    -- pause, resume, alter_queue, the multi-queue claim) takes its lock on jq.jobs first, so
-    -- this order cannot deadlock with them. Plain reads of jq.jobs go on meanwhile.
+    -- function that locks a queue row, or a schedule or grant row this drop deletes (a capped
+    -- claim, an enqueue outside READ COMMITTED, pause, resume, alter_queue, the multi-queue
+    -- claim, schedule, alter_schedule, unschedule, grant, revoke) takes its lock on jq.jobs
+    -- first, so this order cannot deadlock with them. Plain reads of jq.jobs go on meanwhile.
     LOCK TABLE jq.jobs IN EXCLUSIVE MODE;
     PERFORM 1 FROM jq.queues t WHERE t.name = drop_queue.name FOR UPDATE;
     IF NOT FOUND THEN
@@ -1273,7 +1274,7 @@ COMMENT ON FUNCTION jq.drop_queue(text, boolean, bigint) IS
 'Cron schedules targeting the queue also make it refuse (55006) unless force => true, which '
 'deletes them (their fire log stays until its retention). '
 'Needs READ COMMITTED. Errors: 22004/22023 bad name, 0A000 name under a nondeterministic collation, '
-'42704 unknown queue, 55006 jobs or schedules remain, 55P03 busy, 25000 other isolation level.';
+'42704 unknown queue, 55006 jobs or schedules remain, 55P03 busy, 25000 other isolation level. 42501: the caller holds no admin grant on every queue (''*'').';
 
 CREATE FUNCTION jq.pause(name text, caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
 LANGUAGE plpgsql AS $$
@@ -1290,7 +1291,7 @@ END $$;
 
 COMMENT ON FUNCTION jq.pause(text, bigint) IS
 'Pauses a queue: jq.claim returns no jobs from it until jq.resume. Enqueue, running jobs and '
-'maintenance go on. Errors: 22004/22023 bad name, 42704 unknown queue.';
+'maintenance go on. Errors: 22004/22023 bad name, 42704 unknown queue. 42501: the caller holds no admin grant on the queue; 0A000: the name under a nondeterministic collation.';
 
 CREATE FUNCTION jq.resume(name text, caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
 LANGUAGE plpgsql AS $$
@@ -1307,7 +1308,7 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION jq.resume(text, bigint) IS
-'Resumes a paused queue. Errors: 22004/22023 bad name, 42704 unknown queue.';
+'Resumes a paused queue. Errors: 22004/22023 bad name, 42704 unknown queue. 42501: the caller holds no admin grant on the queue; 0A000: the name under a nondeterministic collation.';
 
 CREATE FUNCTION jq.schedule(
     name         text,
@@ -1415,6 +1416,9 @@ BEGIN
     PERFORM jq._check_schedule_options(alter_schedule.cron, alter_schedule.timezone,
         alter_schedule.payload, alter_schedule.kind, alter_schedule.max_attempts,
         alter_schedule.misfire, alter_schedule.overlap);
+    -- Before the schedule row (which a forced jq.drop_queue deletes) and the queue row, as
+    -- jq.drop_queue: else a transaction that altered and then wrote jobs could deadlock with it.
+    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;
     IF alter_schedule.queue IS NOT NULL THEN
         PERFORM jq._lock_schedule_queue(alter_schedule.queue);
     END IF;
@@ -1477,6 +1481,7 @@ DECLARE
     v_queue  text;
 BEGIN
     PERFORM jq._check_schedule_name(unschedule.name);
+    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;  -- before the schedule row, as jq.drop_queue (see jq.alter_schedule)
     SELECT t.queue INTO v_queue FROM jq.schedules t WHERE t.name = unschedule.name FOR UPDATE;
     IF FOUND THEN
         PERFORM jq._check_schedule_owner(v_caller, unschedule.name, v_queue);
@@ -1928,6 +1933,23 @@ COMMENT ON FUNCTION jq.cron_tick(timestamptz) IS
 'next_run_at moved on: to its next fire time, or at + 1 hour when its expression or zone is invalid) '
 'and never stops the others or raises. Safe to run from several sessions at once. Errors: 22023 '
 'infinite at; 22008 at before 0001-01-02 00:00:00+00.';
+
+-- The target queue must exist; FOR KEY SHARE holds off a concurrent jq.drop_queue until this
+-- transaction ends (drop_queue then sees the schedule and refuses, or deletes it with force).
+-- jq.jobs is locked first, the order of jq.drop_queue: with the queue row alone, a transaction
+-- that scheduled and then wrote jobs deadlocked with a drop (pg_test/tests/robustness.rs).
+CREATE OR REPLACE FUNCTION jq._lock_schedule_queue(queue text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;  -- before the queue row, as jq.drop_queue
+    PERFORM 1 FROM jq.queues t WHERE t.name = _lock_schedule_queue.queue FOR KEY SHARE;
+    IF NOT FOUND THEN
+        PERFORM jq._unknown_queue(_lock_schedule_queue.queue);
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION jq._lock_schedule_queue(text) IS
+'Internal: locks jq.jobs ROW EXCLUSIVE, then the queue row FOR KEY SHARE (the order of jq.drop_queue); 22004/22023 bad name, 42704 unknown queue.';
 
 CREATE OR REPLACE FUNCTION jq._claimable(queues text[]) RETURNS boolean
 LANGUAGE sql STABLE AS $$
@@ -2629,6 +2651,16 @@ COMMENT ON FUNCTION jq.tick() IS
 'in shared_preload_libraries the background worker does this every jq.tick_interval; otherwise '
 'call it about once a second, from pg_cron or any client (see README).';
 
+COMMENT ON FUNCTION jq.status() IS
+'The background workers, one row per database the launcher tracks (all databases of the '
+'cluster): state (running, starting, restarting, no extension, suspended while the database '
+'is dropped/renamed/copied, waiting for a worker slot), the worker''s pid, when it started, '
+'the time, number and duration (pass_ms, milliseconds) of its passes with the counts of the '
+'last one (promoted, reaped, fired cron jobs, pruned rows, NOTIFYs sent on channel jq_ready), '
+'and its last error with its time. Without jq in shared_preload_libraries: one row saying so. '
+'The calling database, if the launcher tracks no slot for it (not in jq.databases, or more than '
+'64 databases), gets a row in state not served, whose last_error says why.';
+
 -- 0.1.0 granted nothing and told DBAs to give their roles USAGE on jq and privileges on its
 -- tables. In 0.2.0 the tables change only through the functions and payloads are visible only
 -- per queue: take back every privilege a role other than the owner holds on jq's tables, views
@@ -3184,6 +3216,8 @@ BEGIN
         RAISE EXCEPTION 'unknown privilege "%"', g_privilege
             USING ERRCODE = '22023', HINT = 'Privileges: enqueue, work, admin.';
     END IF;
+    -- Before the queue row and the catalogs' pg_proc rows (GRANT EXECUTE below), as jq.drop_queue.
+    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;
     IF g_queue <> '*' THEN
         PERFORM jq._check_queue_name(g_queue);
         PERFORM 1 FROM jq.queues t WHERE t.name = g_queue FOR KEY SHARE;
@@ -3238,6 +3272,8 @@ BEGIN
         RAISE EXCEPTION 'unknown privilege "%"', revoke.privilege
             USING ERRCODE = '22023', HINT = 'Privileges: enqueue, work, admin.';
     END IF;
+    -- Before the grant row (which jq.drop_queue deletes) and pg_proc's rows, as jq.drop_queue.
+    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;
     -- Compared under the column's collation: a caller's nondeterministic one (say, case
     -- insensitive) would otherwise also revoke the grant on a queue differing only in case.
     DELETE FROM jq.queue_grants g

@@ -64,7 +64,9 @@ fn databases_without_jq_are_not_reported_as_workers_down() {
     // A database the test cluster's launcher tracks (jq.databases = 'jqt_bgw_*'), without jq.
     let noext = format!("jqt_bgw_noext_{}", std::process::id());
     let mut a = Client::connect(&conninfo_at(port(), "postgres"), NoTls).unwrap();
-    a.batch_execute(&format!("DROP DATABASE IF EXISTS {noext} WITH (FORCE); CREATE DATABASE {noext}")).unwrap();
+    // Two calls: a multi-statement batch is one transaction, which DROP DATABASE refuses.
+    a.batch_execute(&format!("DROP DATABASE IF EXISTS {noext} WITH (FORCE)")).unwrap();
+    a.batch_execute(&format!("CREATE DATABASE {noext}")).unwrap();
     wait_until(Duration::from_secs(20), "the launcher finds the database without jq", || {
         c.query_opt("SELECT 1 FROM jq.status() WHERE database = $1 AND state = 'no extension'", &[&noext])
             .unwrap()
