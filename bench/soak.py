@@ -1,8 +1,14 @@
 """Held-snapshot soak for bench/run (psycopg 3, bench/.venv).
 
 Usage: soak.py URL SYSTEM CLEAN HELD AFTER OUTDIR [control] -- PGBENCH_CMD...     SYSTEM: jq | floor
-Runs the drain PGBENCH_CMD (its -T must cover CLEAN + HELD + AFTER) and counts the completion log
-(bench_done) every second. After CLEAN seconds a separate session opens a REPEATABLE READ
+Runs the drain PGBENCH_CMD (its -T must cover CLEAN + HELD + AFTER; bench/run passes --progress=1)
+and takes the jobs done each second from pgbench's progress lines (transactions per second, times the
+jobs per transaction: the completion log's rows at the end over pgbench's transactions). Until
+2026-12-04 it counted the completion log (bench_done) every second instead: a count(*) of a table
+that grows by the drain rate, a parallel sequential scan of millions of rows each second by the
+end, which took ~0.5% of the machine's CPU in the clean seconds and 11-18% in the hold's middle
+and after it (perf, run 2026-12-04T1909-1f69e36): a decline of the measured drain that the
+measurement itself made, in the held drain and its control alike. After CLEAN seconds a separate session opens a REPEATABLE READ
 transaction and takes its snapshot (vacuum can then remove nothing newer), holds it HELD seconds,
 commits, and the drain goes on AFTER seconds. Writes OUTDIR/soak-SYSTEM.csv (second, jobs done
 that second, phase, every 5 s dead tuples, sizes, checkpoints, WAL and the table's vacuum) and OUTDIR/soak-SYSTEM-explain.txt: the
@@ -13,9 +19,11 @@ line: clean rate (seconds 3..CLEAN), rate during the snapshot (mean, slowest 10 
 rate in seconds 20-30 after it, their ratios, and the first second after the snapshot from which the 3-s mean is >= 0.8x clean.
 """
 import json
+import re
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 import psycopg
@@ -67,19 +75,37 @@ def health(c):
         f"FROM pg_stat_user_tables WHERE relid = '{table}'::regclass").fetchone()
 
 
+progress = []  # (arrival, pgbench's seconds since its start, transactions per second)
+err_lines = []
+
+
+def read_stderr(stream):
+    # pgbench --progress=1 prints "progress: 12.0 s, 2398.4 tps, lat ..." to stderr every second
+    for line in stream:
+        m = re.match(r"progress: ([0-9.]+) s, ([0-9.]+) tps", line)
+        if m:
+            progress.append((time.monotonic(), float(m.group(1)), float(m.group(2))))
+        else:
+            err_lines.append(line)
+
+
 with psycopg.connect(url, autocommit=True) as c:
-    done = lambda: c.execute("SELECT count(*) FROM bench_done").fetchone()[0]
-    rows, h0 = [], health(c)
-    pg = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    done = lambda: c.execute("SELECT count(*) FROM bench_done").fetchone()[0]  # at the start and the end only
+    rows, h0, d_start = [], health(c), done()
+    pg = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    reader = threading.Thread(target=read_stderr, args=(pg.stderr,), daemon=True)
+    reader.start()
     snap = psycopg.connect(url)
-    t0, last = time.monotonic(), done()
+    t0 = time.monotonic()
     total = clean + held + after
     for sec in range(1, total + 1):
         if sec == clean - 2:
             explain("clean, 2 s before the snapshot")
         if sec == clean and not control:
             snap.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            snap.execute("SELECT count(*) FROM bench_done").fetchone()  # takes the snapshot
+            pid = snap.execute("SELECT pg_backend_pid()").fetchone()[0]  # takes the snapshot
+            assert c.execute("SELECT backend_xmin IS NOT NULL FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()[0], \
+                "the REPEATABLE READ session holds no snapshot"
         if sec == clean + held - 3:
             explain(f"snapshot held for {held - 3} s")
         if sec == clean + held and not control:
@@ -93,15 +119,39 @@ with psycopg.connect(url, autocommit=True) as c:
             explain_out.append(f"vacuums in progress: {av}\n{table}: last_autovacuum {st[0]}, last_autoanalyze {st[1]}, "
                                f"n_dead_tup {st[2]}, n_mod_since_analyze {st[3]}\n")
         time.sleep(max(0.0, t0 + sec - time.monotonic()))
-        now = done()
         phase = "clean" if sec <= clean else "held" if sec <= clean + held else "after"
         hl = health(c) if sec % 5 == 0 else ("",) * 9
-        rows.append((sec, now - last, phase, *hl))
-        last = now
-    pg.wait()
-    err = pg.stderr.read()
+        rows.append([sec, None, phase, *hl])
+    out = pg.communicate()[0]
+    reader.join()
+    err = "".join(err_lines)
     snap.close()
-    h1 = health(c)
+    h1, d_end = health(c), done()
+# Jobs per pgbench transaction: 10 while the queue is deep (each script claims and completes a
+# batch of 10); fewer means claims came back short (the queue ran dry), reported below.
+m = re.search(r"number of transactions actually processed: (\d+)", out)
+tx_total = int(m.group(1)) if m else 0
+jobs_per_tx = (d_end - d_start) / tx_total if tx_total else 0.0
+# pgbench's clock against this script's: progress line i covers pgbench seconds (t[i-1], t[i]]
+# and arrives right after t[i]; the median lag maps pgbench's seconds onto ours.
+offset = statistics.median(a - t0 - x for a, x, _ in progress) if progress else 0.0
+cum = [(offset, 0.0)]
+for i, (_, x, tps) in enumerate(progress):
+    prev = progress[i - 1][1] if i else 0.0
+    cum.append((offset + x, cum[-1][1] + tps * (x - prev)))
+
+
+def cum_at(t):  # transactions done by our second t (linear between progress lines)
+    if t <= cum[0][0]:
+        return 0.0
+    for (ta, ca), (tb, cb) in zip(cum, cum[1:]):
+        if t <= tb:
+            return ca + (cb - ca) * (t - ta) / (tb - ta) if tb > ta else cb
+    return cum[-1][1]
+
+
+for r in rows:
+    r[1] = round((cum_at(r[0]) - cum_at(r[0] - 1)) * jobs_per_tx)
 with open(f"{outdir}/soak-{system}{'-control' if control else ''}.csv", "w") as f:
     f.write("second,jobs,phase,n_dead_tup,n_live_tup,autovacuum_count,total_bytes,index_bytes,checkpoints,wal_mb,buffers_backend,vacuum\n")
     for r in rows:
@@ -129,4 +179,5 @@ print(json.dumps({"system": system, "clean": round(c_rate), "held": round(d_rate
                   "back_to_0.8x_after_s": back, "held_s": held,
                   "dead_tuples_end_of_snapshot": max((r[3] for r in rows if r[2] == "held" and r[3] != ""), default=None),
                   "total_bytes_start": h0[3], "total_bytes_end": h1[3], "autovacuums": h1[2] - h0[2],
-                  "pgbench_errors": "aborted" in err}))
+                  "pgbench_errors": "aborted" in err, "jobs_per_tx": round(jobs_per_tx, 3),
+                  "progress_lines": len(progress)}))
