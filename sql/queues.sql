@@ -339,7 +339,13 @@ BEGIN
     END IF;
     -- History goes before the table lock, so its scan does not hold up other queues' writers;
     -- a history row written after this by a late worker is pruned as an orphan by jq._prune.
-    DELETE FROM jq.execution_log e WHERE e.queue = drop_queue.name;
+    -- SKIP LOCKED: rows another transaction is deleting (another drop of this queue) are left
+    -- to it, or to jq._prune if it rolls back. Waiting for them deadlocked: a transaction that
+    -- held jq.jobs (an earlier drop or any job write) and then dropped this queue waited here
+    -- for the other drop, which held these rows and waited for jq.jobs.
+    DELETE FROM jq.execution_log e
+    WHERE e.ctid = ANY (ARRAY(SELECT h.ctid FROM jq.execution_log h WHERE h.queue = drop_queue.name
+                              FOR UPDATE SKIP LOCKED));
     -- Then wait for every transaction that has written jobs to finish, and hold off new
     -- writers until this one commits: an enqueue under READ COMMITTED racing the drop then
     -- either committed its job before (deleted below) or finds the queue gone (jq.enqueue reads

@@ -545,8 +545,10 @@ fn _status() -> TableIterator<
             0,
             0.0,
             Some(format!(
-                "this database has jq but no maintenance worker: it is not in jq.databases, or the launcher \
-                 tracks {} databases already (it serves at most that many); restrict jq.databases",
+                "this database has jq but no maintenance worker: add it to jq.databases if it is not listed \
+                 there (templates and databases that refuse connections are never served); if it is listed, \
+                 the launcher tracks {} databases already (it serves at most that many): list fewer. Right \
+                 after a server start this row can show until the launcher's first pass",
                 shmem::MAX_DATABASES
             )),
             None,

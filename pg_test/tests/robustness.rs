@@ -707,6 +707,61 @@ fn admin_calls_then_enqueuing_do_not_deadlock_with_a_drop() {
             failures.join("\n"));
 }
 
+/// jq.drop_queue deletes the queue's history before it locks jq.jobs. A transaction that holds
+/// jq.jobs already (here an earlier drop) and then drops a queue that another session is
+/// dropping: that drop holds the history rows and waits for jq.jobs, and this one waited for the
+/// history rows: a deadlock, one of them 40P01 (the earlier drop rolled back with it). The
+/// history delete now skips rows another transaction holds (FOR UPDATE SKIP LOCKED; the other
+/// drop deletes them, or jq._prune does as orphans). Negative control
+/// JQ_TEST_BREAK=drop_history_waits (the plain DELETE): seen failing with 40P01.
+#[test]
+fn a_drop_does_not_deadlock_with_another_drop_of_the_same_queue() {
+    let db = TestDb::new("dropdrop");
+    let mut c = db.connect();
+    if broken("drop_history_waits") {
+        sabotage(&mut c, "jq.drop_queue(text,boolean,bigint)",
+                 "    DELETE FROM jq.execution_log e\n    WHERE e.ctid = ANY (ARRAY(SELECT h.ctid FROM jq.execution_log h WHERE h.queue = drop_queue.name\n                              FOR UPDATE SKIP LOCKED));",
+                 "    DELETE FROM jq.execution_log e WHERE e.queue = drop_queue.name;", 1);
+    }
+    c.batch_execute("SELECT jq.create_queue('a'); SELECT jq.create_queue('b'); SELECT jq.enqueue('b');").unwrap();
+    // A history row for b: a failed attempt.
+    let job = &jq_pg_test::claim(&mut c, "b", "w", 1, None)[0];
+    c.execute("SELECT jq.fail($1, $2, 'boom')", &[&job.id, &job.token]).unwrap();
+    let n: i64 = c.query_one("SELECT count(*) FROM jq.execution_log WHERE queue = 'b'", &[]).unwrap().get(0);
+    assert_eq!(n, 1);
+    let mut t1 = db.connect();
+    t1.batch_execute("SET deadlock_timeout = '100ms'; BEGIN; SELECT jq.drop_queue('a', force => true);").unwrap();
+    let mut t2 = db.connect();
+    let pid = jq_pg_test::backend_pid(&mut t2);
+    let other = thread::spawn(move || {
+        t2.batch_execute("SET deadlock_timeout = '100ms'").unwrap();
+        t2.simple_query("SELECT jq.drop_queue('b', force => true)")
+            .map(|_| ())
+            .map_err(|e| e.code().map(|s| s.code().to_string()))
+    });
+    // The other drop has deleted b's history and waits for jq.jobs.
+    let t0 = Instant::now();
+    while !jq_pg_test::waiting_on_lock(&mut c, pid) {
+        assert!(t0.elapsed() < Duration::from_secs(10), "the other drop never waited");
+        thread::sleep(Duration::from_millis(10));
+    }
+    let mine = t1
+        .simple_query("SELECT jq.drop_queue('b', force => true)")
+        .map(|_| ())
+        .map_err(|e| e.code().map(|s| s.code().to_string()));
+    let committed = mine.is_ok() && t1.batch_execute("COMMIT").is_ok();
+    if !committed {
+        let _ = t1.batch_execute("ROLLBACK");
+    }
+    let theirs = other.join().unwrap();
+    // Mine drops both queues; theirs then finds b gone (42704) or timed out on the lock (55P03).
+    assert!(committed, "the transaction's second drop: {mine:?} (the other drop: {theirs:?})");
+    assert!(matches!(theirs.as_ref().map_err(|e| e.as_deref()), Err(Some("42704")) | Err(Some("55P03"))),
+            "the other drop: {theirs:?}");
+    let left: i64 = c.query_one("SELECT count(*) FROM jq.queues WHERE name IN ('a', 'b')", &[]).unwrap().get(0);
+    assert_eq!(left, 0);
+}
+
 #[test]
 fn a_delay_with_a_negative_field_is_refused() {
     let db = TestDb::new("mixdelay");

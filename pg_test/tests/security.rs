@@ -882,3 +882,62 @@ fn ticketed_functions(c: &mut Client) -> Vec<String> {
     .map(|r| r.get(0))
     .collect()
 }
+
+/// Two jq.grant / jq.revoke calls at once both run GRANT or REVOKE EXECUTE on the same pg_proc
+/// rows (a per-queue admin grant, or a role's last one revoked), or GRANT jq_producer TO the same
+/// role. Without a lock of their own the second waited for the first's catalog row and then
+/// failed with XX000 "tuple concurrently updated" (23505 on pg_auth_members for the membership)
+/// once the first committed; with `LOCK TABLE jq.queue_grants IN SHARE ROW EXCLUSIVE MODE` it
+/// waits for the first to end and succeeds. Negative control: JQ_TEST_BREAK=grants_unserialized
+/// (both functions without that lock).
+#[test]
+fn concurrent_grants_and_revokes_queue_up() {
+    let mut a = jq_pg_test::admin();
+    let roles = Roles::new(&mut a, "grantrace", &[("r1", ""), ("r2", ""), ("r3", ""), ("r4", ""), ("r5", "")]);
+    let db = TestDb::new("grantrace");
+    let mut c = db.connect();
+    if broken("grants_unserialized") {
+        for f in ["jq.grant(text,regrole,text,bigint)", "jq.revoke(text,regrole,text)"] {
+            sabotage(&mut c, f, "    LOCK TABLE jq.queue_grants IN SHARE ROW EXCLUSIVE MODE;\n", "", 1);
+        }
+    }
+    let (r1, r2, r3, r4, r5) = (roles.get("r1"), roles.get("r2"), roles.get("r3"), roles.get("r4"), roles.get("r5"));
+    c.batch_execute(&format!(
+        "SELECT jq.create_queue('g1'); SELECT jq.create_queue('g2'); SELECT jq.grant('g2', '{r4}', 'admin');"
+    ))
+    .unwrap();
+    let cases = [
+        (format!("SELECT jq.grant('g1', '{r1}', 'admin')"), format!("SELECT jq.grant('g2', '{r2}', 'admin')")),
+        (format!("SELECT jq.grant('g1', '{r3}', 'enqueue')"), format!("SELECT jq.grant('g2', '{r3}', 'admin')")),
+        (format!("SELECT jq.grant('g1', '{r5}', 'admin')"), format!("SELECT jq.revoke('g2', '{r4}', 'admin')")),
+    ];
+    let mut failures = Vec::new();
+    for (first, second) in cases {
+        let mut t1 = db.connect();
+        t1.batch_execute(&format!("BEGIN; {first};")).unwrap();
+        let mut t2 = db.connect();
+        let pid = jq_pg_test::backend_pid(&mut t2);
+        let other = {
+            let second = second.clone();
+            std::thread::spawn(move || {
+                t2.simple_query(&second).map(|_| ()).map_err(|e| e.code().map(|s| s.code().to_string()))
+            })
+        };
+        let t0 = std::time::Instant::now();
+        while !jq_pg_test::waiting_on_lock(&mut c, pid) && !other.is_finished() {
+            assert!(t0.elapsed() < std::time::Duration::from_secs(10), "{second} neither waited nor ended");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        t1.batch_execute("COMMIT").unwrap();
+        let got = other.join().unwrap();
+        if got.is_err() {
+            failures.push(format!("{first} then {second}: {got:?}"));
+        }
+    }
+    assert!(failures.is_empty(), "the second call must wait and succeed:\n{}", failures.join("\n"));
+    // Every grant is in place (and r4's admin grant gone).
+    let n: i64 = c.query_one("SELECT count(*) FROM jq.queue_grants", &[]).unwrap().get(0);
+    assert_eq!(n, 5, "g1: r1 admin, r3 enqueue, r5 admin; g2: r2 admin, r3 admin");
+    drop(c);
+    drop(db);
+}
