@@ -400,10 +400,11 @@ pub extern "C-unwind" fn jq_db_worker_main(arg: pg_sys::Datum) {
         reload_config_if_asked();
         let gen = slot.with(|s| s.ext_gen);
         match extension_ready() {
-            Ok(true) => {}
+            Ok(true) => slot.with(|s| s.without_ext = false),
             Ok(false) | Err(_) => {
                 slot.with(|s| {
                     s.state = slot_state::NO_EXTENSION;
+                    s.without_ext = true;
                     s.pid = 0;
                     // A CREATE EXTENSION that committed during the check: look again at once.
                     s.recheck_at = if s.ext_gen != gen { 0 } else { now_ts() + RECHECK_SECS * USECS_PER_SEC };
@@ -504,6 +505,12 @@ fn _status() -> TableIterator<
         .into_iter()
         .map(|s| {
             let state = match s.state {
+                // A recheck of a database last seen without jq: still that until the worker knows.
+                slot_state::STARTING | slot_state::RUNNING | slot_state::NO_SLOT | slot_state::EXITED
+                    if s.without_ext =>
+                {
+                    "no extension"
+                }
                 slot_state::STARTING => "starting",
                 slot_state::RUNNING => "running",
                 slot_state::NO_EXTENSION => "no extension",

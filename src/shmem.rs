@@ -63,6 +63,10 @@ pub struct SlotStatus {
     pub recheck_at: i64,
     /// Bumped at the commit of `CREATE EXTENSION jq` in this database.
     pub ext_gen: u64,
+    /// The last look found no jq in this database. Kept while a recheck starts a worker (states
+    /// STARTING, RUNNING before its check, or NO_SLOT when the worker pool is full), so that
+    /// jq.status() goes on saying `no extension` instead of a worker that is starting or down.
+    pub without_ext: bool,
     pub error_len: u32,
     pub error: [u8; ERROR_BYTES],
 }
@@ -91,7 +95,7 @@ impl Default for SlotStatus {
         SlotStatus {
             dboid: 0, state: 0, pid: 0, started_at: 0, last_pass_at: 0, passes: 0, promoted: 0,
             reaped: 0, fired: 0, pruned: 0, notified: 0, pass_ms: 0.0, error_at: 0, recheck_at: 0,
-            ext_gen: 0, error_len: 0, error: [0; ERROR_BYTES],
+            ext_gen: 0, without_ext: false, error_len: 0, error: [0; ERROR_BYTES],
         }
     }
 }

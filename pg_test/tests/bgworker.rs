@@ -83,6 +83,37 @@ fn a_new_database_with_jq_is_served_within_seconds_and_others_are_not() {
     }
 }
 
+/// A database without jq is rechecked every 10 s by starting a worker there, which shows as
+/// `starting`, then `running` until its check, or `waiting for a worker slot` while the pool is
+/// full; `jqctl metrics` exported those as a maintenance worker down or up (a false
+/// JqMaintenanceStalled for `postgres` while the pool is full). jq.status() now keeps saying
+/// `no extension` through a recheck. Seen failing with that mapping removed from `_status`
+/// (a `starting` / `running` row caught between the 5-ms polls).
+#[test]
+fn a_database_without_jq_stays_no_extension_through_its_rechecks() {
+    let db = TestDb::new("bgw_recheck");
+    let mut c = db.connect();
+    let noext = format!("jqt_bgw_recheck_noext_{}", std::process::id());
+    let mut a = admin();
+    a.batch_execute(&format!("DROP DATABASE IF EXISTS {noext} WITH (FORCE)")).unwrap();
+    a.batch_execute(&format!("CREATE DATABASE {noext}")).unwrap();
+    let first = eventually(Duration::from_secs(20), || {
+        status(&mut c, &noext).map(|s| s.0 == "no extension").unwrap_or(false)
+    });
+    assert!(first.is_some(), "{noext} never reported: {:?}", status(&mut c, &noext));
+    // Two rechecks (every 10 s), polled every 5 ms.
+    let mut seen = std::collections::BTreeSet::new();
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(21) {
+        if let Some(s) = status(&mut c, &noext) {
+            seen.insert(s.0);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    a.batch_execute(&format!("DROP DATABASE IF EXISTS {noext} WITH (FORCE)")).unwrap();
+    assert_eq!(seen.into_iter().collect::<Vec<_>>(), vec!["no extension".to_string()]);
+}
+
 #[test]
 fn two_databases_are_both_served() {
     let a = TestDb::new("bgw_two_a");
