@@ -1193,7 +1193,13 @@ BEGIN
     END IF;
     -- History goes before the table lock, so its scan does not hold up other queues' writers;
     -- a history row written after this by a late worker is pruned as an orphan by jq._prune.
-    DELETE FROM jq.execution_log e WHERE e.queue = drop_queue.name;
+    -- SKIP LOCKED: rows another transaction is deleting (another drop of this queue) are left
+    -- to it, or to jq._prune if it rolls back. Waiting for them deadlocked: a transaction that
+    -- held jq.jobs (an earlier drop or any job write) and then dropped this queue waited here
+    -- for the other drop, which held these rows and waited for jq.jobs.
+    DELETE FROM jq.execution_log e
+    WHERE e.ctid = ANY (ARRAY(SELECT h.ctid FROM jq.execution_log h WHERE h.queue = drop_queue.name
+                              FOR UPDATE SKIP LOCKED));
     -- Then wait for every transaction that has written jobs to finish, and hold off new
     -- writers until this one commits: an enqueue under READ COMMITTED racing the drop then
     -- either committed its job before (deleted below) or finds the queue gone (jq.enqueue reads
@@ -3218,6 +3224,11 @@ BEGIN
     END IF;
     -- Before the queue row and the catalogs' pg_proc rows (GRANT EXECUTE below), as jq.drop_queue.
     LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;
+    -- Then one grant or revoke at a time (self-conflicting; plain reads of the grants, as every
+    -- authorization does, go on): two of them both run GRANT/REVOKE EXECUTE on the same pg_proc
+    -- rows (or GRANT jq_producer TO the same role), and the second failed with XX000 "tuple
+    -- concurrently updated" (or 23505 on pg_auth_members) once the first committed.
+    LOCK TABLE jq.queue_grants IN SHARE ROW EXCLUSIVE MODE;
     IF g_queue <> '*' THEN
         PERFORM jq._check_queue_name(g_queue);
         PERFORM 1 FROM jq.queues t WHERE t.name = g_queue FOR KEY SHARE;
@@ -3272,8 +3283,10 @@ BEGIN
         RAISE EXCEPTION 'unknown privilege "%"', revoke.privilege
             USING ERRCODE = '22023', HINT = 'Privileges: enqueue, work, admin.';
     END IF;
-    -- Before the grant row (which jq.drop_queue deletes) and pg_proc's rows, as jq.drop_queue.
+    -- Before the grant row (which jq.drop_queue deletes) and pg_proc's rows, as jq.drop_queue;
+    -- then one grant or revoke at a time (see jq.grant).
     LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;
+    LOCK TABLE jq.queue_grants IN SHARE ROW EXCLUSIVE MODE;
     -- Compared under the column's collation: a caller's nondeterministic one (say, case
     -- insensitive) would otherwise also revoke the grant on a queue differing only in case.
     DELETE FROM jq.queue_grants g

@@ -655,12 +655,14 @@ fn admin_calls_then_enqueuing_do_not_deadlock_with_a_drop() {
                  "", 1);
     }
     if broken("grant_row_first") {
-        sabotage(&mut c, "jq.grant(text,regrole,text,bigint)", "    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;\n    IF g_queue <> '*' THEN",
-                 "    IF g_queue <> '*' THEN", 1);
+        sabotage(&mut c, "jq.grant(text,regrole,text,bigint)",
+                 "    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;\n    -- Then one grant or revoke at a time",
+                 "    -- Then one grant or revoke at a time", 1);
     }
     if broken("revoke_row_first") {
-        sabotage(&mut c, "jq.revoke(text,regrole,text)", "    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;\n    -- Compared under",
-                 "    -- Compared under", 1);
+        sabotage(&mut c, "jq.revoke(text,regrole,text)",
+                 "    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;\n    LOCK TABLE jq.queue_grants",
+                 "    LOCK TABLE jq.queue_grants", 1);
     }
     let cases = [
         ("s1", "", "SELECT jq.schedule('daily', '0 0 * * *', 's1')"),
