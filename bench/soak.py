@@ -1,6 +1,6 @@
 """Held-snapshot soak for bench/run (psycopg 3, bench/.venv).
 
-Usage: soak.py URL SYSTEM CLEAN HELD AFTER OUTDIR [control] -- PGBENCH_CMD...     SYSTEM: jq | floor
+Usage: soak.py URL SYSTEM CLEAN HELD AFTER OUTDIR [control] [round=N] -- PGBENCH_CMD...     SYSTEM: jq | floor
 Runs the drain PGBENCH_CMD (its -T must cover CLEAN + HELD + AFTER; bench/run passes --progress=1)
 and takes the jobs done each second from pgbench's progress lines (transactions per second, times the
 jobs per transaction: the completion log's rows at the end over pgbench's transactions). Until
@@ -23,6 +23,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -33,6 +34,9 @@ cmd = sys.argv[sys.argv.index("--") + 1:]
 # "control" before "--": the same drain for the same time, but no snapshot is taken (what the
 # drain's own ageing does to its rate over CLEAN + HELD + AFTER seconds).
 control = "control" in sys.argv[7:sys.argv.index("--")]
+# "round=N" before "--": the repetition (files of rounds after the first get "-rN")
+rnd = next((int(a[6:]) for a in sys.argv[7:sys.argv.index("--")] if a.startswith("round=")), 1)
+tag = f"{system}{'-control' if control else ''}{f'-r{rnd}' if rnd > 1 else ''}"
 table = "jq.jobs" if system == "jq" else "floor_jobs"
 CLAIM = {"jq": "SELECT * FROM jq.claim('q', 'explain', 10)",
          "floor": "WITH c AS (SELECT id FROM floor_jobs WHERE queue = 'q' AND state = 'ready' ORDER BY priority DESC, run_at, id "
@@ -92,15 +96,28 @@ def read_stderr(stream):
 with psycopg.connect(url, autocommit=True) as c:
     done = lambda: c.execute("SELECT count(*) FROM bench_done").fetchone()[0]  # at the start and the end only
     rows, h0, d_start = [], health(c), done()
-    pg = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # stdout to a file: with both piped, communicate() would also read stderr and take progress
+    # lines from the reader thread (the control of run 2026-12-04T1922-54cb2f2 lost its last two,
+    # and its second 340 read 54 jobs).
+    out_f = tempfile.TemporaryFile(mode="w+")
+    pg = subprocess.Popen(cmd, stdout=out_f, stderr=subprocess.PIPE, text=True)
     reader = threading.Thread(target=read_stderr, args=(pg.stderr,), daemon=True)
     reader.start()
     snap = psycopg.connect(url)
     t0 = time.monotonic()
     total = clean + held + after
+    # Row `sec` counts the jobs of second (sec - 1, sec]. What happens at a phase's boundary runs
+    # right after the row of its last second, so that second CLEAN + 1 is the first one held and
+    # CLEAN + HELD + 1 the first one after (until 2026-12-04 it ran a second early, inside the
+    # previous phase's last row). The claim's plans are taken outside the judged windows (second
+    # 2, before the clean seconds 3..CLEAN; 3 s before the end of the hold; after the last row).
     for sec in range(1, total + 1):
-        if sec == clean - 2:
-            explain("clean, 2 s before the snapshot")
+        time.sleep(max(0.0, t0 + sec - time.monotonic()))
+        phase = "clean" if sec <= clean else "held" if sec <= clean + held else "after"
+        hl = health(c) if sec % 5 == 0 else ("",) * 9
+        rows.append([sec, None, phase, *hl])
+        if sec == 1:
+            explain("clean, before the snapshot")
         if sec == clean and not control:
             snap.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             pid = snap.execute("SELECT pg_backend_pid()").fetchone()[0]  # takes the snapshot
@@ -110,23 +127,21 @@ with psycopg.connect(url, autocommit=True) as c:
             explain(f"snapshot held for {held - 3} s")
         if sec == clean + held and not control:
             snap.commit()
-        if sec == total - 3:
-            explain(f"{after - 3} s after the snapshot's end")
-            av = c.execute("SELECT coalesce(string_agg(relid::regclass || ' ' || phase || ' ' || heap_blks_scanned || '/' || heap_blks_total, '; '), 'none') "
-                           "FROM pg_stat_progress_vacuum").fetchone()[0]
-            st = c.execute(f"SELECT last_autovacuum, last_autoanalyze, n_dead_tup, n_mod_since_analyze FROM pg_stat_user_tables "
-                           f"WHERE relid = '{table}'::regclass").fetchone()
-            explain_out.append(f"vacuums in progress: {av}\n{table}: last_autovacuum {st[0]}, last_autoanalyze {st[1]}, "
-                               f"n_dead_tup {st[2]}, n_mod_since_analyze {st[3]}\n")
-        time.sleep(max(0.0, t0 + sec - time.monotonic()))
-        phase = "clean" if sec <= clean else "held" if sec <= clean + held else "after"
-        hl = health(c) if sec % 5 == 0 else ("",) * 9
-        rows.append([sec, None, phase, *hl])
-    out = pg.communicate()[0]
+    explain(f"{after} s after the snapshot's end")
+    av = c.execute("SELECT coalesce(string_agg(relid::regclass || ' ' || phase || ' ' || heap_blks_scanned || '/' || heap_blks_total, '; '), 'none') "
+                   "FROM pg_stat_progress_vacuum").fetchone()[0]
+    st = c.execute(f"SELECT last_autovacuum, last_autoanalyze, n_dead_tup, n_mod_since_analyze FROM pg_stat_user_tables "
+                   f"WHERE relid = '{table}'::regclass").fetchone()
+    explain_out.append(f"vacuums in progress: {av}\n{table}: last_autovacuum {st[0]}, last_autoanalyze {st[1]}, "
+                       f"n_dead_tup {st[2]}, n_mod_since_analyze {st[3]}\n")
+    pg.wait()
     reader.join()
+    out_f.seek(0)
+    out = out_f.read()
     err = "".join(err_lines)
     snap.close()
     h1, d_end = health(c), done()
+    ready_left = c.execute(f"SELECT EXISTS (SELECT 1 FROM {table} WHERE state = 'ready')").fetchone()[0]
 # Jobs per pgbench transaction: 10 while the queue is deep (each script claims and completes a
 # batch of 10); fewer means claims came back short (the queue ran dry), reported below.
 m = re.search(r"number of transactions actually processed: (\d+)", out)
@@ -152,22 +167,34 @@ def cum_at(t):  # transactions done by our second t (linear between progress lin
 
 for r in rows:
     r[1] = round((cum_at(r[0]) - cum_at(r[0] - 1)) * jobs_per_tx)
-with open(f"{outdir}/soak-{system}{'-control' if control else ''}.csv", "w") as f:
+with open(f"{outdir}/soak-{tag}.csv", "w") as f:
     f.write("second,jobs,phase,n_dead_tup,n_live_tup,autovacuum_count,total_bytes,index_bytes,checkpoints,wal_mb,buffers_backend,vacuum\n")
     for r in rows:
         f.write(",".join(str(x) for x in r) + "\n")
-with open(f"{outdir}/soak-{system}{'-control' if control else ''}-explain.txt", "w") as f:
+with open(f"{outdir}/soak-{tag}-explain.txt", "w") as f:
     f.write("\n".join(explain_out))
 rate = lambda a, b: statistics.mean(r[1] for r in rows if a <= r[0] <= b)
 c_rate = rate(3, clean)
 d_rate = rate(clean + 1, clean + held)
-a_rate = rate(clean + held + 20, clean + held + 30) if after >= 30 else rate(clean + held + 1, clean + held + after)
+# seconds 20-30 after the snapshot's end: rows CLEAN + HELD + 21 .. CLEAN + HELD + 30
+a_rate = rate(clean + held + 21, clean + held + 30) if after >= 30 else rate(clean + held + 1, clean + held + after)
 # "Stays >= 0.3x" is judged on the slowest 10 s of the hold, not its mean, which would hide a
 # collapse late in the hold (how a queue whose claims walk dead index entries fails: slower as
 # they pile up). Also the last 30 s of the hold.
 held_secs = [r[1] for r in rows if clean + 1 <= r[0] <= clean + held]
 min10 = min((statistics.mean(held_secs[i:i + 10]) for i in range(0, max(1, len(held_secs) - 9))), default=0)
 last30 = statistics.mean(held_secs[-30:]) if held_secs else 0
+# Not a measurement (summarize.py reads "not measured"): pgbench aborted (the empty claim of a
+# queue run dry ends its script), its progress does not cover every second, claims came back
+# short of 10 jobs (the per-second rates assume 10 per transaction), or no ready job was left.
+void = ("pgbench aborted" if "aborted" in err
+        else f"pgbench printed {len(progress)} progress lines, the last at {progress[-1][1] if progress else 0} s, for {total} s"
+        if len(progress) < total or progress[-1][1] < total - 0.5
+        else f"claims came back short: {jobs_per_tx:.3f} jobs per transaction, not 10" if abs(jobs_per_tx - 10) > 0.0005
+        else "the queue ran dry" if not ready_left
+        else "no clean rate" if c_rate <= 0
+        else None)
+c_rate = c_rate or 1.0  # void anyway; keeps the ratios below from dividing by zero
 back = None
 for s in range(clean + held + 1, total - 1):
     if statistics.mean(r[1] for r in rows if s <= r[0] <= s + 2) >= 0.8 * c_rate:
@@ -180,4 +207,4 @@ print(json.dumps({"system": system, "clean": round(c_rate), "held": round(d_rate
                   "dead_tuples_end_of_snapshot": max((r[3] for r in rows if r[2] == "held" and r[3] != ""), default=None),
                   "total_bytes_start": h0[3], "total_bytes_end": h1[3], "autovacuums": h1[2] - h0[2],
                   "pgbench_errors": "aborted" in err, "jobs_per_tx": round(jobs_per_tx, 3),
-                  "progress_lines": len(progress)}))
+                  "progress_lines": len(progress), "void": void}))
