@@ -79,9 +79,12 @@ CREATE SEQUENCE jq.jobs_id_seq AS bigint;
 -- dead tuples. fillfactor 70 leaves room on each page so the new version of a row usually lands
 -- on the same page as the old one (state changes move rows between partial indexes, so they are
 -- not HOT, but same-page updates still keep the heap compact and the visibility map useful).
--- Autovacuum is triggered by 2% dead rows (instead of 20%) with no cost delay, so that the
--- partial indexes the claim walks do not fill with dead entries between runs: a bloated claim
--- index is the classic way a Postgres queue slows down under load.
+-- Autovacuum is triggered by 2% dead rows (instead of 20%), so that the partial indexes the
+-- claim walks do not fill with dead entries between runs: a bloated claim index is the classic
+-- way a Postgres queue slows down under load. Its cost delay is PostgreSQL's default, 2 ms (0
+-- until 2026-12-04): after a long-held snapshot, an unthrottled vacuum removing 15M versions took
+-- one of two vCPUs from the workers; claims start past the dead head (claim hints), so a slower
+-- vacuum no longer slows them (docs/BENCHMARKS.md, held snapshot with vacuum cost delay 2 ms).
 --
 -- Column order is chosen for the write-ahead log. When the new version of a row lands on the
 -- same page, PostgreSQL logs only the bytes between the longest unchanged prefix and the longest
@@ -132,7 +135,7 @@ CREATE TABLE jq.jobs (
     autovacuum_vacuum_threshold = 1000,
     autovacuum_vacuum_insert_scale_factor = 0.05,
     autovacuum_analyze_scale_factor = 0.05,
-    autovacuum_vacuum_cost_delay = 0
+    autovacuum_vacuum_cost_delay = 2
 );
 ALTER SEQUENCE jq.jobs_id_seq OWNED BY jq.jobs.id;
 COMMENT ON TABLE jq.jobs IS
