@@ -227,6 +227,16 @@ pub fn backend_pid(c: &mut Client) -> i32 {
     c.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0)
 }
 
+/// Waits (polling every 10 ms, at most 10 s) until backend `pid` waits for a lock or `ended()`
+/// holds (the call under test returned instead); panics with `what` after 10 s.
+pub fn await_lock_wait(admin: &mut Client, pid: i32, what: &str, mut ended: impl FnMut() -> bool) {
+    let t0 = std::time::Instant::now();
+    while !waiting_on_lock(admin, pid) && !ended() {
+        assert!(t0.elapsed() < std::time::Duration::from_secs(10), "{what}");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 /// Whether backend `pid` is waiting for a lock right now (seen from `admin`).
 pub fn waiting_on_lock(admin: &mut Client, pid: i32) -> bool {
     admin.batch_execute("SELECT pg_stat_clear_snapshot()").unwrap();

@@ -689,11 +689,7 @@ fn admin_calls_then_enqueuing_do_not_deadlock_with_a_drop() {
             })
         };
         // The drop waits (for the table with the fix, for a row without it) before the enqueue.
-        let t0 = Instant::now();
-        while !jq_pg_test::waiting_on_lock(&mut c, dropper_pid) {
-            assert!(t0.elapsed() < Duration::from_secs(10), "{call}: the drop never waited");
-            thread::sleep(Duration::from_millis(10));
-        }
+        jq_pg_test::await_lock_wait(&mut c, dropper_pid, &format!("{call}: the drop never waited"), || false);
         let enqueue = admin
             .simple_query(&format!("SELECT jq.enqueue('{q}')"))
             .map(|_| ())
@@ -742,11 +738,7 @@ fn a_drop_does_not_deadlock_with_another_drop_of_the_same_queue() {
             .map_err(|e| e.code().map(|s| s.code().to_string()))
     });
     // The other drop has deleted b's history and waits for jq.jobs.
-    let t0 = Instant::now();
-    while !jq_pg_test::waiting_on_lock(&mut c, pid) {
-        assert!(t0.elapsed() < Duration::from_secs(10), "the other drop never waited");
-        thread::sleep(Duration::from_millis(10));
-    }
+    jq_pg_test::await_lock_wait(&mut c, pid, "the other drop never waited", || false);
     let mine = t1
         .simple_query("SELECT jq.drop_queue('b', force => true)")
         .map(|_| ())

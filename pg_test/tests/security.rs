@@ -922,11 +922,7 @@ fn concurrent_grants_and_revokes_queue_up() {
                 t2.simple_query(&second).map(|_| ()).map_err(|e| e.code().map(|s| s.code().to_string()))
             })
         };
-        let t0 = std::time::Instant::now();
-        while !jq_pg_test::waiting_on_lock(&mut c, pid) && !other.is_finished() {
-            assert!(t0.elapsed() < std::time::Duration::from_secs(10), "{second} neither waited nor ended");
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
+        jq_pg_test::await_lock_wait(&mut c, pid, &format!("{second} neither waited nor ended"), || other.is_finished());
         t1.batch_execute("COMMIT").unwrap();
         let got = other.join().unwrap();
         if got.is_err() {
