@@ -430,7 +430,6 @@ if steady:
 
 soak = keys("soak-held")
 soak_control = keys("soak-held-control")
-soak_rates = {}  # label -> the run's JSON line
 
 
 def soak_json(j):
@@ -454,7 +453,6 @@ if soak:
                 o = soak_json(j)
                 label = soak_label(k, o)
                 soak_runs.setdefault(label, []).append((rd, o))
-                soak_rates[label] = o
                 m10 = f" ({o['held_min10'] / o['clean']:.2f})" if o.get("held_min10") is not None and o.get("clean") else ""
                 out.append(f"| {label} | {rd} | {o['clean']:,} | {o['held']:,} | {o['after_20_30s']:,} | {o['held'] / o['clean']:.3f}{m10} | "
                            f"{o['after_20_30s'] / o['clean']:.3f} | {o['back_to_0.8x_after_s']} | {o['dead_tuples_end_of_snapshot']:,} | "
