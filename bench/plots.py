@@ -48,7 +48,7 @@ for r in rows:
         pass
 COLORS = {"floor": "black", "jq": "tab:blue", "pgmq": "tab:orange", "graphile": "tab:green",
           "procrastinate": "tab:red", "pgboss": "tab:purple", "jq-client": "tab:cyan",
-          "graphile-tuned": "tab:olive"}
+          "graphile-tuned": "tab:olive", "procrastinate-tuned": "tab:pink"}
 
 
 def series(c, s, b):

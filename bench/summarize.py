@@ -140,7 +140,7 @@ def conns(c):
     return plural(c, "connection")
 
 
-ALL = ("floor", "jq", "pgmq", "jq-client", "graphile", "graphile-tuned", "procrastinate", "pgboss", "pgboss-work")
+ALL = ("floor", "jq", "pgmq", "jq-client", "graphile", "graphile-tuned", "procrastinate", "procrastinate-tuned", "pgboss", "pgboss-work")
 drain = keys("drain")
 if drain:
     out.append("## Drain, jobs/s\n")
@@ -148,7 +148,7 @@ if drain:
                "(graphile-worker 0.17.3 in its defaults), graphile-tuned (the same with its documented batching: a local queue of "
                "b jobs per fetch at batch b, or of concurrency + 1 jobs in the rows whose batch equals the concurrency, and completes "
                "batched over 250 ms; beside jq's client at claim batch b, or in its defaults there: one worker, claim batch = "
-               "its concurrency), procrastinate (3.10.0), pgboss (pg-boss 10.4.2 fetch/complete loops), "
+               "its concurrency), procrastinate (3.10.0 in its defaults), procrastinate-tuned (the same with finished jobs deleted, `delete_jobs='successful'`, as its docs advise for a small jobs table; since 2026-12-04T23), pgboss (pg-boss 10.4.2 fetch/complete loops), "
                "pgboss-work (pg-boss `work()` in its defaults). Connections = pgbench clients or the peer's concurrency.\n")
     systems = [s for s in ALL if any(k[1] == s for k in drain)]
     combos = sorted({(k[2], k[3]) for k in drain}, key=lambda x: (int(x[0]), int(x[1])))
@@ -158,7 +158,7 @@ if drain:
         out.append(f"| {b} | {c} | " + " | ".join(stat(cell.get(("drain", s, b, c), {}).values()) for s in systems) + " |")
     out.append("")
     pairs = [("jq", "floor"), ("pgmq", "floor"), ("jq", "pgmq"), ("jq", "graphile"), ("jq", "procrastinate"), ("jq", "pgboss"),
-             ("jq-client", "graphile"), ("jq-client", "graphile-tuned"), ("jq-client", "procrastinate"), ("jq-client", "pgboss"),
+             ("jq-client", "graphile"), ("jq-client", "graphile-tuned"), ("jq-client", "procrastinate"), ("jq-client", "procrastinate-tuned"), ("jq-client", "pgboss"),
              ("graphile", "floor"), ("procrastinate", "floor"), ("pgboss", "floor")]
     pairs = [p for p in pairs if p[0] in systems and p[1] in systems]
     out.append("Same-round ratios, median (min–max) (jq ÷ a peer compares jq's SQL level with the peer end to end; "
@@ -356,13 +356,14 @@ if single:
 bulk = keys("bulk")
 if bulk:
     out.append("## Bulk enqueue, 1,000 jobs per call through each system's batch API, jobs/s\n")
-    out.append("| system | API | jobs/s | ÷ floor (same round) |")
-    out.append("|---|---|---|---|")
+    out.append("| system | API | jobs/s | ÷ floor (same round) | jq ÷ system (same round) |")
+    out.append("|---|---|---|---|---|")
     api = {"jq": "`jq.enqueue_many`", "floor": "`INSERT … SELECT generate_series`", "pgmq": "`pgmq.send_batch`",
            "graphile": "`graphile_worker.add_jobs` (what `addJobs` calls)", "procrastinate": "`procrastinate_defer_jobs_v1` (what `batch_defer` calls)",
            "pgboss": "`boss.insert(jobs)` (Node)"}
     for k in sorted(bulk, key=lambda k: ALL.index(k[1]) if k[1] in ALL else 99):
-        out.append(f"| {k[1]} | {api.get(k[1], '')} | {stat(cell[k].values())} | {rfmt(ratio(k, ('bulk', 'floor', k[2], k[3])))} |")
+        out.append(f"| {k[1]} | {api.get(k[1], '')} | {stat(cell[k].values())} | {rfmt(ratio(k, ('bulk', 'floor', k[2], k[3])))} | "
+                   f"{'' if k[1] == 'jq' else rfmt(ratio(('bulk', 'jq', k[2], k[3]), k))} |")
     out.append(f"\n({bulk[0][3]} producer connections.)\n")
 
 crash = keys("crash")
@@ -531,7 +532,7 @@ for k in keys("drain"):
                  else f"batch {k[2]}, {conns(k[3])}")
         drain_target(f"Rust client ≥ 0.6× jq SQL level ({where})", k, ("drain", "jq", k[2], k[3]), 0.6)
 for k in sorted(drain, key=lambda k: (int(k[2]), int(k[3]))):
-    if k[1] in ("pgmq", "graphile", "graphile-tuned", "procrastinate", "pgboss"):
+    if k[1] in ("pgmq", "graphile", "graphile-tuned", "procrastinate", "procrastinate-tuned", "pgboss"):
         r = ratio(("drain", "jq", k[2], k[3]), k)
         client = ("drain", "jq-client", k[2], k[3])
         # a peer that finished no job in any round's window (pg-boss at batch 100 and 64
