@@ -1,4 +1,4 @@
-# Sourced by bench/run (with SKIP_INSTALL=1), bench/ab_variant.sh and bench/decompose/run, which
+# Sourced by bench/run (with SKIP_INSTALL=1), bench/experiments/ab_variant.sh and bench/experiments/decompose/run, which
 # measure the jq.so already installed: refuse a debug build. pg_test/run, the main job and CI
 # install one (cargo pgrx install without --release) into the same PostgreSQL, and a debug jq
 # drains at about half its speed, while the floor and the peers do not change: every ratio to

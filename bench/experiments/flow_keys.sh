@@ -2,12 +2,12 @@
 # Per-key serialisation cost (docs/flow-control.md): claim + complete throughput of a plain queue
 # against a keyed one (KEYS keys x JOBS_PER_KEY jobs, key_concurrency 1: at any time one job per
 # key is ready, the rest blocked), interleaved rounds on one private cluster, 8 pgbench clients,
-# synchronous_commit=off, no-op jobs. A development aid like bench/quick_ratio.sh.
+# synchronous_commit=off, no-op jobs. A development aid like bench/experiments/quick_ratio.sh.
 #
-# Usage: bench/flow_keys.sh [ROUNDS] [SECONDS] [KEYS] [JOBS_PER_KEY]   (defaults: 3 8 2000 100)
+# Usage: bench/experiments/flow_keys.sh [ROUNDS] [SECONDS] [KEYS] [JOBS_PER_KEY]   (defaults: 3 8 2000 100)
 # Needs jq installed in the PostgreSQL of JQ_PG_BIN (default the system one).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 rounds=${1:-3}; secs=${2:-8}; keys=${3:-2000}; per=${4:-100}; clients=8
 port=${JQ_BENCH_PORT:-54451}; data=${JQ_BENCH_DATA:-/tmp/jq-bench-keys}
 source pg_test/cluster.sh
@@ -17,7 +17,7 @@ jq_cluster_start "$data" "$port" shared_buffers=1GB max_wal_size=8GB synchronous
 export PGOPTIONS="-c client_min_messages=warning"
 p() { psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres -d bench "$@"; }
 psql -X -q -h 127.0.0.1 -p "$port" -U postgres -d postgres -c "CREATE DATABASE bench"
-p -c "CREATE EXTENSION jq" -f bench/done_log.sql -c "SELECT jq.create_queue('q')" >/dev/null
+p -c "CREATE EXTENSION jq" -f bench/pgbench/done_log.sql -c "SELECT jq.create_queue('q')" >/dev/null
 n=$(( keys * per ))
 cell() {  # keyed: 0 or 1
     p -c "TRUNCATE jq.jobs; TRUNCATE jq.execution_log; TRUNCATE jq.key_slots; TRUNCATE bench_done"
@@ -28,7 +28,7 @@ cell() {  # keyed: 0 or 1
     fi
     p -c "VACUUM ANALYZE" -c "CHECKPOINT"
     pgbench -n -M prepared -h 127.0.0.1 -p "$port" -U postgres -c "$clients" -j 2 -T "$secs" \
-        -f bench/jq_claim_complete.pgbench bench 2>&1 | awk '/^tps/ { printf "%.0f\n", $3 }'
+        -f bench/pgbench/jq_claim_complete.pgbench bench 2>&1 | awk '/^tps/ { printf "%.0f\n", $3 }'
 }
 a=(); b=()
 for r in $(seq 1 "$rounds"); do

@@ -6,9 +6,9 @@
 # batch 10 under the held snapshot; then the reaper's SELECT under EXPLAIN (ANALYZE, BUFFERS),
 # twice with the snapshot held and twice after its end. jq's background worker is kept out of
 # the database (jq.databases), so only these calls touch the index.
-# Usage: bench/exp_reaper_dead_head.sh   (jq installed into PG_CONFIG; port 55530, /tmp/jq-reaper-exp)
+# Usage: bench/experiments/reaper_dead_head.sh   (jq installed into PG_CONFIG; port 55530, /tmp/jq-reaper-exp)
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PG_CONFIG=${PG_CONFIG:-$(command -v pg_config || echo /usr/lib/postgresql/15/bin/pg_config)}
 export JQ_PG_BIN=$("$PG_CONFIG" --bindir)
 source pg_test/cluster.sh
@@ -19,13 +19,13 @@ jq_cluster_start $D $P shared_preload_libraries=jq "jq.databases='none'" >/dev/n
 REAP="EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) SELECT x.id FROM jq.jobs x WHERE x.state = 'running' AND x.lease_expires_at < now() ORDER BY x.lease_expires_at LIMIT 100 FOR UPDATE SKIP LOCKED"
 ps() { $JQ_PG_BIN/psql -X -q -h 127.0.0.1 -p $P -U postgres -d jqx "$@"; }
 $JQ_PG_BIN/psql -X -q -h 127.0.0.1 -p $P -U postgres -d postgres -c "CREATE DATABASE jqx"
-ps -c "CREATE EXTENSION jq" -c "SELECT jq.create_queue('q', lease => interval '2 seconds')" -f bench/done_log.sql >/dev/null
+ps -c "CREATE EXTENSION jq" -c "SELECT jq.create_queue('q', lease => interval '2 seconds')" -f bench/pgbench/done_log.sql >/dev/null
 ps -c "SELECT count(*) FROM jq.enqueue_many('q', (SELECT jsonb_agg('{\"n\":1}'::jsonb) FROM generate_series(1, 200000)))" >/dev/null
 ps -c "VACUUM ANALYZE jq.jobs"
 # hold a snapshot
 ( $JQ_PG_BIN/psql -X -q -h 127.0.0.1 -p $P -U postgres -d jqx -c "BEGIN ISOLATION LEVEL REPEATABLE READ" -c "SELECT count(*) FROM jq.queues" -c "SELECT pg_sleep(120)" -c "COMMIT" >/dev/null 2>&1 & )
 sleep 1
-$JQ_PG_BIN/pgbench -n -h 127.0.0.1 -p $P -U postgres -M prepared -c 4 -j 2 -t 4000 -f bench/jq_claim_complete_b10.pgbench jqx 2>&1 | grep -E "^tps|processed"
+$JQ_PG_BIN/pgbench -n -h 127.0.0.1 -p $P -U postgres -M prepared -c 4 -j 2 -t 4000 -f bench/pgbench/jq_claim_complete_b10.pgbench jqx 2>&1 | grep -E "^tps|processed"
 sleep 3
 echo "--- reaper's scan while the snapshot is held (every claimed version's lease has expired)"
 ps -c "$REAP"

@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
 # Experiment (issue 5, the pgmq batch-100 cells): what does keeping a record of each execution
 # cost against pgmq's read + delete, with jq out of the picture? Raw SQL only, batch 100, the
-# claim of the floor (bench/floor_claim_complete_b100.pgbench) and four completions:
+# claim of the floor (bench/pgbench/floor_claim_complete_b100.pgbench) and four completions:
 #   floor        UPDATE state = 'completed': the job row is the record (jq's layout; the floor
 #                of shared/design/peer-baseline.md)
 #   del-log      DELETE the job, INSERT the deleted row into an unindexed log table (the
 #                cheapest separate record: no index, so it cannot even be looked up by id)
 #   del-logpk    the same with a primary key on the log (the record found by job id)
 #   del          DELETE the job, no record at all (pgmq's contract)
-#   pgmq         pgmq 1.1.4 read + delete (bench/pgmq_read_delete_b100.pgbench)
+#   pgmq         pgmq 1.1.4 read + delete (bench/pgbench/pgmq_read_delete_b100.pgbench)
 # Interleaved rounds, fresh prefill per cell (PREFILL jobs), synchronous_commit=off; jobs/s
 # from the completion log (bench_done) over SECS seconds after a 2 s warm-up, at each of CONNS.
 # Needs bench/.peers/pgmq/pgmq.sql (bench/run fetches it). No jq needed.
 #   ROUNDS [3] SECS [6] CONNS ["1 4"] PREFILL [400000] JQ_BENCH_PORT [54462]
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PG_CONFIG=${PG_CONFIG:-$(command -v pg_config || echo /usr/lib/postgresql/15/bin/pg_config)}
 export JQ_PG_BIN=$("$PG_CONFIG" --bindir)
 source pg_test/cluster.sh
@@ -27,12 +27,12 @@ export PGOPTIONS="-c client_min_messages=warning"
 q() { local db=$1; shift; $JQ_PG_BIN/psql -X -q -At -v ON_ERROR_STOP=1 -h 127.0.0.1 -p $P -U postgres -d $db "$@"; }
 cells="floor del-log del-logpk del pgmq"
 for c in $cells; do q postgres -c "CREATE DATABASE \"$c\""; done
-for c in floor del-log del-logpk del; do q $c -f bench/floor.sql -c "CREATE TABLE floor_log (LIKE floor_jobs)"; done
+for c in floor del-log del-logpk del; do q $c -f bench/pgbench/floor.sql -c "CREATE TABLE floor_log (LIKE floor_jobs)"; done
 q del-logpk -c "ALTER TABLE floor_log ADD PRIMARY KEY (id)"
-q pgmq -f bench/.peers/pgmq/pgmq.sql -c "SELECT pgmq.create('q')" -f bench/done_log.sql >/dev/null
+q pgmq -f bench/.peers/pgmq/pgmq.sql -c "SELECT pgmq.create('q')" -f bench/pgbench/done_log.sql >/dev/null
 S=$(mktemp -d)
-head -6 bench/floor_claim_complete_b100.pgbench > $S/claim
-cp bench/floor_claim_complete_b100.pgbench $S/floor
+head -6 bench/pgbench/floor_claim_complete_b100.pgbench > $S/claim
+cp bench/pgbench/floor_claim_complete_b100.pgbench $S/floor
 { cat $S/claim; cat <<'EOF'
 WITH d AS (DELETE FROM floor_jobs f USING unnest(:ids::bigint[], :tokens::uuid[]) AS t(id, token)
            WHERE f.id = t.id AND f.lease_token = t.token AND f.state = 'running' RETURNING f.*),
@@ -47,7 +47,7 @@ WITH d AS (DELETE FROM floor_jobs f USING unnest(:ids::bigint[], :tokens::uuid[]
 INSERT INTO bench_done SELECT id FROM d;
 EOF
 } > $S/del
-cp bench/pgmq_read_delete_b100.pgbench $S/pgmq
+cp bench/pgbench/pgmq_read_delete_b100.pgbench $S/pgmq
 prep() {
   if [ $1 = pgmq ]; then
     q pgmq -c "TRUNCATE pgmq.q_q, bench_done" -c "SELECT count(*) FROM pgmq.send_batch('q', (SELECT array_agg('{\"n\":1}'::jsonb) FROM generate_series(1, $PREFILL)))" >/dev/null

@@ -4,14 +4,14 @@
 # round (floor, jq, variant), a drain through pgbench, jobs/s counted in the completion log, and
 # WAL bytes per job (pg_current_wal_lsn around the measured seconds). A development aid for "does this change pay?" questions; bench/run is the benchmark.
 #
-#   bench/ab_variant.sh "ALTER TABLE jq.jobs ADD CONSTRAINT c CHECK (max_attempts BETWEEN 1 AND 1000000)"
+#   bench/experiments/ab_variant.sh "ALTER TABLE jq.jobs ADD CONSTRAINT c CHECK (max_attempts BETWEEN 1 AND 1000000)"
 #
 # Environment: CONNS ["1 4 64"] BATCH [1; or 10, 100] ROUNDS [3] SECS [5] PREFILL [120000]
 #   JQ_AB_PORT [55420] JQ_AB_DATA [/tmp/jq-ab]; PG_CONFIG as for bench/run (jq installed there).
 # Used for docs/BENCHMARKS.md ("The A/B of the CHECK on this VM").
 set -euo pipefail
-cd "$(dirname "$0")/.."
-variant_sql=${1:?usage: bench/ab_variant.sh "SQL applied to the variant database"}
+cd "$(dirname "$0")/../.."
+variant_sql=${1:?usage: bench/experiments/ab_variant.sh "SQL applied to the variant database"}
 PG_CONFIG=${PG_CONFIG:-$(command -v pg_config || echo /usr/lib/postgresql/15/bin/pg_config)}
 export JQ_PG_BIN=$("$PG_CONFIG" --bindir)
 source bench/release_build.sh; require_release_jq "$PG_CONFIG"
@@ -24,8 +24,8 @@ jq_cluster_start "$data" "$port" shared_buffers=2GB max_wal_size=8GB fsync=on fu
 export PGOPTIONS="-c client_min_messages=warning"
 p() { "$JQ_PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres "$@"; }
 for d in floor jq variant; do p -d postgres -c "CREATE DATABASE $d"; done
-p -d floor -f bench/floor.sql >/dev/null
-for d in jq variant; do p -d $d -c "CREATE EXTENSION jq" -c "SELECT jq.create_queue('q')" -f bench/done_log.sql >/dev/null; done
+p -d floor -f bench/pgbench/floor.sql >/dev/null
+for d in jq variant; do p -d $d -c "CREATE EXTENSION jq" -c "SELECT jq.create_queue('q')" -f bench/pgbench/done_log.sql >/dev/null; done
 p -d variant -c "$variant_sql"
 suffix=$([ "${BATCH:-1}" = 1 ] && echo "" || echo "_b${BATCH}")
 cell() {  # database, connections -> "jobs/s WAL-bytes/job"
@@ -41,9 +41,9 @@ cell() {  # database, connections -> "jobs/s WAL-bytes/job"
             -c "SELECT count(*) FROM jq.enqueue_many('q', (SELECT jsonb_agg('{\"n\":1}'::jsonb) FROM generate_series(1, $n)))" >/dev/null
     fi
     p -d "$db" -c "VACUUM ANALYZE" -c CHECKPOINT
-    "$JQ_PG_BIN/pgbench" -n -M prepared -h 127.0.0.1 -p "$port" -U postgres -c "$c" -j "$j" -T 1 -f "bench/$s" "$db" >/dev/null 2>&1 || true
+    "$JQ_PG_BIN/pgbench" -n -M prepared -h 127.0.0.1 -p "$port" -U postgres -c "$c" -j "$j" -T 1 -f "bench/pgbench/$s" "$db" >/dev/null 2>&1 || true
     d0=$(p -d "$db" -Atc "SELECT count(*) FROM bench_done"); w0=$(p -d "$db" -Atc "SELECT pg_current_wal_lsn()"); t0=$(date +%s.%N)
-    "$JQ_PG_BIN/pgbench" -n -M prepared -h 127.0.0.1 -p "$port" -U postgres -c "$c" -j "$j" -T "$secs" -f "bench/$s" "$db" >/dev/null 2>&1 || true
+    "$JQ_PG_BIN/pgbench" -n -M prepared -h 127.0.0.1 -p "$port" -U postgres -c "$c" -j "$j" -T "$secs" -f "bench/pgbench/$s" "$db" >/dev/null 2>&1 || true
     t1=$(date +%s.%N); d1=$(p -d "$db" -Atc "SELECT count(*) FROM bench_done")
     w1=$(p -d "$db" -Atc "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$w0') / greatest($d1 - $d0, 1)")
     python3 -c "print(round(($d1 - $d0) / ($t1 - $t0)), round($w1))"

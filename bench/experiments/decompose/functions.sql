@@ -1,4 +1,4 @@
--- Cells of bench/decompose/run: the floor's two statements inside minimal plpgsql functions
+-- Cells of bench/experiments/decompose/run: the floor's two statements inside minimal plpgsql functions
 -- (database floor), and jq's own claim and complete statements, copied from sql/work.sql
 -- without the parts that make them a product (authorisation, argument checks, the pause and
 -- cap gate, the full claimed_job row, wakeups, per-key slots), inside minimal plpgsql

@@ -5,10 +5,10 @@
 # rounds on one private cluster with synchronous_commit=off, 8 pgbench clients, no-op jobs.
 # A development aid; the full suite comes with the benchmarks issue.
 #
-# Usage: bench/quick_ratio.sh [ROUNDS] [SECONDS]      (defaults: 3 rounds of 8 s per cell)
+# Usage: bench/experiments/quick_ratio.sh [ROUNDS] [SECONDS]      (defaults: 3 rounds of 8 s per cell)
 # Needs jq installed in the system PostgreSQL 15 (cargo pgrx install --release).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 rounds=${1:-3}; secs=${2:-8}; clients=8
 port=${JQ_BENCH_PORT:-54450}; data=${JQ_BENCH_DATA:-/tmp/jq-bench-quick}
 source pg_test/cluster.sh
@@ -18,7 +18,7 @@ jq_cluster_start "$data" "$port" shared_buffers=1GB max_wal_size=8GB
 export PGOPTIONS="-c client_min_messages=warning"
 p() { psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres -d bench "$@"; }
 psql -X -q -h 127.0.0.1 -p "$port" -U postgres -d postgres -c "CREATE DATABASE bench"
-p -c "CREATE EXTENSION jq" -f bench/floor.sql -c "SELECT jq.create_queue('q')" >/dev/null
+p -c "CREATE EXTENSION jq" -f bench/pgbench/floor.sql -c "SELECT jq.create_queue('q')" >/dev/null
 n=$(( secs * 40000 ))   # more than either system drains in one cell
 cell() {  # system, script, jobs per transaction
     p -c "TRUNCATE floor_jobs; TRUNCATE jq.jobs; TRUNCATE jq.execution_log; TRUNCATE bench_done"
@@ -28,7 +28,7 @@ cell() {  # system, script, jobs per transaction
         p -c "SELECT count(*) FROM jq.enqueue_many('q', (SELECT jsonb_agg('{\"n\":1}'::jsonb) FROM generate_series(1, $n)))" >/dev/null
     fi
     p -c "VACUUM ANALYZE" -c "CHECKPOINT"
-    pgbench -n -M prepared -h 127.0.0.1 -p "$port" -U postgres -c "$clients" -j 2 -T "$secs" -f "bench/$2" bench 2>&1 \
+    pgbench -n -M prepared -h 127.0.0.1 -p "$port" -U postgres -c "$clients" -j 2 -T "$secs" -f "bench/pgbench/$2" bench 2>&1 \
         | awk -v per="$3" '/^tps/ { printf "%.0f\n", $3 * per }'
 }
 for batch in 1 10; do
