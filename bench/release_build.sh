@@ -2,7 +2,7 @@
 # measure the jq.so already installed: refuse a debug build. pg_test/run, the main job and CI
 # install one (cargo pgrx install without --release) into the same PostgreSQL, and a debug jq
 # drains at about half its speed, while the floor and the peers do not change: every ratio to
-# jq is then wrong. (Seen on 2026-12-03: an hour of measurements taken on the build CI left.)
+# jq is then wrong. (Seen: an hour of measurements taken on the debug build CI had left.)
 require_release_jq() {  # pg_config
     local so; so="$("$1" --pkglibdir)/jq.so"
     [ -f "$so" ] || { echo "jq is not installed in $("$1" --pkglibdir)" >&2; exit 2; }

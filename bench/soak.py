@@ -3,12 +3,11 @@
 Usage: soak.py URL SYSTEM CLEAN HELD AFTER OUTDIR [control] [round=N] -- PGBENCH_CMD...     SYSTEM: jq | floor
 Runs the drain PGBENCH_CMD (its -T must cover CLEAN + HELD + AFTER; bench/run passes --progress=1)
 and takes the jobs done each second from pgbench's progress lines (transactions per second, times the
-jobs per transaction: the completion log's rows at the end over pgbench's transactions). Until
-2026-12-04 it counted the completion log (bench_done) every second instead: a count(*) of a table
-that grows by the drain rate, a parallel sequential scan of millions of rows each second by the
-end, which took ~0.5% of the machine's CPU in the clean seconds and 11-18% in the hold's middle
-and after it (perf, run 2026-12-04T1909-1f69e36): a decline of the measured drain that the
-measurement itself made, in the held drain and its control alike. After CLEAN seconds a separate session opens a REPEATABLE READ
+jobs per transaction: the completion log's rows at the end over pgbench's transactions). It does
+not count the completion log (bench_done) every second: a count(*) of a table that grows by the
+drain rate is a parallel sequential scan of millions of rows each second by the end, which took
+~0.5% of the machine's CPU in the clean seconds and 11-18% in the hold's middle and after it
+(perf): a decline of the measured drain that the measurement itself made. After CLEAN seconds a separate session opens a REPEATABLE READ
 transaction and takes its snapshot (vacuum can then remove nothing newer), holds it HELD seconds,
 commits, and the drain goes on AFTER seconds. Writes OUTDIR/soak-SYSTEM.csv (second, jobs done
 that second, phase, every 5 s dead tuples, sizes, checkpoints, WAL and the table's vacuum) and OUTDIR/soak-SYSTEM-explain.txt: the
@@ -97,8 +96,8 @@ with psycopg.connect(url, autocommit=True) as c:
     done = lambda: c.execute("SELECT count(*) FROM bench_done").fetchone()[0]  # at the start and the end only
     rows, h0, d_start = [], health(c), done()
     # stdout to a file: with both piped, communicate() would also read stderr and take progress
-    # lines from the reader thread (the control of run 2026-12-04T1922-54cb2f2 lost its last two,
-    # and its second 340 read 54 jobs).
+    # lines from the reader thread (seen: a control drain lost its last two, and its second 340
+    # read 54 jobs).
     out_f = tempfile.TemporaryFile(mode="w+")
     pg = subprocess.Popen(cmd, stdout=out_f, stderr=subprocess.PIPE, text=True)
     reader = threading.Thread(target=read_stderr, args=(pg.stderr,), daemon=True)
@@ -108,8 +107,8 @@ with psycopg.connect(url, autocommit=True) as c:
     total = clean + held + after
     # Row `sec` counts the jobs of second (sec - 1, sec]. What happens at a phase's boundary runs
     # right after the row of its last second, so that second CLEAN + 1 is the first one held and
-    # CLEAN + HELD + 1 the first one after (until 2026-12-04 it ran a second early, inside the
-    # previous phase's last row). The claim's plans are taken outside the judged windows (second
+    # CLEAN + HELD + 1 the first one after (not a second early, inside the previous phase's last
+    # row). The claim's plans are taken outside the judged windows (second
     # 2, before the clean seconds 3..CLEAN; 3 s before the end of the hold; after the last row).
     for sec in range(1, total + 1):
         time.sleep(max(0.0, t0 + sec - time.monotonic()))

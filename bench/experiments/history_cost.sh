@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Experiment (issue 5, the pgmq batch-100 cells): what does keeping a record of each execution
+# Experiment (the pgmq batch-100 drain cells): what does keeping a record of each execution
 # cost against pgmq's read + delete, with jq out of the picture? Raw SQL only, batch 100, the
 # claim of the floor (bench/pgbench/floor_claim_complete_b100.pgbench) and four completions:
 #   floor        UPDATE state = 'completed': the job row is the record (jq's layout; the floor
-#                of shared/design/peer-baseline.md)
+#                of bench/pgbench/floor.sql)
 #   del-log      DELETE the job, INSERT the deleted row into an unindexed log table (the
 #                cheapest separate record: no index, so it cannot even be looked up by id)
 #   del-logpk    the same with a primary key on the log (the record found by job id)

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Quick SQL-level drain comparison: jq.claim + jq.complete (batch 1) and jq.claim(n => 10) +
-# jq.complete_many (batch 10) against the raw-SQL floor of shared/design/peer-baseline.md (the
+# jq.complete_many (batch 10) against the raw-SQL floor of bench/pgbench/floor.sql (the
 # same at-least-once contract: claim in one transaction, complete in a second), interleaved
 # rounds on one private cluster with synchronous_commit=off, 8 pgbench clients, no-op jobs.
-# A development aid; the full suite comes with the benchmarks issue.
+# A development aid; bench/run is the benchmark.
 #
 # Usage: bench/experiments/quick_ratio.sh [ROUNDS] [SECONDS]      (defaults: 3 rounds of 8 s per cell)
 # Needs jq installed in the system PostgreSQL 15 (cargo pgrx install --release).

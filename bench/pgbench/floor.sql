@@ -1,5 +1,5 @@
--- The raw-SQL floor (see shared/design/peer-baseline.md): claim in one transaction, complete in
--- a second, same at-least-once contract as jq, one partial index.
+-- The raw-SQL floor, the minimal at-least-once queue in plain SQL (docs/BENCHMARKS.md, "Method"):
+-- claim in one transaction, complete in a second, same contract as jq, one partial index.
 CREATE TABLE floor_jobs (
     id bigserial PRIMARY KEY,
     queue text NOT NULL,

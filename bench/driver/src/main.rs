@@ -13,7 +13,7 @@
 //!     gets one line per measured job, `from_commit_ms,from_send_ms`, or `missing` for a job
 //!     no consumer claimed within 5 s of the last send, so that rounds can be pooled.
 //!     CONSUMERS `client:W:C` instead runs W `worker_client::Worker`s of C handlers each (their
-//!     long-poll claims): a job's pickup then ends when its handler starts, the issue's
+//!     long-poll claims): a job's pickup then ends when its handler starts, the target's
 //!     definition ("from the enqueue's commit to the handler's start").
 //! jq-bench client URL QUEUE WORKERS CONCURRENCY BATCH WARMUP_SECS SECS
 //!     Runs WORKERS `worker_client::Worker`s (each: one claim and one report connection) with
@@ -310,14 +310,14 @@ async fn client_drain(
         lost += st.lost;
     }
     // A job handed to two handlers shows in `seen` (a count of jobs claimed more than once,
-    // jq.jobs.claims > 1, used until 2026-12-04, also counted jobs released at shutdown and
-    // claimed again by a worker still running: run 2026-12-04T0333 died of that false alarm).
+    // jq.jobs.claims > 1, would also count jobs released at shutdown and claimed again by a
+    // worker still running: a hand-back, not a duplicate; it is reported as `reclaimed`).
     // Jobs still running after the workers' graceful shutdown were claimed and never
     // completed or released. The database's completed count over the whole run must be what
     // the workers report completing: a completion the workers counted but the database did not
     // record (or the reverse) is a lost job.
-    // Seen failing (2026-12-04): a handler that records each id twice gives handled_twice =
-    // handled and ok false; the old claims > 1 count stays in the output as `reclaimed`.
+    // Seen failing: a handler that records each id twice gives handled_twice = handled and
+    // ok false.
     let (reclaimed, stranded, c_end): (i64, i64, i64) = {
         let row = mon
             .query_one(
@@ -410,11 +410,10 @@ fn soak_consumers(
 }
 
 /// Jobs per `jq.enqueue_many` call of the soak's producers. One job per `jq.enqueue` call
-/// (until 2026-12-04) made the producers the bottleneck: the calibrated "peak" was what 8
-/// single-row producers could send (1,527 jobs/s in run 2026-12-03T2133, against 9,145 jobs/s
-/// drained at batch 10 in the same run), so the soak ran at ~13% of jq's capacity with 1-9 jobs
-/// ready. Batched producers leave the consumers as the bottleneck, as the "80% of peak"
-/// means.
+/// makes the producers the bottleneck: the calibrated "peak" is then what 8 single-row
+/// producers can send (measured at about a sixth of jq's batch-10 drain rate), so the soak
+/// would run far below jq's capacity with a few jobs ready. Batched producers leave the
+/// consumers as the bottleneck, as the target's "80% of peak" means.
 const SOAK_CHUNK: usize = 10;
 
 /// Producers of the soak: `total` jobs over `producers` connections, SOAK_CHUNK per call, at
@@ -494,9 +493,9 @@ async fn soak(url: String, queue: String, rate: f64, jobs: usize, consumers: usi
         rate = 0.8 * peak;
     }
     // At least the calibration's 8 producers, and at most 200 calls/s each up to 64 producers:
-    // a call takes 2-4 ms under this load on 2 vCPUs, so 400 calls/s per producer (the rule
-    // until 2026-12-02, 5 producers) left them behind the arrival rate while the queue stayed
-    // empty (2026-12-02T1307: 0 to 24 ready jobs in every window, 0.93x "keep-up").
+    // a call takes 2-4 ms under this load on 2 vCPUs, so 400 calls/s per producer leaves them
+    // behind the arrival rate while the queue stays empty (measured: 0 to 24 ready jobs in
+    // every window, 0.93x "keep-up").
     let producers = ((rate / (200.0 * SOAK_CHUNK as f64)).ceil() as usize).clamp(8, 64);
     let (stop, done) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
     let start = Instant::now();
@@ -587,9 +586,9 @@ async fn soak(url: String, queue: String, rate: f64, jobs: usize, consumers: usi
     std::fs::write(&out, csv)?;
     let total: Vec<f64> = windows.iter().map(|w| (w.jobs_heap + w.jobs_index) as f64).collect();
     // The steady state: the median size over the second half of the windows in which the
-    // producers were sending (until 2026-12-04: over every window after the first minute, a
-    // median that rises with a table growing in a straight line, so the largest size stayed
-    // under 2x of it however long the growth went on). A table still growing in the second
+    // producers were sending (not every window after the first minute: that median rises with
+    // a table growing in a straight line, so the largest size would stay under 2x of it however
+    // long the growth went on). A table still growing in the second
     // half shows in `late_growth`: the last producing window's size over that median.
     let producing: Vec<&Window> = windows.iter().filter(|w| w.producing).collect();
     let second_half = &producing[producing.len() / 2..];

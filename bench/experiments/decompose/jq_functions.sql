@@ -1,5 +1,6 @@
 -- See functions.sql. jq's claim and complete statements (sql/work.sql) in minimal functions;
--- p_history: the completion as it was until de7e2aa, with a history row.
+-- p_history: a completion that also writes a history row, as jq's did before completions
+-- were recorded in the job row.
 CREATE FUNCTION public.bare_claim(p_queue text, p_worker text) RETURNS TABLE (id bigint, lease_token uuid)
 LANGUAGE plpgsql AS $$
 BEGIN
