@@ -184,11 +184,11 @@ if drain:
             out.append(f"| {b} | {c} | " + " | ".join(stat(cell.get((cname, s, b, c), {}).values()) for s in syss)
                        + "".join(f" | {rfmt(ratio((cname, a, b, c), (cname, o, b, c)))}" for a, o in extra) + " |")
         out.append("")
-    # the durable drains (cell drain-durable, since 2026-12-03T22) pass the same completion log
+    # the durable drains (cell drain-durable) pass the same completion log
     checks = [r for r in rows if r["cell"] in ("drain", "drain-durable") and "duplicates_lost=" in r["detail"]]
     dry = [r for r in checks if "remaining=0 " in r["detail"]]
-    # bench/run appends failures after "duplicates_lost=" ("ok" alone: none; runs before
-    # 2026-12-03T16 wrote "ok" followed by the failure)
+    # bench/run appends failures after "duplicates_lost=" ("ok" alone: none; older runs
+    # wrote "ok" followed by the failure)
     dry_abort = re.compile(r"malformed array literal|no rows returned for|expected one row")
     bad = [r for r in checks if not re.search(r"duplicates_lost=ok$", r["detail"])
            and not (r in dry and dry_abort.search(r["detail"]) and not re.search("LOST|CLAIMED-TWICE|STRANDED", r["detail"]))]
@@ -211,7 +211,7 @@ if drain:
     dups, e2e_dry = [], []
     for r in rows:
         if r["cell"] == "drain" and r["detail"].startswith("DRIVER-FAILED"):
-            # bench/run since 2026-12-04: the driver exited non-zero (a failed correctness check,
+            # the driver exited non-zero (a failed correctness check,
             # or a crash); its JSON line, if any, follows
             broken[(r["system"], r["batch"], r["conns"])] = r["detail"][:200]
             # and that round is no measurement, as a numerator or as a peer's denominator
@@ -220,12 +220,11 @@ if drain:
                                      or "'handled_twice'" in r["detail"]):
             try:
                 # "prefilled=N finished=M {driver's JSON line}" (older runs: the JSON line alone).
-                # The peers' drivers count ids their handlers saw twice; jq's client since
-                # 2026-12-04 too (handled_twice), and jobs left running after its graceful
-                # shutdown, and checks the database's completed count against its own (ok).
-                # From 2026-12-03T22 to then it counted jobs claimed twice (claims > 1), which
-                # also counted jobs released at shutdown and claimed again; before that, jobs
-                # completed twice in jq.executions, which could not fire.
+                # The peers' drivers count ids their handlers saw twice; jq's client too
+                # (handled_twice), and jobs left running after its graceful shutdown, and checks
+                # the database's completed count against its own (ok). Older runs' jq client
+                # counted jobs claimed twice (claims > 1, which also counted jobs released at
+                # shutdown and claimed again), or jobs completed twice in jq.executions.
                 det = r["detail"]
                 o = json.loads(det[det.index("{"):].replace("'", '"'))
                 n_bad = (o.get("duplicates", 0) + o.get("claimed_twice", 0) + o.get("handled_twice", 0)
@@ -521,7 +520,7 @@ def drain_target(name, a, b, bound, at_least=True):
     target(name, r, r[0] >= bound if at_least else r[0] <= bound, rounds_of(a, b))
 
 
-for b in sorted({k[2] for k in drain if k[1] == "floor"}, key=int):  # the issue: 1 and 10; 100 shown too
+for b in sorted({k[2] for k in drain if k[1] == "floor"}, key=int):  # targets at 1 and 10; 100 shown too
     for c in sorted({k[3] for k in drain if k[1] == "floor" and k[2] == b}, key=int):
         drain_target(f"jq ≥ 0.8× floor at batch {b}, {conns(c)}", ("drain", "jq", b, c), ("drain", "floor", b, c), 0.8)
 for k in keys("drain"):
@@ -535,9 +534,9 @@ for k in sorted(drain, key=lambda k: (int(k[2]), int(k[3]))):
     if k[1] in ("pgmq", "graphile", "graphile-tuned", "procrastinate", "procrastinate-tuned", "pgboss"):
         r = ratio(("drain", "jq", k[2], k[3]), k)
         client = ("drain", "jq-client", k[2], k[3])
-        # a peer that finished no job in any round's window (pg-boss at batch 100 and 64
-        # connections, 2026-12-03: one fetch of 100 per worker in the warm-up, then none before the
-        # window closed) has no ratio; until 2026-12-03T22 its target line vanished
+        # a peer that finished no job in any round's window (seen: pg-boss at batch 100 and 64
+        # connections, one fetch of 100 per worker in the warm-up, then none before the window
+        # closed) has no ratio; its target line must still show
         zero = bool(cell.get(k)) and all(v == 0 for v in cell[k].values())
         if client in cell and k[1] != "pgmq":
             e = judged_ratio(client, k)
@@ -583,7 +582,7 @@ def pickup_target(sys_, prefix, what):
             o_ = json.loads(j.replace("'", '"'))
             miss += o_["missing"]
             # producers that fell behind the arrival rate made the target easier (fewer jobs
-            # in flight): such a round is no evidence for it (since 2026-12-04)
+            # in flight): such a round is no evidence for it
             if o_["achieved"] < 0.95 * float(o_["rate"]):
                 slow.append(f"round {rd}: {o_['achieved']:.0f} jobs/s")
         except Exception:
@@ -621,9 +620,9 @@ def pickup_target(sys_, prefix, what):
 pickup_target("jq-client", "client-", "commit → the handler's start, jq's Rust client")
 pickup_target("jq", "", "commit → the claim returning the job, SQL consumers")
 if dp:
-    # Same-round ratios (bench/run measures every depth in each round since 2026-12-04; before,
-    # each depth's rounds ran back to back and round k of one depth was minutes from round k of
-    # another, so those runs' per-round ratios are not same-minute either)
+    # Same-round ratios (bench/run measures every depth in each round; in older runs each
+    # depth's rounds ran back to back and round k of one depth was minutes from round k of
+    # another, so those runs' per-round ratios are not same-minute)
     r = ratio(("depth-p50", "jq", depths[-1], "1"), ("depth-p50", "jq", depths[0], "1"))
     if r:
         target(f"claim p50 at {int(depths[-1]):,} claimable ≤ 1.5× at {int(depths[0]):,} (per-round ratios)", r, r[0] <= 1.5,
@@ -639,7 +638,7 @@ for c in ("enqueue-durable", "enqueue"):
             target(f"enqueue with wakeups ≥ 0.8× with them off ({k[3]} producers, {'durable' if c.endswith('durable') else 'synchronous_commit=off'}, claimers waiting)", r, r[0] >= 0.8)
 for k in keys("drain-wal"):
     if k[1] == "floor":  # every floor cell has a target line; without its jq cell it reads not measured
-        # judged_ratio: leaves out the rounds whose floor drain failed or ran dry (since 2026-12-04)
+        # judged_ratio: leaves out the rounds whose floor drain failed or ran dry
         r = judged_ratio(("drain-wal", "jq", k[2], k[3]), k)
         if ("jq", k[2], k[3]) in broken:
             out.append(f"- WAL per job ≤ 1.5× the floor's (batch {k[2]}, {conns(k[3])}): **missed**: jq lost or duplicated jobs")
@@ -658,15 +657,14 @@ for k in steady:
     for j in detail[k].values():
         o = json.loads(j.replace("'", '"'))
         if "late_growth" in o:
-            # bench/run since 2026-12-04: the steady state is the median of the second half of
+            # the steady state is the median of the second half of
             # the producing windows; late growth = the last producing window over it
             growth = (f" (largest ÷ the median of the second half of the run; the last window ÷ that median: "
                       f"{o['late_growth']:.2f}×; producers sent {o.get('chunk', 1)} jobs per call)")
     target("steady load: table+index sizes within 2× of steady state", f"{z:.2f}×{growth}", z <= 2)
     # A steady state must exist for that ratio to mean anything: a table growing in a straight
-    # line stays under 2x of its own recent median however long it grows (the prune cap of
-    # 5,000 per tick grew jq.jobs 5.8x in 7 minutes at 7,158 jobs/s, run 2026-12-04T0413, and
-    # the ratio above read 1.18). Judged from steady-jq.csv since 2026-12-04: the median size of
+    # line stays under 2x of its own recent median however long it grows (seen: jq.jobs grew
+    # 5.8x in 7 minutes while the ratio above read 1.18). Judged from steady-jq.csv: the median size of
     # the last quarter of the producing windows over that of the second quarter.
     _csv = f"{sys.argv[1]}/steady-jq.csv"  # (d is the drift here)
     if os.path.exists(_csv):
@@ -688,7 +686,7 @@ for k in steady:
     for j in detail[k].values():
         o = json.loads(j.replace("'", '"'))
         if "p99_spike" in o:
-            # The measure of the same target until 7942e00, kept as a target: a 10-s window that
+            # The earlier measure of the same target, kept as a target: a 10-s window that
             # holds an autovacuum of jq.jobs against the first window, which holds none.
             target("steady load: claim p99 drifts ≤ 2× (largest 10-s window ÷ first 10-s window)",
                    f"{o['p99_spike']:.2f}× ({o['max_p99_ms']:.1f} ms against {o['first_p99_ms']:.1f} ms)",
@@ -729,10 +727,10 @@ if any(k[1] == "jq" for k in soak):
         target("held snapshot: ≥ 0.8× clean within 30 s after (seconds 20–30 after the snapshot's end ÷ the drain's "
                f"seconds 3–10 before it, median of {plural(len(ok_runs), 'repetition')})",
                f"{a_[0]:.3f}× ({a_[1]:.2f}–{a_[2]:.2f}{vs}{few}{left})", a_[0] >= 0.8)
-# Every target of the issue has a line, whatever the run recorded: a target whose cell is missing
-# (not run, or no usable rate in any round) reads "not measured" and counts in the tally (until
-# 2026-12-04 only the drain targets did; the others vanished: run 2026-12-03T2133, which skipped
-# the held snapshot, tallied 0 not measured). Connection counts from machine.txt.
+# Every target has a line, whatever the run recorded: a target whose cell is missing (not run,
+# or no usable rate in any round) reads "not measured" and counts in the tally (a line that
+# vanished would let a run that skipped a cell tally 0 not measured). Connection counts from
+# machine.txt.
 t0 = out.index("## Targets (issue 5)\n")
 _mt = open(f"{d}/machine.txt").read() if os.path.exists(f"{d}/machine.txt") else ""
 _m = re.search(r"concs=([\d ]+?) [a-z_]+=", _mt)
