@@ -406,7 +406,7 @@ if dp:
 steady = keys("steady-size")
 if steady:
     _o = json.loads(next(iter(detail[steady[0]].values())).replace("'", '"'))
-    _chunk = _o.get("chunk", 1)  # jobs per producer call: 10 since 2026-12-04, 1 before
+    _chunk = _o.get("chunk", 1)  # jobs per producer call: 10 (older runs: 1)
     out.append(f"## Steady load: {_o['jobs']:,} jobs at 80% of peak (jq, batch 10)\n")
     out.append(f"Producers enqueue {plural(_chunk, 'job')} per call at 80% of the peak a 10-s closed-loop calibration reached; "
                "consumers claim 10 at a time and complete them; queue retention and history retention 1 minute, "
@@ -506,8 +506,8 @@ def drain_target(name, a, b, bound, at_least=True):
         out.append(f"- {name}: **missed**: {a[1]}'s run failed in round(s) {', '.join(failed)} (see the completion log line)")
         return
     # A cell missing from the run (not recorded, or every round's rate zero) is a target line that
-    # reads "not measured", never a line that vanishes (until 2026-12-03T22 it vanished, and a
-    # run whose jq cell was missing counted one miss fewer).
+    # reads "not measured", never a line that vanishes (a run whose jq cell was missing would
+    # count one miss fewer).
     for side in (a, b):
         if not cell.get(side):
             out.append(f"- {name}: **not measured** (no {side[1]} cell at batch {side[2]}, {conns(side[3])} in this run)")
