@@ -8,7 +8,7 @@
 #
 # Environment: CONNS ["1 4 64"] BATCH [1; or 10, 100] ROUNDS [3] SECS [5] PREFILL [120000]
 #   JQ_AB_PORT [55420] JQ_AB_DATA [/tmp/jq-ab]; PG_CONFIG as for bench/run (jq installed there).
-# Used for docs/BENCHMARKS.md ("The A/B of the CHECK on this VM").
+# Used for the CHECK-constraint finding in docs/BENCHMARKS.md ("What was learned").
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 variant_sql=${1:?usage: bench/experiments/ab_variant.sh "SQL applied to the variant database"}
