@@ -5,7 +5,9 @@
 //! or vacuum remove them, but while any snapshot older than them is open (a long REPEATABLE
 //! READ report, a stuck transaction, a lagging replica with `hot_standby_feedback`) nothing can
 //! be removed and every claim walks all of them from the head of the index: hundreds of
-//! thousands of entries, 100+ ms per claim (docs/BENCHMARKS.md, "Held REPEATABLE READ snapshot").
+//! thousands of entries, each claim then taking far longer than its work (docs/BENCHMARKS.md,
+//! "Held REPEATABLE READ snapshot"; `a_claim_during_a_held_snapshot_starts_past_the_dead_head`
+//! in pg_test/tests/claim_hint.rs).
 //!
 //! A hint is the key (priority, run_at, id) of the last job claimed from a queue, kept in shared
 //! memory per queue. A claim that finds one (`jq._claim_hint`) first looks only at the jobs of
@@ -23,7 +25,8 @@
 //!   reaping, snooze, a key slot handing over, and a claim that rolls back) moves the hint back
 //!   to the job if the job sorts before it; the others (a retry or a failure due at once,
 //!   priority aging) clear it. Both when the transaction ends, after it became visible, so a
-//!   claim that reads the hint later also sees the job. Moving back rather than clearing
+//!   claim that reads the hint later also sees the job; and before the waiting claims are woken
+//!   for the job (src/xact.rs runs [`at_commit`] before the wakeups), so a woken claim does too. Moving back rather than clearing
 //!   matters: a cleared hint sends every claim of the queue to the full claim at once, which
 //!   while an old snapshot is open means every worker walking the whole dead head.
 //! - Whatever slips through (a job committed while a claim ran, a row skipped because a
@@ -37,13 +40,22 @@
 //!   second, longer only while an old snapshot is open; it is never lost.
 //!
 //! Hints are an optimisation only: without `shared_preload_libraries = 'jq'` or with
-//! `jq.claim_hints = off` every claim is the full claim. Slots are found by a 64-bit hash of
-//! (database, queue); two queues that share a slot only take it from each other.
+//! `jq.claim_hints = off` every claim is the full claim. A hint belongs to the tag
+//! [`QueueHash::in_database`] of its queue, which differs between the queues of a database (their
+//! hashes do: `queues_name_hash_idx`); slots are found by the tag, and two queues that share a
+//! slot only take it from each other.
 
-use crate::{gucs, shmem};
+use crate::backend::{my_database, now_us};
+use crate::gucs;
+use crate::queue_hash::QueueHash;
+use crate::shmem::{Area, Zeroable};
+use crate::spin::SpinCell;
 use pgrx::datum::TimestampWithTimeZone;
 use pgrx::prelude::*;
 use std::cell::{Cell, RefCell};
+
+/// Slots of claim-start hints, found by the tag of (database, queue).
+pub const HINT_SLOTS: usize = 1024;
 
 /// Shortest time between two full claims of a queue that has a hint, µs.
 const FULL_CLAIM_EVERY_US: i64 = 1_000_000;
@@ -86,6 +98,32 @@ pub struct Hint {
     pub full_due: i64,
 }
 
+// SAFETY: integers and a bool: all-zero bytes are an unused slot.
+unsafe impl Zeroable for Hint {}
+
+/// The shared area of the hints.
+#[repr(C)]
+pub struct Hints {
+    slots: [SpinCell<Hint>; HINT_SLOTS],
+}
+
+// SAFETY: spin cells of zeroable hints.
+unsafe impl Zeroable for Hints {}
+
+impl Hints {
+    /// The slot of a (database, queue) tag.
+    fn slot(&self, tag: u64) -> &SpinCell<Hint> {
+        &self.slots[(tag % HINT_SLOTS as u64) as usize]
+    }
+}
+
+static AREA: Area<Hints> = Area::new(c"jq claim hints");
+
+/// Attaches the hint slots. Called from `_PG_init` while preloading only.
+pub fn init() {
+    pgrx::pg_shmem_init!(AREA);
+}
+
 /// What the last `jq._claim_hint` of this backend read.
 #[derive(Clone, Copy, Default)]
 struct Seen {
@@ -114,28 +152,15 @@ thread_local! {
     static TURNS: RefCell<Vec<(u64, i64)>> = const { RefCell::new(Vec::new()) };
     /// Changes at commit (`.1 = false`) or at abort (`.1 = true`).
     static PENDING: RefCell<Vec<(u64, Change, bool)>> = const { RefCell::new(Vec::new()) };
-    static CALLBACK_REGISTERED: Cell<bool> = const { Cell::new(false) };
 }
 
-/// 64-bit FNV-1a of the database oid and the queue name; never 0.
-fn tag_of(queue: &str) -> u64 {
-    // SAFETY: MyDatabaseId is set in every backend connected to a database.
-    let db = unsafe { pg_sys::MyDatabaseId }.to_u32();
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in db.to_le_bytes().iter().chain(queue.as_bytes()) {
-        h ^= *b as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h.max(1)
-}
-
-fn now_us() -> i64 {
-    // SAFETY: reads the clock.
-    unsafe { pg_sys::GetCurrentTimestamp() }
+/// The tag of queue `hash` in this database; never 0.
+fn tag_of(hash: QueueHash) -> u64 {
+    hash.in_database(my_database())
 }
 
 fn enabled() -> bool {
-    gucs::CLAIM_HINTS.get() && shmem::get().is_some()
+    gucs::CLAIM_HINTS.get() && AREA.get().is_some()
 }
 
 /// `jq._claim_hint(queue text) RETURNS boolean`: whether claims of `queue` may start at its
@@ -145,13 +170,13 @@ fn enabled() -> bool {
 /// least a second and at least ten times the previous full claim's duration after it.
 #[pg_extern(volatile, parallel_unsafe)]
 fn _claim_hint(queue: &str) -> bool {
-    let Some(sh) = shmem::get().filter(|_| gucs::CLAIM_HINTS.get()) else {
+    let Some(sh) = AREA.get().filter(|_| gucs::CLAIM_HINTS.get()) else {
         SEEN.set(Seen::default());
         return false;
     };
-    let tag = tag_of(queue);
+    let tag = tag_of(QueueHash::of(queue));
     let now = now_us();
-    let seen = sh.hint_slot(tag).with(|h| {
+    let seen = sh.slot(tag).with(|h| {
         let mine = h.tag == tag && h.valid;
         let turn = mine && now >= h.full_due;
         if turn {
@@ -164,9 +189,9 @@ fn _claim_hint(queue: &str) -> bool {
     if seen.turn_at > 0 {
         // The turn ends at the first job the full claim claims (jq._hint_advance), or right
         // after its statement if it claims none (jq._hint_turn_end, called by jq.claim), or, if
-        // the statement fails, when its subtransaction or transaction ends (the callbacks). A
-        // turn held until it times out would make a job behind the hint wait a minute.
-        register_callback();
+        // the statement fails, when its subtransaction or transaction ends ([`at_subxact_abort`],
+        // [`at_commit`], [`at_abort`]). A turn held until it times out would make a job behind
+        // the hint wait a minute.
         TURNS.with_borrow_mut(|t| t.push((tag, now)));
     }
     seen.valid
@@ -199,10 +224,10 @@ fn end_turns(tag: Option<u64>) {
         seen.turn_at = 0;
         SEEN.set(seen);
     }
-    if let Some(sh) = shmem::get() {
+    if let Some(sh) = AREA.get() {
         let now = now_us();
         for (g, at) in ended {
-            sh.hint_slot(g).with(|h| end_turn(h, g, at, now));
+            sh.slot(g).with(|h| end_turn(h, g, at, now));
         }
     }
 }
@@ -213,7 +238,7 @@ fn end_turns(tag: Option<u64>) {
 /// transaction (or a long-poll's sleep) does next. Always true.
 #[pg_extern(volatile, parallel_unsafe)]
 fn _hint_turn_end(queue: &str) -> bool {
-    end_turns(Some(tag_of(queue)));
+    end_turns(Some(tag_of(QueueHash::of(queue))));
     true
 }
 
@@ -251,13 +276,13 @@ fn _hint_id() -> Option<i64> {
 #[pg_extern(volatile, parallel_unsafe)]
 fn _hint_advance(queue: &str, priority: i32, run_at: TimestampWithTimeZone, id: i64) -> bool {
     let key = Key { priority, run_at: run_at.into_inner(), id };
+    let tag = tag_of(QueueHash::of(queue));
     // If this transaction rolls back, the job is claimable again at its old place, which other
     // sessions' claims may have passed by then (whatever this session's settings).
-    pend(queue, Change::Lower(key), true);
+    pend(tag, Change::Lower(key), true);
     // SAFETY: a PostgreSQL global of this backend.
     let read_committed = unsafe { pg_sys::XactIsoLevel } == pg_sys::XACT_READ_COMMITTED as i32;
     let seen = SEEN.get();
-    let tag = tag_of(queue);
     if !read_committed || !enabled() {
         // The hint stays where it is, but a full claim's turn ends with its first job all the
         // same (else other claims wait for this transaction to end before the next full claim).
@@ -269,9 +294,9 @@ fn _hint_advance(queue: &str, priority: i32, run_at: TimestampWithTimeZone, id: 
     if seen.tag != tag {
         return true;  // not read by this claim
     }
-    if let Some(sh) = shmem::get() {
+    if let Some(sh) = AREA.get() {
         let now = now_us();
-        let restarted = sh.hint_slot(tag).with(|h| {
+        let restarted = sh.slot(tag).with(|h| {
             if seen.turn_at > 0 && h.tag == tag {
                 // The full claim this backend ran is done: space the next one by its duration.
                 end_turn(h, tag, seen.turn_at, now);
@@ -312,23 +337,12 @@ fn _hint_advance(queue: &str, priority: i32, run_at: TimestampWithTimeZone, id: 
     true
 }
 
-fn register_callback() {
-    if !CALLBACK_REGISTERED.get() {
-        // SAFETY: registers this library's callbacks once per backend (never unloaded).
-        unsafe {
-            pg_sys::RegisterXactCallback(Some(xact_callback), std::ptr::null_mut());
-            pg_sys::RegisterSubXactCallback(Some(subxact_callback), std::ptr::null_mut());
-        }
-        CALLBACK_REGISTERED.set(true);
-    }
-}
-
-fn pend(queue: &str, change: Change, at_abort: bool) {
-    if shmem::get().is_none() {
+/// Records `change` of the hint with `tag` for the end of the transaction: at its commit, or
+/// with `at_abort` at its (or a subtransaction's) rollback.
+fn pend(tag: u64, change: Change, at_abort: bool) {
+    if AREA.get().is_none() {
         return;  // no hints without shared memory (the GUC is not consulted: another session may use hints)
     }
-    register_callback();
-    let tag = tag_of(queue);
     PENDING.with_borrow_mut(|p| {
         // One entry per (queue, when): a clear wins; else the earliest key.
         match p.iter_mut().find(|(t, _, a)| *t == tag && *a == at_abort) {
@@ -345,28 +359,29 @@ fn pend(queue: &str, change: Change, at_abort: bool) {
 
 /// Called for a job made claimable whose priority and run_at are known: at commit, the hint of
 /// `queue` moves back to (priority, run_at) if it is ahead of it.
-pub fn note_ready_key(queue: &str, priority: i32, run_at: i64) {
-    pend(queue, Change::Lower(Key { priority, run_at, id: 0 }), false);
+pub fn note_ready_key(queue: QueueHash, priority: i32, run_at: i64) {
+    pend(tag_of(queue), Change::Lower(Key { priority, run_at, id: 0 }), false);
 }
 
 /// Called by the paths that make jobs of `queue` claimable without knowing where they sort (a
 /// retry due at once, a failure retried at once, priority aging): at commit, its hint is cleared.
-pub fn note_ready(queue: &str) {
-    pend(queue, Change::Clear, false);
+pub fn note_ready(queue: QueueHash) {
+    pend(tag_of(queue), Change::Clear, false);
 }
 
 /// `jq._hint_clear(queue text) RETURNS boolean`: clears the hint of `queue` when this transaction
 /// commits (for a path that changes the claim order of ready jobs, e.g. priority aging). Always true.
 #[pg_extern(volatile, parallel_unsafe)]
 fn _hint_clear(queue: &str) -> bool {
-    note_ready(queue);
+    note_ready(QueueHash::of(queue));
     true
 }
 
+/// Applies ended changes to the shared hints.
 fn apply(changes: &[(u64, Change, bool)]) {
-    let Some(sh) = shmem::get() else { return };
+    let Some(sh) = AREA.get() else { return };
     for (tag, change, _) in changes {
-        sh.hint_slot(*tag).with(|h| {
+        sh.slot(*tag).with(|h| {
             match change {
                 Change::Lower(k) if h.tag == *tag && h.valid && !k.before(&h.key) => {}  // behind the hint already
                 Change::Lower(k) if h.tag == *tag && h.valid => {
@@ -384,41 +399,36 @@ fn apply(changes: &[(u64, Change, bool)]) {
     }
 }
 
-#[pg_guard]
-unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
-    use pg_sys::XactEvent::*;
-    let commit = event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT;
-    let abort = event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT;
-    if !commit && !abort && event != XACT_EVENT_PREPARE {
-        return;
-    }
+/// At commit (src/xact.rs, before the wakeups): ends this backend's turns and applies the
+/// changes due at commit.
+pub fn at_commit() {
     end_turns(None);
-    let pending = PENDING.take();
-    if event == XACT_EVENT_PREPARE {
-        // A prepared transaction's jobs become claimable at COMMIT PREPARED, in another
-        // session: clear now (conservative; the full claim finds them once committed).
-        let all: Vec<_> = pending.into_iter().map(|(t, _, a)| (t, Change::Clear, a)).collect();
-        apply(&all);
-        return;
-    }
-    let now: Vec<_> = pending.into_iter().filter(|(_, _, at_abort)| *at_abort == abort).collect();
+    let now: Vec<_> = PENDING.take().into_iter().filter(|(_, _, at_abort)| !*at_abort).collect();
     apply(&now);
 }
 
-#[pg_guard]
-unsafe extern "C-unwind" fn subxact_callback(
-    event: pg_sys::SubXactEvent::Type,
-    _my: pg_sys::SubTransactionId,
-    _parent: pg_sys::SubTransactionId,
-    _arg: *mut std::ffi::c_void,
-) {
-    if event != pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB {
-        return;
-    }
-    // A claim rolled back to a savepoint hands its jobs back now.
+/// At abort (src/xact.rs): ends this backend's turns and moves the hints back to the jobs its
+/// claims hand back.
+pub fn at_abort() {
+    end_turns(None);
+    let now: Vec<_> = PENDING.take().into_iter().filter(|(_, _, at_abort)| *at_abort).collect();
+    apply(&now);
+}
+
+/// At `PREPARE TRANSACTION` (src/xact.rs): a prepared transaction's jobs become claimable at
+/// COMMIT PREPARED, in another session: clear the hints now (conservative; the full claim finds
+/// them once committed).
+pub fn at_prepare() {
+    end_turns(None);
+    let all: Vec<_> = PENDING.take().into_iter().map(|(t, _, a)| (t, Change::Clear, a)).collect();
+    apply(&all);
+}
+
+/// At the rollback of a subtransaction (src/xact.rs): a claim rolled back to a savepoint hands
+/// its jobs back now. A turn still held here belongs to a full claim that failed (a turn never
+/// outlives its statement otherwise): it ends now, not when the whole transaction does.
+pub fn at_subxact_abort() {
     let aborts: Vec<_> = PENDING.with_borrow(|p| p.iter().filter(|(_, _, a)| *a).copied().collect());
     apply(&aborts);
-    // A turn still held here belongs to a full claim that failed (a turn never outlives its
-    // statement otherwise): it ends now, not when the whole transaction does.
     end_turns(None);
 }

@@ -28,8 +28,9 @@ pub static NOTIFY: GucSetting<bool> = GucSetting::<bool>::new(true);
 /// `jq.wakeups`: whether this session's transactions wake the claims waiting on a queue when they
 /// make its jobs claimable. Off, no waiting claim is woken for those jobs: they are found by the
 /// next look (a wakeup for another job, a waiting claim's last look at its deadline, or the next
-/// claim); nothing is lost. For measuring what the wakeup path costs
-/// (issue 5) and for producers that want no wakeup work at all.
+/// claim); nothing is lost (`a_session_with_wakeups_off_wakes_nobody_and_loses_nothing` in
+/// pg_test/tests/bgworker.rs). For measuring what the wakeup path costs and for producers that
+/// want no wakeup work at all.
 pub static WAKEUPS: GucSetting<bool> = GucSetting::<bool>::new(true);
 
 /// `jq.claim_hints` (user): whether this session's claims may start at their queue's

@@ -3,28 +3,36 @@
 //! The public API is hand-written SQL in `sql/` (schema, queue administration, enqueue, the
 //! worker calls, maintenance), included here in dependency order. Rust holds what is better in
 //! Rust: the retry backoff arithmetic ([`backoff`]), cron expressions and time zones ([`cron`]),
-//! the configuration ([`gucs`]), the caller tickets of the privilege checks ([`security`]), shared memory ([`shmem`]), the wakeups of long-polling claims
-//! ([`wakeup`]), the claim-start hints ([`claim_hint`]) and the background workers ([`bgworker`]).
+//! the configuration ([`gucs`]), the caller tickets of the privilege checks ([`security`]) and
+//! their random bits ([`random`]), the planner hook ([`planner`]), the wakeups of long-polling
+//! claims ([`wakeup`]), the claim-start hints ([`claim_hint`]) and the background workers
+//! ([`bgworker`]). [`xact`] owns the end-of-transaction callbacks that call down into the
+//! wakeups, the hints and the launcher; each of those owns its shared memory ([`shmem`] is the
+//! registration point); [`queue_hash`] is the one hash of a queue name.
 //!
 //! See `docs/semantics.md` for the job model and `docs/sql-api.md` for the reference.
 
 use pgrx::prelude::*;
 
+pub mod backend;
 pub mod backoff;
 pub mod bgworker;
 pub mod claim_hint;
 pub mod cron;
-mod cron_sql;
 pub mod gucs;
 pub mod planner;
+pub mod queue_hash;
 pub mod random;
 pub mod security;
 pub mod shmem;
+pub mod spin;
 pub mod wakeup;
+pub mod xact;
 
 ::pgrx::pg_module_magic!(name, version);
 
-/// Library load: GUCs always; shared memory, the launcher and the utility hook only while
+/// Library load: GUCs, the planner hook and the end-of-transaction callbacks always; shared
+/// memory, the launcher and the utility hook only while
 /// PostgreSQL preloads the library (`shared_preload_libraries = 'jq'`). Loaded later (on first
 /// use in a session), jq works without background workers and with polling long-polls.
 #[pg_guard]
@@ -39,6 +47,7 @@ pub extern "C-unwind" fn _PG_init() {
     }
     gucs::init();
     planner::init();
+    xact::init();
     if !unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
         // Loaded by a backend's first call of a jq function (not preloaded): plans this backend
         // cached before, without the planner hook, are made again with it at their next use.
@@ -48,9 +57,9 @@ pub extern "C-unwind" fn _PG_init() {
     }
     // SAFETY: a PostgreSQL global, read in _PG_init.
     if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
-        shmem::init();
-        bgworker::register_launcher();
-        bgworker::init_utility_hook();
+        bgworker::init();
+        wakeup::init();
+        claim_hint::init();
     }
 }
 
@@ -70,8 +79,8 @@ extension_sql_file!("../sql/flow.sql", name = "flow", requires = ["work"]);
 extension_sql_file!(
     "../sql/cron.sql",
     name = "cron",
-    requires = ["flow", cron_sql::cron_next, cron_sql::cron_fires, cron_sql::_cron_check,
-                cron_sql::_cron_latest, cron_sql::_cron_count]
+    requires = ["flow", cron::sql::cron_next, cron::sql::cron_fires, cron::sql::_cron_check,
+                cron::sql::_cron_latest, cron::sql::_cron_count]
 );
 extension_sql_file!(
     "../sql/maintenance.sql",

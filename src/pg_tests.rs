@@ -106,4 +106,23 @@ mod tests {
             Some("2=1+1")
         );
     }
+
+    /// Rust's queue hash is SQL's `hashtextextended(name, 0)` (src/queue_hash.rs), so the ready
+    /// filter's bit of a queue is the low 10 bits of the claim index's key.
+    #[pg_test]
+    fn queue_hash_is_hashtextextended() {
+        for q in ["", "a", "emails", "Ünïcödé queue", "a much longer queue name than most people would ever use"] {
+            let hash = crate::queue_hash::QueueHash::of(q);
+            let sql = Spi::get_one_with_args::<i64>("SELECT pg_catalog.hashtextextended($1, 0)", &[q.into()])
+                .unwrap()
+                .unwrap();
+            assert_eq!(hash.0 as i64, sql, "{q:?}");
+            let bit = Spi::get_one_with_args::<bool>(
+                "SELECT jq._queue_bit($1) = (pg_catalog.hashtextextended($1, 0) & 1023)::int",
+                &[q.into()],
+            )
+            .unwrap();
+            assert_eq!(bit, Some(true), "{q:?}");
+        }
+    }
 }

@@ -4,12 +4,12 @@
 //! far longer: plpgsql caches each statement's plan for the life of the connection (until
 //! ANALYZE or VACUUM of the table invalidates it), and the background worker keeps one
 //! connection for days. A plan made on a table of a page or two finds a job by id with a
-//! sequential scan, which costs less there than an index lookup; after a burst of 200,000 jobs
-//! every call of that connection then took 17–40 ms until autovacuum analyzed the table
-//! (docs/BENCHMARKS.md, pg_test/tests/plans.rs). Until 0.2.0's last changes the functions that
-//! act on jobs pinned `SET enable_seqscan = off`; a function with any `SET` clause makes every
-//! call save and restore the settings (PostgreSQL 15 walks all ~350 of them when it returns),
-//! which cost jq.claim and jq.complete about 7% of their drain rate at 64 connections.
+//! sequential scan, which costs less there than an index lookup; after a burst of jobs every
+//! call of that connection then scans the whole table until autovacuum analyzes it
+//! (docs/BENCHMARKS.md; pg_test/tests/plans.rs checks the plans). Pinning
+//! `SET enable_seqscan = off` on the functions that act on jobs is no answer: a function with
+//! any `SET` clause makes every call save and restore the settings (PostgreSQL 15 walks all of
+//! them when it returns), a cost the hot path measurably pays (docs/BENCHMARKS.md).
 //!
 //! Instead, jq's `get_relation_info_hook` tells the planner that `jq.jobs` has at least
 //! [`crate::gucs::PLAN_MIN_PAGES`] pages (and as many rows as that many pages hold at the

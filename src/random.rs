@@ -1,9 +1,9 @@
 //! Random bits for caller tickets and lease tokens, from PostgreSQL's CSPRNG in batches.
 //!
 //! `pg_strong_random` (OpenSSL's `RAND_bytes` here) takes OpenSSL's locks and checks for a fork
-//! on every call, whatever the number of bytes. Drawn once per caller ticket, it cost about 2% of
-//! a one-job claim at 64 connections, and `gen_random_uuid` for the lease token as much again
-//! (perf, docs/BENCHMARKS.md). So this module draws [`BATCH`] 64-bit words at a time into
+//! on every call, whatever the number of bytes: drawn once per caller ticket and once per lease
+//! token (`gen_random_uuid`), a measurable part of a one-job claim (docs/BENCHMARKS.md). So
+//! this module draws [`BATCH`] 64-bit words at a time into
 //! backend-local memory, which SQL cannot read, hands each out once (zeroing it), and draws
 //! again in a process that is not the one that drew them (a forked child never reuses its
 //! parent's bits). Same generator, same bits, fewer calls.

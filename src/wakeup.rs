@@ -2,239 +2,270 @@
 //!
 //! A statement that makes jobs claimable calls [`_wake`] (or [`_wake_slot`] when a running job
 //! ends, which matters to capped queues; or [`_wake_on_abort`] from a claim, whose rollback
-//! hands its jobs back). That only records the queue's hash in a backend-local list. At
-//! commit (after the transaction is visible to new snapshots) one transaction callback sets the
-//! latch of every backend waiting on one of those queues in this database, and marks the
-//! queues in the database's ready filter, from which the maintenance worker sends at most one
-//! NOTIFY per queue per pass. A rolled-back transaction wakes nobody (except for handed-back
-//! claims). No lock is taken: waiters and committers meet through atomics in shared memory.
+//! hands its jobs back). That only records the queue's hash in a backend-local list. When the
+//! transaction ends (src/xact.rs calls [`at_commit`] once it is visible to new snapshots) the
+//! latches of backends waiting on those queues in this database are set, and the queues are
+//! marked in the database's ready filter, from which the maintenance worker sends at most one
+//! NOTIFY per queue per pass (src/bgworker/notify.rs). A rolled-back transaction wakes nobody
+//! (except for handed-back claims). No lock is taken: waiters and committers meet through
+//! atomics in this module's shared memory ([`Waiters`]).
 //!
 //! A waiting claim registers *before* it looks for jobs and resets its latch before each look,
-//! so a commit either is visible to the look or sets the latch after it: no lost wakeup. Wakeups
-//! are hints: a woken claim re-runs the claim, and polling (`wait` running out) remains the
-//! correctness path (field case Q12). Without `shared_preload_libraries = 'jq'` waiting falls back
-//! to sleeping `jq.poll_interval` between looks.
+//! so a commit either is visible to the look or sets the latch after it: no lost wakeup
+//! (`a_waiting_claim_returns_right_after_the_enqueue_commits_and_not_before` in
+//! pg_test/tests/bgworker.rs). Wakeups are hints: a woken claim re-runs the claim, and polling
+//! (`wait` running out) remains the correctness path. Without `shared_preload_libraries = 'jq'`
+//! waiting falls back to sleeping `jq.poll_interval` between looks.
 
-use crate::{gucs, shmem};
+use crate::bgworker::notify;
+use crate::queue_hash::QueueHash;
+use crate::shmem::{Area, Zeroable};
+use crate::{backend, claim_hint, gucs};
 use pgrx::prelude::*;
 use std::cell::{Cell, RefCell};
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
-const READY: u8 = 1;
-const SLOT: u8 = 2;
-const ABORT: u8 = 4;
+/// Backends (by `pgprocno`) that can wait in `jq.claim(…, wait => …)` with shared-memory
+/// wakeups; a backend with a higher number falls back to polling.
+pub const MAX_WAITERS: usize = 4096;
+/// Queue hashes a waiter records; a claim over more queues is woken by any queue of its database.
+pub const WAITER_QUEUES: usize = 16;
+/// `Waiter::count` value meaning "every queue of the database".
+const ALL_QUEUES: u32 = u32::MAX;
+/// The top bit of a waiter's queue entry: a capped queue (woken also when a running job ends).
 const CAPPED_BIT: u32 = 1 << 31;
 
-/// One queue this transaction touched: its hash and how many jobs became claimable (`ready`),
-/// how many running jobs ended (`slot`) and how many claimed jobs a rollback hands back
-/// (`abort`).
-#[derive(Clone, Copy, Default)]
+/// One backend's long-poll registration, indexed by `pgprocno`.
+#[repr(C)]
+pub struct Waiter {
+    /// Database oid; 0 = not waiting.
+    db: AtomicU32,
+    /// Number of valid `hashes`, or [`ALL_QUEUES`].
+    count: AtomicU32,
+    /// [`QueueHash::low31`] of each queue, `| CAPPED_BIT` for a capped one.
+    hashes: [AtomicU32; WAITER_QUEUES],
+}
+
+/// The shared area of the wakeups.
+#[repr(C)]
+pub struct Waiters {
+    /// Registered waiters; committers skip the scan when 0.
+    active: AtomicU32,
+    /// Latches set for waiting claims since the server started (observability, tests).
+    wakeups: AtomicU64,
+    slots: [Waiter; MAX_WAITERS],
+}
+
+// SAFETY: atomics only.
+unsafe impl Zeroable for Waiter {}
+// SAFETY: atomics only.
+unsafe impl Zeroable for Waiters {}
+
+static AREA: Area<Waiters> = Area::new(c"jq waiters");
+
+/// Attaches the waiter table. Called from `_PG_init` while preloading only.
+pub fn init() {
+    pgrx::pg_shmem_init!(AREA);
+}
+
+/// What a statement reported about a queue.
+#[derive(Clone, Copy)]
+enum Event {
+    /// A job became claimable.
+    Ready,
+    /// A running job ended (a capped queue may have a free slot).
+    Slot,
+    /// A claimed job goes back to the queue if this transaction rolls back.
+    Abort,
+}
+
+/// One queue this transaction touched: how many jobs became claimable (`ready`), how many
+/// running jobs ended (`slot`) and how many claimed jobs a rollback hands back (`abort`).
+#[derive(Clone, Copy)]
 struct Pending {
-    hash: u32,
+    hash: QueueHash,
     ready: u32,
     slot: u32,
     abort: u32,
 }
 
+impl Pending {
+    fn new(hash: QueueHash) -> Pending {
+        Pending { hash, ready: 0, slot: 0, abort: 0 }
+    }
+
+    /// What a rollback (of the transaction or of a subtransaction) wakes for: the handed-back
+    /// claims, as ready jobs.
+    fn rolled_back(&self) -> Pending {
+        Pending { ready: self.abort, ..Pending::new(self.hash) }
+    }
+
+    fn wakes_anyone(&self) -> bool {
+        self.ready > 0 || self.slot > 0
+    }
+}
+
 // Backend-local state. A backend is single-threaded; thread-locals keep that safe in Rust terms.
 thread_local! {
     static PENDING: RefCell<Vec<Pending>> = const { RefCell::new(Vec::new()) };
-    static CALLBACK_REGISTERED: Cell<bool> = const { Cell::new(false) };
     /// This backend holds a waiter slot.
     static WAITING: Cell<bool> = const { Cell::new(false) };
-    /// This transaction installed jq here: tell the launcher at commit.
-    static EXTENSION_CREATED: Cell<bool> = const { Cell::new(false) };
     /// Where the next waiter scan starts, so that wakeups rotate over the waiters of a queue.
     static CURSOR: Cell<usize> = const { Cell::new(0) };
 }
 
-/// Asks for the launcher to be told at commit that jq now exists in this database.
-pub fn note_extension_created() {
-    ensure_callback();
-    EXTENSION_CREATED.set(true);
-}
-
-fn announce_extension(db: u32) {
-    let Some(sh) = shmem::get() else { return };
-    if let Some(slot) = sh.slot_for_in(db, shmem::slot_state::NO_EXTENSION) {
-        slot.with(|s| {
-            s.ext_gen += 1;
-            if s.state != shmem::slot_state::RUNNING && s.state != shmem::slot_state::STARTING {
-                s.recheck_at = 0;
-            }
-        });
+/// Records `n` events of queue `hash` for the end of the transaction (unless `jq.wakeups` is
+/// off in this session).
+fn note(hash: QueueHash, event: Event, n: u32) {
+    if !gucs::WAKEUPS.get() {
+        return;
     }
-    sh.wake_launcher();
-}
-
-/// FNV-1a of the queue name, top bit cleared (the bit marks capped queues in waiter slots).
-pub fn queue_hash(name: &str) -> u32 {
-    let mut h: u32 = 0x811c_9dc5;
-    for b in name.as_bytes() {
-        h ^= *b as u32;
-        h = h.wrapping_mul(0x0100_0193);
-    }
-    h & !CAPPED_BIT
-}
-
-fn note(queue: &str, what: u8) {
-    if !crate::gucs::WAKEUPS.get() {
-        return;  // jq.wakeups = off in this session
-    }
-    let h = queue_hash(queue);
-    ensure_callback();
     PENDING.with_borrow_mut(|pending| {
-        let i = match pending.iter().position(|p| p.hash == h) {
+        let i = match pending.iter().position(|p| p.hash == hash) {
             Some(i) => i,
             None => {
-                pending.push(Pending { hash: h, ..Default::default() });
+                pending.push(Pending::new(hash));
                 pending.len() - 1
             }
         };
         let e = &mut pending[i];
-        match what {
-            READY => e.ready = e.ready.saturating_add(1),
-            SLOT => e.slot = e.slot.saturating_add(1),
-            _ => e.abort = e.abort.saturating_add(1),
-        }
+        let count = match event {
+            Event::Ready => &mut e.ready,
+            Event::Slot => &mut e.slot,
+            Event::Abort => &mut e.abort,
+        };
+        *count = count.saturating_add(n);
     });
 }
 
-fn ensure_callback() {
-    if !CALLBACK_REGISTERED.get() {
-        // SAFETY: registers this library's callbacks once per backend; they stay registered
-        // for the backend's life (the library is never unloaded).
-        unsafe {
-            pg_sys::RegisterXactCallback(Some(xact_callback), std::ptr::null_mut());
-            pg_sys::RegisterSubXactCallback(Some(subxact_callback), std::ptr::null_mut());
-        }
-        CALLBACK_REGISTERED.set(true);
-    }
-}
-
-#[pg_guard]
-unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
-    use pg_sys::XactEvent::*;
-    let commit = event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT;
-    let abort = event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT;
-    if !commit && !abort && event != XACT_EVENT_PREPARE {
-        return;
-    }
+/// At commit (src/xact.rs): ends this backend's wait and wakes for the jobs the transaction
+/// made claimable and the running jobs it ended; marks the ready filter.
+pub fn at_commit() {
     let pending = PENDING.take();
     stop_waiting();
-    if EXTENSION_CREATED.replace(false) && commit {
-        // SAFETY: MyDatabaseId is set in a connected backend.
-        announce_extension(unsafe { pg_sys::MyDatabaseId }.to_u32());
-    }
-    if pending.is_empty() || event == XACT_EVENT_PREPARE {
-        return;
-    }
     let wakes: Vec<Pending> = pending
         .into_iter()
-        .map(|p| if commit { Pending { abort: 0, ..p } } else { Pending { hash: p.hash, ready: p.abort, slot: 0, abort: 0 } })
-        .filter(|p| p.ready > 0 || p.slot > 0)
+        .map(|p| Pending { abort: 0, ..p })
+        .filter(Pending::wakes_anyone)
         .collect();
     if !wakes.is_empty() {
-        wake(&wakes, commit);  // not for a claim's commit (its only entry is `abort`)
+        wake(&wakes, true); // not for a claim's commit (its only entry is `abort`)
     }
 }
 
-#[pg_guard]
-unsafe extern "C-unwind" fn subxact_callback(
-    event: pg_sys::SubXactEvent::Type,
-    _my: pg_sys::SubTransactionId,
-    _parent: pg_sys::SubTransactionId,
-    _arg: *mut std::ffi::c_void,
-) {
-    if event != pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB {
-        return;
+/// At abort (src/xact.rs): ends this backend's wait and wakes for the claimed jobs the
+/// rollback hands back (`a_rolled_back_enqueue_wakes_nobody_into_a_claim`).
+pub fn at_abort() {
+    let pending = PENDING.take();
+    stop_waiting();
+    let wakes: Vec<Pending> = pending.iter().map(Pending::rolled_back).filter(Pending::wakes_anyone).collect();
+    if !wakes.is_empty() {
+        wake(&wakes, false);
     }
-    // A claim rolled back to a savepoint (or by a plpgsql EXCEPTION block) hands its jobs back
-    // now: wake for them at once. The entries stay, so a later top-level abort wakes again
-    // (spurious, harmless); the commit of the outer transaction ignores them.
+}
+
+/// At `PREPARE TRANSACTION` (src/xact.rs): ends this backend's wait; nobody is woken (the
+/// jobs become claimable at `COMMIT PREPARED`, found by the next look).
+pub fn at_prepare() {
+    PENDING.take();
+    stop_waiting();
+}
+
+/// At the rollback of a subtransaction (src/xact.rs): a claim rolled back to a savepoint (or
+/// by a plpgsql EXCEPTION block) hands its jobs back now, so it wakes for them at once
+/// (`a_claim_rolled_back_to_a_savepoint_wakes_a_waiter`). The entries stay, so a later
+/// top-level abort wakes again (spurious, harmless); the commit of the outer transaction
+/// ignores them.
+pub fn at_subxact_abort() {
     let wakes: Vec<Pending> = PENDING.with_borrow(|pending| {
-        pending
-            .iter()
-            .filter(|p| p.abort > 0)
-            .map(|p| Pending { hash: p.hash, ready: p.abort, slot: 0, abort: 0 })
-            .collect()
+        pending.iter().filter(|p| p.abort > 0).map(Pending::rolled_back).collect()
     });
     if !wakes.is_empty() {
         wake(&wakes, false);
     }
 }
 
+/// Wakes for `wakes` (see [`set_latches`]). With `notify`, also marks the queues that got
+/// claimable jobs in the database's ready filter for the maintenance worker's NOTIFY.
+fn wake(wakes: &[Pending], notify: bool) {
+    // A completion's commit marks nothing (slot wakes only): no slot lookup on its path.
+    if notify && wakes.iter().any(|p| p.ready > 0) {
+        notify::mark_ready(wakes.iter().filter(|p| p.ready > 0).map(|p| p.hash));
+    }
+    set_latches(wakes.iter().map(|p| Budget { entry: p.hash.low31(), ready: p.ready, slot: p.slot }).collect());
+}
+
+/// Wakeups still owed to the waiters of one queue.
+struct Budget {
+    /// The queue's waiter entry ([`QueueHash::low31`]).
+    entry: u32,
+    /// Waiters of the queue to wake.
+    ready: u32,
+    /// Waiters of the queue as a capped queue to wake.
+    slot: u32,
+}
 
 /// Sets the latches of waiters of this database: for each entry, as many waiters of its queue
 /// as jobs became claimable (`ready`), plus as many waiting on it as a capped queue as running
 /// jobs ended (`slot`). Waking every waiter of a queue for each job would make N waiters run N
-/// claims per job (a thundering herd that cost producers 100x at 150 waiters). A waiter that
-/// was woken but leaves without claiming passes the wakeup on ([`stop_waiting`]). With `notify`,
-/// also marks the queues in the database's ready filter for the maintenance worker's NOTIFY.
-fn wake(wakes: &[Pending], notify: bool) {
-    let Some(sh) = shmem::get() else { return };
-    // SAFETY: MyDatabaseId is set in every backend connected to a database.
-    let db = unsafe { pg_sys::MyDatabaseId }.to_u32();
-    // A completion's commit marks nothing (slot wakes only): no slot lookup on its path.
-    if notify && wakes.iter().any(|p| p.ready > 0) {
-        if let Some(slot) = sh.slot_of_cached(db) {
-            for p in wakes.iter().filter(|p| p.ready > 0) {
-                let bit = (p.hash as usize) % shmem::READY_BITS;
-                slot.ready[bit / 64].fetch_or(1 << (bit % 64), Ordering::Relaxed);
-            }
-        }
-    }
-    // Pairs with the waiter's registration (SeqCst RMW on waiters_active before it looks).
+/// claims per job, a thundering herd (`one_job_wakes_one_of_many_waiters` in
+/// pg_test/tests/bgworker.rs). A waiter that was woken but leaves without claiming passes the
+/// wakeup on ([`stop_waiting`]).
+fn set_latches(mut budget: Vec<Budget>) {
+    let Some(sh) = AREA.get() else { return };
+    // Pairs with the waiter's registration (SeqCst RMW on `active` before it looks).
     fence(Ordering::SeqCst);
-    if sh.waiters_active.load(Ordering::SeqCst) == 0 {
+    if sh.active.load(Ordering::SeqCst) == 0 {
         return;
     }
-    let me = shmem::my_procno();
-    let n = shmem::proc_count().min(shmem::MAX_WAITERS);
+    let n = backend::proc_count().min(MAX_WAITERS);
     if n == 0 {
         return;
     }
-    // Budget per entry: (ready wakes left, slot wakes left).
-    let mut budget: Vec<(u32, u32, u32)> = wakes.iter().map(|p| (p.hash, p.ready, p.slot)).collect();
     let start = {
         let c = CURSOR.get().wrapping_add(1);
         CURSOR.set(c);
         c % n
     };
+    let (me, db) = (backend::my_procno(), backend::my_database());
     for k in 0..n {
-        if budget.iter().all(|b| b.1 == 0 && b.2 == 0) {
+        if budget.iter().all(|b| b.ready == 0 && b.slot == 0) {
             break;
         }
         let i = (start + k) % n;
-        let w = &sh.waiters[i];
+        let w = &sh.slots[i];
         if i as i32 == me || w.db.load(Ordering::Acquire) != db {
             continue;
         }
-        let count = w.count.load(Ordering::Acquire);
-        let all = count == shmem::ALL_QUEUES;
-        let hashes: Vec<u32> = if all {
-            Vec::new()
-        } else {
-            w.hashes[..(count as usize).min(shmem::WAITER_QUEUES)].iter().map(|x| x.load(Ordering::Relaxed)).collect()
-        };
-        let hit = budget.iter_mut().find_map(|b| {
-            let (h, ready, slot) = (b.0, &mut b.1, &mut b.2);
-            let mine = hashes.iter().find(|x| (**x & !CAPPED_BIT) == h);
-            if *ready > 0 && (all || mine.is_some()) {
-                *ready -= 1;
-                Some(())
-            } else if *slot > 0 && mine.is_some_and(|x| x & CAPPED_BIT != 0) {
-                *slot -= 1;
-                Some(())
-            } else {
-                None
-            }
-        });
-        if hit.is_some() {
+        if take_budget(w, &mut budget) {
             sh.wakeups.fetch_add(1, Ordering::Relaxed);
-            shmem::set_latch_of(i as i32);
+            backend::set_latch_of(i as i32);
         }
     }
+}
+
+/// Whether waiter `w` is owed a wakeup by one of the entries of `budget`; takes it from that
+/// entry's budget.
+fn take_budget(w: &Waiter, budget: &mut [Budget]) -> bool {
+    let count = w.count.load(Ordering::Acquire);
+    let all = count == ALL_QUEUES;
+    let hashes: Vec<u32> = if all {
+        Vec::new()
+    } else {
+        w.hashes[..(count as usize).min(WAITER_QUEUES)].iter().map(|x| x.load(Ordering::Relaxed)).collect()
+    };
+    budget.iter_mut().any(|b| {
+        let mine = hashes.iter().find(|x| (**x & !CAPPED_BIT) == b.entry);
+        if b.ready > 0 && (all || mine.is_some()) {
+            b.ready -= 1;
+            true
+        } else if b.slot > 0 && mine.is_some_and(|x| x & CAPPED_BIT != 0) {
+            b.slot -= 1;
+            true
+        } else {
+            false
+        }
+    })
 }
 
 /// Ends this backend's waiter registration. If its latch is set, a wakeup meant for it may be
@@ -245,31 +276,32 @@ fn stop_waiting() {
     if !WAITING.replace(false) {
         return;
     }
-    let Some(sh) = shmem::get() else { return };
-    let me = shmem::my_procno();
-    if me < 0 || me as usize >= shmem::MAX_WAITERS {
+    let Some(sh) = AREA.get() else { return };
+    let me = backend::my_procno();
+    if me < 0 || me as usize >= MAX_WAITERS {
         return;
     }
-    let w = &sh.waiters[me as usize];
+    let w = &sh.slots[me as usize];
     let count = w.count.load(Ordering::Relaxed);
-    let first = (count != shmem::ALL_QUEUES && count > 0)
-        .then(|| w.hashes[0].load(Ordering::Relaxed) & !CAPPED_BIT);
+    let first = (count != ALL_QUEUES && count > 0).then(|| w.hashes[0].load(Ordering::Relaxed) & !CAPPED_BIT);
     w.db.store(0, Ordering::Release);
-    sh.waiters_active.fetch_sub(1, Ordering::SeqCst);
+    sh.active.fetch_sub(1, Ordering::SeqCst);
     // SAFETY: MyLatch is this backend's latch; reading its flag is what WaitLatch does.
     let latched = unsafe { std::ptr::read_volatile(&(*pg_sys::MyLatch).is_set) } != 0;
-    if let (true, Some(h)) = (latched, first) {
-        wake(&[Pending { hash: h, ready: 1, slot: 0, abort: 0 }], false);
+    if let (true, Some(entry)) = (latched, first) {
+        set_latches(vec![Budget { entry, ready: 1, slot: 0 }]);
     }
 }
 
 /// `jq._wake(queue text) RETURNS boolean`: at this transaction's commit, wake one more claim
-/// waiting on `queue` (a job became claimable; call it once per job). Always returns true, so
-/// it can sit in a WHERE clause.
+/// waiting on `queue` (a job became claimable; call it once per job), and clear the queue's
+/// claim-start hint (src/claim_hint.rs: the job may sort anywhere). Always returns true, so it
+/// can sit in a WHERE clause.
 #[pg_extern(volatile, parallel_unsafe)]
 fn _wake(queue: &str) -> bool {
-    crate::claim_hint::note_ready(queue);
-    note(queue, READY);
+    let hash = QueueHash::of(queue);
+    claim_hint::note_ready(hash);
+    note(hash, Event::Ready, 1);
     true
 }
 
@@ -279,25 +311,20 @@ fn _wake(queue: &str) -> bool {
 /// at commit it moves the queue's claim-start hint back only if the job sorts before it
 /// (src/claim_hint.rs), instead of clearing it. Always true.
 #[pg_extern(volatile, parallel_unsafe)]
-fn _wake_ready(queue: &str, priority: i32, run_at: pgrx::datum::TimestampWithTimeZone) -> bool {
-    crate::claim_hint::note_ready_key(queue, priority, run_at.into_inner());
-    note(queue, READY);
+fn _wake_ready(queue: &str, priority: i32, run_at: TimestampWithTimeZone) -> bool {
+    let hash = QueueHash::of(queue);
+    claim_hint::note_ready_key(hash, priority, run_at.into_inner());
+    note(hash, Event::Ready, 1);
     true
 }
 
 /// `jq._wake_n(queue text, n integer) RETURNS boolean`: as [`_wake`] for `n` jobs at once (up to
-/// `n` waiters are woken; a large `n` wakes them all, e.g. when a queue is resumed).
+/// `n` waiters are woken; a large `n` wakes them all, e.g. when a queue is resumed); `n <= 0`
+/// does nothing. Does not touch the claim-start hint. Always true.
 #[pg_extern(volatile, parallel_unsafe)]
 fn _wake_n(queue: &str, n: i32) -> bool {
     if n > 0 {
-        note(queue, READY);
-        let h = queue_hash(queue);
-        // `note` just created or found the entry.
-        PENDING.with_borrow_mut(|pending| {
-            if let Some(e) = pending.iter_mut().find(|p| p.hash == h) {
-                e.ready = e.ready.saturating_add((n - 1) as u32);
-            }
-        });
+        note(QueueHash::of(queue), Event::Ready, n as u32);
     }
     true
 }
@@ -306,15 +333,16 @@ fn _wake_n(queue: &str, n: i32) -> bool {
 /// it is capped (a running job ended, so a slot may be free). Always true.
 #[pg_extern(volatile, parallel_unsafe)]
 fn _wake_slot(queue: &str) -> bool {
-    note(queue, SLOT);
+    note(QueueHash::of(queue), Event::Slot, 1);
     true
 }
 
-/// `jq._wake_on_abort(queue text) RETURNS boolean`: if this transaction rolls back, wake claims
-/// waiting on `queue` (a rolled-back claim hands its jobs back). Always true.
+/// `jq._wake_on_abort(queue text) RETURNS boolean`: if this transaction (or the subtransaction
+/// it runs in) rolls back, wake claims waiting on `queue` (a rolled-back claim hands its jobs
+/// back). Always true.
 #[pg_extern(volatile, parallel_unsafe)]
 fn _wake_on_abort(queue: &str) -> bool {
-    note(queue, ABORT);
+    note(QueueHash::of(queue), Event::Abort, 1);
     true
 }
 
@@ -326,42 +354,38 @@ fn _wake_on_abort(queue: &str) -> bool {
 fn _wait_register(queues: Vec<String>, capped: Vec<bool>) -> bool {
     // SAFETY: MyLatch is this backend's latch.
     unsafe { pg_sys::ResetLatch(pg_sys::MyLatch) };
-    let Some(sh) = shmem::get() else { return false };
-    let me = shmem::my_procno();
-    if me < 0 || me as usize >= shmem::MAX_WAITERS {
+    let Some(sh) = AREA.get() else { return false };
+    let me = backend::my_procno();
+    if me < 0 || me as usize >= MAX_WAITERS {
         return false;
     }
-    ensure_callback();
     if WAITING.get() {
         stop_waiting();
     }
-    let w = &sh.waiters[me as usize];
+    let w = &sh.slots[me as usize];
     w.db.store(0, Ordering::Release);
-    if queues.len() > shmem::WAITER_QUEUES {
-        w.count.store(shmem::ALL_QUEUES, Ordering::Release);
+    if queues.len() > WAITER_QUEUES {
+        w.count.store(ALL_QUEUES, Ordering::Release);
     } else {
         for (i, q) in queues.iter().enumerate() {
             let cap = capped.get(i).copied().unwrap_or(false);
-            w.hashes[i].store(queue_hash(q) | if cap { CAPPED_BIT } else { 0 }, Ordering::Relaxed);
+            w.hashes[i].store(QueueHash::of(q).low31() | if cap { CAPPED_BIT } else { 0 }, Ordering::Relaxed);
         }
         w.count.store(queues.len() as u32, Ordering::Release);
     }
-    // SAFETY: MyDatabaseId is set in a connected backend.
-    w.db.store(unsafe { pg_sys::MyDatabaseId }.to_u32(), Ordering::Release);
-    sh.waiters_active.fetch_add(1, Ordering::SeqCst);
+    w.db.store(backend::my_database(), Ordering::Release);
+    sh.active.fetch_add(1, Ordering::SeqCst);
     WAITING.set(true);
     true
 }
 
 /// `jq._wait(deadline timestamptz) RETURNS boolean`: sleeps until this backend's latch is set
 /// (a wakeup for a registered queue, or an interrupt) or `deadline`; with jq not preloaded,
-/// at most `jq.poll_interval`. Resets the latch and checks for interrupts (query cancel works).
-/// Returns false if the deadline had already passed, true otherwise.
+/// at most `jq.poll_interval` ms. Resets the latch and checks for interrupts (query cancel
+/// works). Returns false if the deadline had already passed, true otherwise.
 #[pg_extern(volatile, parallel_unsafe)]
 fn _wait(deadline: TimestampWithTimeZone) -> bool {
-    // SAFETY: a plain PostgreSQL call.
-    let now = unsafe { pg_sys::GetCurrentTimestamp() };
-    let left_us = i64::from(deadline) - now;
+    let left_us = i64::from(deadline) - backend::now_us();
     if left_us <= 0 {
         return false;
     }
@@ -393,30 +417,12 @@ fn _wait_done() {
 /// NULL when jq is not preloaded.
 #[pg_extern(volatile, parallel_safe)]
 fn _wakeups() -> Option<i64> {
-    shmem::get().map(|sh| sh.wakeups.load(Ordering::Relaxed) as i64)
+    AREA.get().map(|sh| sh.wakeups.load(Ordering::Relaxed) as i64)
 }
 
-/// Takes (and clears) the ready-queue filter of this database: the bit numbers of queues that
-/// got claimable jobs since the last call. Used by the maintenance worker for its NOTIFYs.
-pub fn take_ready_bits() -> Vec<i32> {
-    let Some(sh) = shmem::get() else { return Vec::new() };
-    // SAFETY: MyDatabaseId is set in a connected backend.
-    let db = unsafe { pg_sys::MyDatabaseId }.to_u32();
-    let Some(slot) = sh.slot_of(db) else { return Vec::new() };
-    let mut bits = Vec::new();
-    for (i, word) in slot.ready.iter().enumerate() {
-        let mut v = word.swap(0, Ordering::Relaxed);
-        while v != 0 {
-            let b = v.trailing_zeros() as usize;
-            bits.push((i * 64 + b) as i32);
-            v &= v - 1;
-        }
-    }
-    bits
-}
-
-/// `jq._queue_bit(queue text) RETURNS integer`: the queue's bit in the ready filter.
+/// `jq._queue_bit(queue text) RETURNS integer`: the queue's bit in the ready filter behind
+/// `NOTIFY jq_ready` (0 to 1023; `hashtextextended(queue, 0) & 1023`).
 #[pg_extern(immutable, parallel_safe)]
 fn _queue_bit(queue: &str) -> i32 {
-    (queue_hash(queue) as usize % shmem::READY_BITS) as i32
+    notify::queue_bit(QueueHash::of(queue))
 }

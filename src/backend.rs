@@ -1,0 +1,50 @@
+//! This process as PostgreSQL sees it: its database, its `pgprocno`, and the latches of others.
+
+use pgrx::pg_sys;
+
+/// The connected database's oid (0 in a process without a database, as the launcher).
+pub fn my_database() -> u32 {
+    // SAFETY: a PostgreSQL global, set once a backend connects.
+    unsafe { pg_sys::MyDatabaseId }.to_u32()
+}
+
+/// This process's pid.
+pub fn my_pid() -> i32 {
+    // SAFETY: a PostgreSQL global, set at process start.
+    unsafe { pg_sys::MyProcPid }
+}
+
+/// This backend's `pgprocno`, or -1.
+pub fn my_procno() -> i32 {
+    // SAFETY: MyProc is set for every backend and background worker with shared memory access.
+    unsafe { if pg_sys::MyProc.is_null() { -1 } else { (*pg_sys::MyProc).pgprocno } }
+}
+
+/// Number of PGPROC entries (bounds a scan by `pgprocno`).
+pub fn proc_count() -> usize {
+    // SAFETY: ProcGlobal is set up with shared memory and never freed.
+    unsafe {
+        let glob = pg_sys::ProcGlobal;
+        if glob.is_null() { 0 } else { (*glob).allProcCount as usize }
+    }
+}
+
+/// Sets the latch of the process with this `pgprocno`.
+pub fn set_latch_of(procno: i32) {
+    // SAFETY: ProcGlobal->allProcs has allProcCount entries for the life of the cluster;
+    // setting the latch of an exited or reused process only causes a spurious wakeup.
+    unsafe {
+        let glob = pg_sys::ProcGlobal;
+        if glob.is_null() || procno < 0 || procno as u32 >= (*glob).allProcCount {
+            return;
+        }
+        let proc_ = (*glob).allProcs.add(procno as usize);
+        pg_sys::SetLatch(&raw mut (*proc_).procLatch);
+    }
+}
+
+/// The current time, µs since 2000-01-01 (PostgreSQL's epoch).
+pub fn now_us() -> i64 {
+    // SAFETY: reads the clock.
+    unsafe { pg_sys::GetCurrentTimestamp() }
+}

@@ -1,0 +1,60 @@
+//! The end of a transaction: the one owner of jq's transaction and subtransaction callbacks.
+//!
+//! Statements record what must happen when their transaction ends in backend-local lists of
+//! the subsystems (claim-start hints, wakeups, the launcher's news of a new extension); the
+//! callbacks here call down into them. Registered once per process from `_PG_init`, so no
+//! subsystem registers anything lazily; in a process that never calls jq they find empty lists.
+//!
+//! Order at commit: claim-start hints first, then the wakeups, so a claim woken for a job reads
+//! the hint already moved back to it (src/claim_hint.rs); then the launcher. The callbacks run
+//! after the transaction is visible to new snapshots (XACT_EVENT_COMMIT), and never fail.
+
+use crate::{bgworker, claim_hint, wakeup};
+use pgrx::prelude::*;
+
+/// Registers the callbacks. Called once from `_PG_init` (in the postmaster while preloading,
+/// inherited by every backend it forks; else in the backend loading jq).
+pub fn init() {
+    // SAFETY: registers this library's callbacks once per process; they stay registered for the
+    // process's life (the library is never unloaded).
+    unsafe {
+        pg_sys::RegisterXactCallback(Some(xact_callback), std::ptr::null_mut());
+        pg_sys::RegisterSubXactCallback(Some(subxact_callback), std::ptr::null_mut());
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
+    use pg_sys::XactEvent::*;
+    match event {
+        XACT_EVENT_COMMIT | XACT_EVENT_PARALLEL_COMMIT => {
+            claim_hint::at_commit();
+            wakeup::at_commit();
+            bgworker::at_commit();
+        }
+        XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT => {
+            claim_hint::at_abort();
+            wakeup::at_abort();
+            bgworker::at_abort();
+        }
+        XACT_EVENT_PREPARE => {
+            claim_hint::at_prepare();
+            wakeup::at_prepare();
+            bgworker::at_abort();
+        }
+        _ => {}
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn subxact_callback(
+    event: pg_sys::SubXactEvent::Type,
+    _my: pg_sys::SubTransactionId,
+    _parent: pg_sys::SubTransactionId,
+    _arg: *mut std::ffi::c_void,
+) {
+    if event == pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB {
+        claim_hint::at_subxact_abort();
+        wakeup::at_subxact_abort();
+    }
+}
