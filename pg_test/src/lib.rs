@@ -12,16 +12,30 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 pub mod fingerprint;
 pub mod populate;
+pub mod waiting;
 
 pub use postgres::{Client, NoTls};
 
 static SEQ: AtomicUsize = AtomicUsize::new(0);
 
+/// The test cluster's host: `JQ_TEST_PGHOST`, default 127.0.0.1.
+pub fn host() -> String {
+    std::env::var("JQ_TEST_PGHOST").unwrap_or_else(|_| "127.0.0.1".into())
+}
+
+/// The test cluster's port: `JQ_TEST_PGPORT`, default 54329.
+pub fn port() -> u16 {
+    std::env::var("JQ_TEST_PGPORT").ok().and_then(|p| p.parse().ok()).unwrap_or(54329)
+}
+
 /// `host=… port=… user=postgres` for the test cluster, plus `dbname` when given.
 pub fn conninfo(dbname: &str) -> String {
-    let host = std::env::var("JQ_TEST_PGHOST").unwrap_or_else(|_| "127.0.0.1".into());
-    let port = std::env::var("JQ_TEST_PGPORT").unwrap_or_else(|_| "54329".into());
-    format!("host={host} port={port} user=postgres dbname={dbname} application_name=jq-pg-test")
+    conninfo_at(port(), dbname)
+}
+
+/// As [`conninfo`], for a cluster of the test's own on `port` (same host).
+pub fn conninfo_at(port: u16, dbname: &str) -> String {
+    format!("host={} port={port} user=postgres dbname={dbname} application_name=jq-pg-test", host())
 }
 
 /// A connection to the cluster's `postgres` database.
@@ -33,6 +47,8 @@ pub fn admin() -> Client {
 /// A database of its own with `CREATE EXTENSION jq`, dropped on drop.
 pub struct TestDb {
     pub name: String,
+    /// The port of its cluster: [`port`], or the one given to [`TestDb::on_port`].
+    pub port: u16,
 }
 
 impl TestDb {
@@ -55,14 +71,21 @@ impl TestDb {
     /// Creates `jqt_<tag>_<pid>_<n>` and runs `setup` in it instead of `CREATE EXTENSION jq`
     /// (e.g. an older version and `ALTER EXTENSION jq UPDATE`, or nothing for a restore target).
     pub fn with_setup(tag: &str, setup: &str) -> TestDb {
+        TestDb::on_port(port(), tag, setup)
+    }
+
+    /// As [`TestDb::with_setup`], on the cluster listening on `port` (e.g. a cluster a test
+    /// started for itself).
+    pub fn on_port(port: u16, tag: &str, setup: &str) -> TestDb {
         let n = SEQ.fetch_add(1, Ordering::SeqCst);
         let name = format!("jqt_{}_{}_{}", tag, std::process::id(), n);
-        let mut a = admin();
+        let mut a = Client::connect(&conninfo_at(port, "postgres"), NoTls)
+            .expect("cannot connect to the test cluster: run the tests with pg_test/run");
         // Two requests: a multi-statement request runs as one transaction block, which
         // DROP/CREATE DATABASE refuse.
         a.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).expect("drop test database");
         a.batch_execute(&format!("CREATE DATABASE {name}")).expect("create test database");
-        let db = TestDb { name };
+        let db = TestDb { name, port };
         if !setup.is_empty() {
             db.connect().batch_execute(setup).unwrap_or_else(|e| panic!("{setup}: {e:?}"));
         }
@@ -71,13 +94,18 @@ impl TestDb {
 
     /// A new connection to this database.
     pub fn connect(&self) -> Client {
-        Client::connect(&conninfo(&self.name), NoTls).expect("connect to test database")
+        Client::connect(&self.conninfo(), NoTls).expect("connect to test database")
+    }
+
+    /// The connection string of this database.
+    pub fn conninfo(&self) -> String {
+        conninfo_at(self.port, &self.name)
     }
 }
 
 impl Drop for TestDb {
     fn drop(&mut self) {
-        if let Ok(mut a) = Client::connect(&conninfo("postgres"), NoTls) {
+        if let Ok(mut a) = Client::connect(&conninfo_at(self.port, "postgres"), NoTls) {
             let _ = a.batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name));
         }
     }

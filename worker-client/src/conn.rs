@@ -2,10 +2,11 @@
 //! decides between "reconnect and retry" and "this call is wrong".
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Config, NoTls, Row, Statement};
+use tokio_util::sync::CancellationToken;
 
 use crate::Error;
 
@@ -79,36 +80,46 @@ pub(crate) fn describe(e: &tokio_postgres::Error) -> String {
     }
 }
 
-/// A lazily (re)connected client owned by one task, with the statements it prepared.
+/// A lazily (re)connected client owned by one task, with the statements it prepared: the one
+/// place that decides how the library's statements (all in api.rs) are sent.
 ///
 /// The worker's hot calls (claim, complete, heartbeat) are prepared once per connection and
 /// then only bound and executed: one round trip per call, and PostgreSQL neither parses nor
 /// plans the statement again. `tokio_postgres::Client::query` with SQL text prepares a new
-/// statement every time, a second round trip and a parse and plan on the server: at batch 1 with one handler,
-/// the Rust client's database CPU per job fell from 392 to 199 µs and its rate rose from 3,586
-/// to 6,589 jobs/s once statements were kept (`bench/run`, one round each:
-/// bench/results/2026-12-01T1055-bddc20c-dirty-client-uncached and …T1059-…-client-prepared).
-/// Through PgBouncer in transaction mode this needs its prepared-statement support (`max_prepared_statements`, PgBouncer
-/// 1.21+), as tokio-postgres' uncached statements already do.
+/// statement every time, a second round trip and a parse and plan on the server; keeping them
+/// roughly halved the client's database CPU per job (docs/BENCHMARKS.md). Through PgBouncer in
+/// transaction mode this needs its prepared-statement support (`max_prepared_statements`,
+/// PgBouncer 1.21+), as tokio-postgres' uncached statements already do.
 pub(crate) struct Conn {
     config: Config,
     client: Option<Client>,
     /// Statements prepared on `client`, by SQL text; emptied with the client.
     statements: HashMap<String, Statement>,
     /// Negative control only (`JQ_CLIENT_BREAK=no_reconnect`): never connect a second time.
+    #[cfg(feature = "test-breaks")]
     once: bool,
+    #[cfg(feature = "test-breaks")]
     connected_before: bool,
 }
 
 impl Conn {
     pub(crate) fn new(config: Config) -> Conn {
-        Conn { config, client: None, statements: HashMap::new(), once: false, connected_before: false }
+        Conn {
+            config,
+            client: None,
+            statements: HashMap::new(),
+            #[cfg(feature = "test-breaks")]
+            once: false,
+            #[cfg(feature = "test-breaks")]
+            connected_before: false,
+        }
     }
 
     /// A connection that is never re-established once lost: the `no_reconnect` negative
     /// control of tests/reconnect.rs.
+    #[cfg(feature = "test-breaks")]
     pub(crate) fn broken_once(config: Config) -> Conn {
-        Conn { config, client: None, statements: HashMap::new(), once: true, connected_before: false }
+        Conn { once: true, ..Conn::new(config) }
     }
 
     /// The current client, connecting first when there is none or it has closed.
@@ -117,11 +128,14 @@ impl Conn {
             self.reset();
         }
         if self.client.is_none() {
-            if self.once && self.connected_before {
-                return Err(Error::Config("reconnecting is disabled (JQ_CLIENT_BREAK=no_reconnect)".into()));
+            #[cfg(feature = "test-breaks")]
+            {
+                if self.once && self.connected_before {
+                    return Err(Error::Config("reconnecting is disabled (JQ_CLIENT_BREAK=no_reconnect)".into()));
+                }
+                self.connected_before = true;
             }
             self.client = Some(connect(&self.config).await?);
-            self.connected_before = true;
             tracing::debug!(target = %crate::describe_target(&self.config), "connected");
         }
         Ok(self.client.as_ref().expect("just connected"))
@@ -179,6 +193,66 @@ impl Conn {
         self.settle(sql, r).map_err(QueryError::Db)
     }
 
+    /// Runs `sql` as [`Conn::query`] does, reconnecting and retrying on connection errors
+    /// (jittered backoff, 100 ms to 5 s) until `deadline`.
+    pub(crate) async fn query_retrying(
+        &mut self,
+        deadline: Instant,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, CallErr> {
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
+        loop {
+            let err = match self.query(sql, params).await {
+                Ok(rows) => return Ok(rows),
+                // query dropped the suspect connection: retry on a new one
+                Err(QueryError::Db(e)) if is_transient(&e) => describe(&e),
+                Err(QueryError::Db(e)) => return Err(CallErr::Refused(describe(&e))),
+                Err(QueryError::Connect(e)) => e.to_string(),
+            };
+            let delay = backoff.next_delay();
+            if Instant::now() + delay >= deadline {
+                return Err(CallErr::GaveUp(err));
+            }
+            tracing::warn!(error = %err, "report: connection problem; retrying");
+            tokio::time::sleep(delay).await;
+        }
+    }
+
+    /// Runs `sql` (prepared and kept, as [`Conn::query`], without its retry of a refused kept
+    /// statement); when `cancel_on` fires first, cancels it on the server and returns what it
+    /// ended with (rows it returned anyway included).
+    pub(crate) async fn query_cancellable(
+        &mut self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+        cancel_on: Option<&CancellationToken>,
+    ) -> Result<Vec<Row>, QueryError> {
+        let r = match self.prepared(sql).await {
+            Err(QueryError::Db(e)) => Err(e),
+            Err(e) => return Err(e),
+            Ok((client, statement)) => {
+                let cancel = client.cancel_token();
+                let fut = client.query(&statement, params);
+                tokio::pin!(fut);
+                let stop = async {
+                    match cancel_on {
+                        Some(t) => t.cancelled().await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    r = &mut fut => r,
+                    _ = stop => {
+                        let _ = cancel.cancel_query(NoTls).await;
+                        fut.await
+                    }
+                }
+            }
+        };
+        self.settle(sql, r).map_err(QueryError::Db)
+    }
+
     /// Looks at a call's result: a server error drops `sql`'s prepared statement, so the next
     /// call prepares it again; an error that makes the connection suspect drops the connection
     /// (and every statement).
@@ -208,6 +282,24 @@ pub(crate) fn is_stale_statement(e: &tokio_postgres::Error) -> bool {
                 && (db.routine() == Some("RevalidateCachedQuery")
                     || db.message().starts_with("cached plan must not change result type")))
     })
+}
+
+/// Why a [`Conn::query_retrying`] call failed.
+#[derive(Debug)]
+pub(crate) enum CallErr {
+    /// The deadline passed while the server could not be reached.
+    GaveUp(String),
+    /// The server refused the call itself (not a connection problem).
+    Refused(String),
+}
+
+impl From<QueryError> for crate::Error {
+    fn from(e: QueryError) -> crate::Error {
+        match e {
+            QueryError::Connect(e) => e,
+            QueryError::Db(e) => crate::Error::Db(describe(&e)),
+        }
+    }
 }
 
 /// Why a [`Conn::query`] failed.
@@ -263,13 +355,9 @@ mod tests {
     use super::*;
 
     /// The test cluster pg_test/run starts (`JQ_TEST_PGHOST` / `JQ_TEST_PGPORT`), database
-    /// `postgres`; the test uses a temporary table only.
+    /// `postgres`; the tests use temporary tables only.
     fn test_config() -> Config {
-        let host = std::env::var("JQ_TEST_PGHOST").unwrap_or_else(|_| "127.0.0.1".into());
-        let port = std::env::var("JQ_TEST_PGPORT").unwrap_or_else(|_| "54329".into());
-        format!("host={host} port={port} user=postgres dbname=postgres application_name=jq-client-test")
-            .parse()
-            .expect("test conninfo")
+        jq_pg_test::conninfo("postgres").parse().expect("test conninfo")
     }
 
     /// A kept statement whose result type changed (0A000 "cached plan must not change result

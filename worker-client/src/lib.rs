@@ -55,6 +55,7 @@ use std::time::Duration;
 
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
+mod api;
 mod config;
 mod conn;
 mod worker;

@@ -24,7 +24,7 @@ fn stopped_server_missing_extension_missing_queue() {
         check(c, "cannot connect to PostgreSQL at 127.0.0.1:");
     }
 
-    let plain = TestDb::new_at(port(), "nojq", false);
+    let plain = TestDb::on_port(port(), "nojq", "");
     for args in [&["stats"][..], &["work", "--queue", "q", "--", "true"], &["enqueue", "q", "{}"], &["retry", "1"]] {
         let mut c = plain.jqctl();
         c.args(args);

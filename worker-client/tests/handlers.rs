@@ -105,10 +105,6 @@ fn outcomes_of_handlers() {
     let (st, e, _) = row(&mut c, unknown);
     assert_eq!(st, "dead");
     assert!(e.unwrap().starts_with("no handler for kind \"mystery\""));
-    // Q13: a NUL in the error text is recorded (escaped), not a reason to strand the job.
+    // A NUL in the error text is recorded (escaped), not a reason to strand the job.
     assert_eq!(row(&mut c, nul), ("dead".into(), Some("bad \\u0000 byte".into()), None));
-}
-
-fn state(c: &mut Client, id: i64) -> Option<String> {
-    c.query_opt("SELECT state::text FROM jq.jobs WHERE id = $1", &[&id]).unwrap().map(|r| r.get(0))
 }

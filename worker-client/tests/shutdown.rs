@@ -1,13 +1,13 @@
-//! SIGTERM while jobs run (field case Q04, seed A's ADR-007): the worker stops claiming, keeps
-//! heartbeating during the grace period, jobs that finish within it are completed (once),
-//! jobs that do not are released with the attempt refunded — none is failed for the shutdown.
+//! SIGTERM while jobs run: the worker stops claiming, keeps heartbeating during the grace
+//! period, jobs that finish within it are completed (once), jobs that do not are released with
+//! the attempt refunded — none is failed for the shutdown.
 //!
 //! The long jobs' command is killed (SIGTERM to its process group) when the grace period
-//! ends and exits non-zero: a handler that *rejects on abort*, the branch seed A found broken
-//! only in a container. Negative controls, both seen failing:
-//!   JQ_CLIENT_BREAK=fail_on_shutdown cargo test -p worker-client --test shutdown
+//! ends and exits non-zero: a handler that *rejects on abort*, which must still be released,
+//! not failed. Negative controls, both seen failing:
+//!   JQ_CLIENT_BREAK=fail_on_shutdown cargo test -p worker-client --features test-breaks --test shutdown
 //!     → the long jobs are failed (outcome 'failed', attempt charged);
-//!   JQ_CLIENT_BREAK=no_heartbeat_on_shutdown cargo test -p worker-client --test shutdown
+//!   JQ_CLIENT_BREAK=no_heartbeat_on_shutdown cargo test -p worker-client --features test-breaks --test shutdown
 //!     → the short jobs (longer than the 2 s lease) are reaped during the grace period.
 
 mod common;
@@ -24,7 +24,7 @@ fn sigterm_finishes_within_grace_or_releases_never_fails() {
     enqueue_lines(&db, "graceful", &payloads);
     let _tick = Ticker::start(&db, Duration::from_millis(200));
 
-    let envs: Vec<(&str, String)> = std::env::var("JQ_CLIENT_BREAK").map(|v| vec![("JQ_CLIENT_BREAK", v)]).unwrap_or_default();
+    let envs = break_env();
     let envs: Vec<(&str, &str)> = envs.iter().map(|(k, v)| (*k, v.as_str())).collect();
     // The payload is {"sleep":N}: read N, sleep, print a JSON result.
     let script = r#"read -r p; s=${p#*:}; s=${s%\}}; sleep "$s"; echo "{\"slept\":$s}""#;

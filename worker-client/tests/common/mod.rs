@@ -1,106 +1,48 @@
-//! Harness for the worker-client tests: real `jqctl` processes against a real cluster.
+//! Client-process helpers for the worker-client tests: real `jqctl` processes against a real
+//! cluster. The cluster, the database per test and the waiting helpers are pg_test's harness
+//! (the `jq-pg-test` crate, pg_test/src), re-exported here.
 //!
-//! The shared cluster is found through `JQ_TEST_PGHOST` / `JQ_TEST_PGPORT` (default
-//! 127.0.0.1:54329), as in pg_test: `pg_test/run` starts it with jq installed. Each test makes
-//! a database of its own (dropped at the end), so tests run in parallel. The restart test
-//! starts a private cluster with pg_test/cluster.sh on `JQ_CLIENT_TEST_PGPORT2` (default:
-//! `JQ_TEST_PGPORT` + 1) using the PostgreSQL binaries in `JQ_PG_BIN`.
-//!
-//! Tests change state only through jq's functions and real worker processes; maintenance is
-//! driven by calling `jq.tick()` (there is no background worker yet).
+//! The shared cluster is found through `JQ_TEST_PGHOST` / `JQ_TEST_PGPORT`: `pg_test/run`
+//! starts it with jq installed (background workers only for `jqt_bgw_*` databases, so these
+//! tests drive maintenance with a [`Ticker`]). The restart test starts a private cluster with
+//! pg_test/cluster.sh on `JQ_CLIENT_TEST_PGPORT2` (default: `JQ_TEST_PGPORT` + 1) using the
+//! PostgreSQL binaries in `JQ_PG_BIN`.
 
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub use postgres::{Client, NoTls};
+pub use jq_pg_test::waiting::{cluster_cmd, cluster_sh, wait_until, Ticker};
+pub use jq_pg_test::{conninfo_at, host, port, state, Client, NoTls, TestDb};
 
-static SEQ: AtomicUsize = AtomicUsize::new(0);
-
-pub fn host() -> String {
-    std::env::var("JQ_TEST_PGHOST").unwrap_or_else(|_| "127.0.0.1".into())
-}
-
-pub fn port() -> u16 {
-    std::env::var("JQ_TEST_PGPORT").ok().and_then(|p| p.parse().ok()).unwrap_or(54329)
-}
-
-pub fn conninfo_at(port: u16, dbname: &str) -> String {
-    format!("host={} port={port} user=postgres dbname={dbname} application_name=jq-client-test", host())
-}
-
-/// A database of its own with `CREATE EXTENSION jq` (unless `with_jq` is false), dropped on
-/// drop.
-pub struct TestDb {
-    pub name: String,
-    pub port: u16,
-}
-
-impl TestDb {
-    pub fn new(tag: &str) -> TestDb {
-        TestDb::new_at(port(), tag, true)
-    }
-
-    pub fn new_at(port: u16, tag: &str, with_jq: bool) -> TestDb {
-        let n = SEQ.fetch_add(1, Ordering::SeqCst);
-        let name = format!("jqc_{}_{}_{}", tag, std::process::id(), n);
-        let mut a = Client::connect(&conninfo_at(port, "postgres"), NoTls)
-            .expect("cannot connect to the test cluster: run with JQ_TEST_PGPORT set (pg_test/run)");
-        a.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).unwrap();
-        a.batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
-        let db = TestDb { name, port };
-        if with_jq {
-            db.connect().batch_execute("CREATE EXTENSION jq").expect("CREATE EXTENSION jq");
-        }
-        db
-    }
-
-    pub fn conninfo(&self) -> String {
-        conninfo_at(self.port, &self.name)
-    }
-
-    pub fn connect(&self) -> Client {
-        Client::connect(&self.conninfo(), NoTls).expect("connect to test database")
-    }
-
-    /// Retries the connection for up to 30 s (after a restart).
-    pub fn connect_retrying(&self) -> Client {
-        let start = Instant::now();
-        loop {
-            match Client::connect(&self.conninfo(), NoTls) {
-                Ok(c) => return c,
-                Err(e) if start.elapsed() < Duration::from_secs(30) => {
-                    let _ = e;
-                    std::thread::sleep(Duration::from_millis(200));
-                }
-                Err(e) => panic!("cannot reconnect: {e}"),
-            }
-        }
-    }
-
+/// `jqctl` against a test database.
+pub trait Jqctl {
     /// `jqctl` with this database in DATABASE_URL and the libpq variables cleared.
-    pub fn jqctl(&self) -> Command {
+    fn jqctl(&self) -> Command;
+}
+
+impl Jqctl for TestDb {
+    fn jqctl(&self) -> Command {
         jqctl_with_url(&format!("postgresql://postgres@{}:{}/{}", host(), self.port, self.name))
     }
-
-    /// A scalar query's first column as i64.
-    pub fn count(&self, c: &mut Client, sql: &str) -> i64 {
-        c.query_one(sql, &[]).unwrap().get::<_, i64>(0)
-    }
 }
 
-impl Drop for TestDb {
-    fn drop(&mut self) {
-        if let Ok(mut a) = Client::connect(&conninfo_at(self.port, "postgres"), NoTls) {
-            let _ = a.batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name));
-        }
-    }
+/// `JQ_CLIENT_BREAK` of this run, to pass on to the workers of a test with a negative control.
+/// Panics when it is set but the crate was built without the feature `test-breaks` (the
+/// control would silently test the real worker).
+pub fn break_env() -> Vec<(&'static str, String)> {
+    let v = std::env::var("JQ_CLIENT_BREAK").ok().filter(|v| !v.is_empty());
+    assert!(
+        v.is_none() || cfg!(feature = "test-breaks"),
+        "JQ_CLIENT_BREAK needs the feature: cargo test -p worker-client --features test-breaks"
+    );
+    v.map(|v| vec![("JQ_CLIENT_BREAK", v)]).unwrap_or_default()
 }
 
+/// `jqctl` (the binary of this crate) with `url` in DATABASE_URL and the libpq variables
+/// cleared.
 pub fn jqctl_with_url(url: &str) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_jqctl"));
     for v in ["PGHOST", "PGPORT", "PGUSER", "PGDATABASE", "PGPASSWORD", "PGOPTIONS", "PGAPPNAME"] {
@@ -173,54 +115,6 @@ impl Drop for WorkerProc {
     }
 }
 
-/// Calls `jq.tick()` every `every` on its own connection until dropped (the maintenance a
-/// background worker will do); reconnects after errors (the restart test).
-pub struct Ticker {
-    stop: Arc<AtomicBool>,
-    handle: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Ticker {
-    pub fn start(db: &TestDb, every: Duration) -> Ticker {
-        let stop = Arc::new(AtomicBool::new(false));
-        let s = stop.clone();
-        let info = db.conninfo();
-        let handle = std::thread::spawn(move || {
-            let mut c: Option<Client> = None;
-            while !s.load(Ordering::SeqCst) {
-                if c.is_none() {
-                    c = Client::connect(&info, NoTls).ok();
-                }
-                if let Some(cl) = c.as_mut() {
-                    if cl.batch_execute("SELECT jq.tick()").is_err() {
-                        c = None;
-                    }
-                }
-                std::thread::sleep(every);
-            }
-        });
-        Ticker { stop, handle: Some(handle) }
-    }
-}
-
-impl Drop for Ticker {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
-        }
-    }
-}
-
-/// Polls `cond` every 100 ms until it holds; panics with `what` after `limit`.
-pub fn wait_until(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(start.elapsed() < limit, "timed out after {limit:?} waiting for: {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 /// Enqueues `payloads` (one JSON text each) through `jqctl enqueue` on stdin.
 pub fn enqueue_lines(db: &TestDb, queue: &str, payloads: &[String]) {
     use std::io::Write;
@@ -247,15 +141,6 @@ pub fn create_queue(c: &mut Client, name: &str, lease: &str, extra: &str) {
     c.batch_execute(&format!("SELECT jq.create_queue('{name}', lease => '{lease}'{extra})")).unwrap();
 }
 
-/// Counts of jq.jobs by state, as (state, n), for assertion messages.
-pub fn states(c: &mut Client) -> Vec<(String, i64)> {
-    c.query("SELECT state::text, count(*) FROM jq.jobs GROUP BY 1 ORDER BY 1", &[])
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect()
-}
-
 /// (job id, seq, attempt, outcome, worker) of every execution, in order.
 pub fn executions(c: &mut Client) -> Vec<(i64, i64, i32, String, Option<String>)> {
     c.query("SELECT job_id, seq, attempt, outcome::text, worker FROM jq.executions ORDER BY job_id, seq", &[])
@@ -265,17 +150,3 @@ pub fn executions(c: &mut Client) -> Vec<(i64, i64, i32, String, Option<String>)
         .collect()
 }
 
-/// Path of pg_test/cluster.sh.
-pub fn cluster_sh() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../pg_test/cluster.sh")
-}
-
-/// Runs a bash snippet after sourcing pg_test/cluster.sh; panics on failure.
-pub fn cluster_cmd(snippet: &str) {
-    let st = Command::new("bash")
-        .arg("-c")
-        .arg(format!("source '{}' && {snippet}", cluster_sh().display()))
-        .status()
-        .unwrap();
-    assert!(st.success(), "cluster command failed: {snippet}");
-}

@@ -1,0 +1,210 @@
+//! Every SQL text the library sends, as typed functions: the `jq.*` calls of the worker and the
+//! start-up checks. Result columns are read by name.
+//!
+//! Each function runs its statement through [`Conn`] (`Conn::query`, `Conn::query_retrying`,
+//! `Conn::query_cancellable`), which alone decides how a statement is sent (today: prepared
+//! once per connection and kept), so a change of statement mode is made in conn.rs only.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::Row;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::conn::{CallErr, Conn, QueryError};
+
+/// One row of `jq.claim`.
+pub(crate) struct Claimed {
+    pub id: i64,
+    pub queue: String,
+    pub kind: String,
+    pub payload: Value,
+    pub attempt: i32,
+    pub max_attempts: i32,
+    pub token: Uuid,
+    pub priority: i32,
+    /// Seconds of lease left as the server saw it (NULL only if the row had no lease).
+    pub lease_left: Option<f64>,
+}
+
+impl Claimed {
+    fn from_row(row: &Row) -> Claimed {
+        Claimed {
+            id: row.get("id"),
+            queue: row.get("queue"),
+            kind: row.get("kind"),
+            payload: row.get("payload"),
+            attempt: row.get("attempt"),
+            max_attempts: row.get("max_attempts"),
+            token: row.get("lease_token"),
+            priority: row.get("priority"),
+            lease_left: row.get("lease_left"),
+        }
+    }
+}
+
+/// The `jq.claim` statement a worker sends, fixed at start: by a queue name or an array of
+/// names, with or without the long-poll `wait` argument.
+pub(crate) struct ClaimCall {
+    sql: String,
+    has_wait: bool,
+}
+
+const CLAIM_COLUMNS: &str = "id, queue, kind, payload, attempt, max_attempts, lease_token, priority, \
+     extract(epoch FROM lease_expires_at - clock_timestamp())::float8 AS lease_left";
+
+impl ClaimCall {
+    /// `many_queues`: the `text[]` form of `jq.claim`; `has_wait`: pass `wait` (see
+    /// [`claim_has_wait`]).
+    pub(crate) fn new(many_queues: bool, has_wait: bool) -> ClaimCall {
+        let queues = if many_queues { "$1::text[]" } else { "$1::text" };
+        let wait_arg = if has_wait { ", wait => $5::float8 * interval '1 second'" } else { "" };
+        let sql = format!(
+            "SELECT {CLAIM_COLUMNS} FROM jq.claim({queues}, $2::text, $3::int4, $4::float8 * interval '1 second'{wait_arg})"
+        );
+        ClaimCall { sql, has_wait }
+    }
+
+    /// `jq.claim(queues, worker, n, lease, wait)`: `queues` holds one name for the single-queue
+    /// form; `lease` and `wait` in seconds (`None`: the queue's lease / no wait). A wait is
+    /// cancelled on the server when `stop` fires; rows it returned anyway are still returned.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn run(
+        &self,
+        conn: &mut Conn,
+        queues: &[String],
+        worker: &str,
+        n: i32,
+        lease: Option<f64>,
+        wait: Option<f64>,
+        stop: &CancellationToken,
+    ) -> Result<Vec<Claimed>, QueryError> {
+        let single: &str = &queues[0];
+        let params: [&(dyn ToSql + Sync); 5] =
+            [if queues.len() == 1 { &single } else { &queues }, &worker, &n, &lease, &wait];
+        let params = if self.has_wait { &params[..] } else { &params[..4] };
+        let cancel_on = wait.is_some().then_some(stop);
+        let rows = conn.query_cancellable(&self.sql, params, cancel_on).await?;
+        Ok(rows.iter().map(Claimed::from_row).collect())
+    }
+}
+
+/// One row of a heartbeat: the job, whether an operator asked to cancel it, and the seconds of
+/// lease left (`None`: the job is no longer running under the token).
+pub(crate) struct Beat {
+    pub id: i64,
+    pub cancel_requested: Option<bool>,
+    pub lease_left: Option<f64>,
+}
+
+/// `jq.heartbeat` of every `(ids[i], tokens[i])` in one statement, extending each lease by
+/// `extend` seconds (`None`: the queue's lease).
+pub(crate) async fn heartbeat(
+    conn: &mut Conn,
+    ids: &[i64],
+    tokens: &[Uuid],
+    extend: Option<f64>,
+) -> Result<Vec<Beat>, QueryError> {
+    let rows = conn
+        .query(
+            "SELECT u.id, h.cancel_requested, \
+                    extract(epoch FROM h.lease_expires_at - clock_timestamp())::float8 AS lease_left \
+             FROM unnest($1::int8[], $2::uuid[]) AS u(id, token) \
+             CROSS JOIN LATERAL jq.heartbeat(u.id, u.token, $3::float8 * interval '1 second') AS h",
+            &[&ids, &tokens, &extend],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| Beat { id: r.get("id"), cancel_requested: r.get("cancel_requested"), lease_left: r.get("lease_left") })
+        .collect())
+}
+
+/// `jq.complete(id, token, result)`: whether it completed the job. Retried on connection errors
+/// until `deadline`.
+pub(crate) async fn complete(conn: &mut Conn, deadline: Instant, id: i64, token: Uuid, result: &Option<Value>) -> Result<bool, CallErr> {
+    let rows = conn
+        .query_retrying(deadline, "SELECT jq.complete($1, $2, $3::jsonb) AS completed", &[&id, &token, result])
+        .await?;
+    Ok(rows.first().is_some_and(|r| r.get::<_, Option<bool>>("completed") == Some(true)))
+}
+
+/// `jq.complete_many(ids, tokens, results)`: the ids it completed. Retried on connection errors
+/// until `deadline`.
+pub(crate) async fn complete_many(
+    conn: &mut Conn,
+    deadline: Instant,
+    ids: &[i64],
+    tokens: &[Uuid],
+    results: &[Option<Value>],
+) -> Result<Vec<i64>, CallErr> {
+    let rows = conn
+        .query_retrying(
+            deadline,
+            "SELECT id FROM jq.complete_many($1::int8[], $2::uuid[], $3::jsonb[]) AS id",
+            &[&ids, &tokens, &results],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| r.get("id")).collect())
+}
+
+/// `jq.fail(id, token, message)`: whether it recorded the failure (its outcome is not NULL).
+/// Retried on connection errors until `deadline`.
+pub(crate) async fn fail(conn: &mut Conn, deadline: Instant, id: i64, token: Uuid, message: &str) -> Result<bool, CallErr> {
+    let rows = conn
+        .query_retrying(deadline, "SELECT jq.fail($1, $2, $3)::text AS outcome", &[&id, &token, &message])
+        .await?;
+    Ok(rows.first().is_some_and(|r| r.get::<_, Option<String>>("outcome").is_some()))
+}
+
+/// `jq.release(id, token)`: whether it handed the job back. Retried on connection errors until
+/// `deadline`.
+pub(crate) async fn release(conn: &mut Conn, deadline: Instant, id: i64, token: Uuid) -> Result<bool, CallErr> {
+    let rows = conn.query_retrying(deadline, "SELECT jq.release($1, $2) AS released", &[&id, &token]).await?;
+    Ok(rows.first().is_some_and(|r| r.get::<_, Option<bool>>("released") == Some(true)))
+}
+
+/// `jq.snooze(id, token, delay)` (delay sent in whole milliseconds): whether it put the job
+/// back. Retried on connection errors until `deadline`.
+pub(crate) async fn snooze(conn: &mut Conn, deadline: Instant, id: i64, token: Uuid, delay: Duration) -> Result<bool, CallErr> {
+    let delay = format!("{} milliseconds", delay.as_millis());
+    let rows = conn
+        .query_retrying(deadline, "SELECT jq.snooze($1, $2, $3::text::interval) AS snoozed", &[&id, &token, &delay])
+        .await?;
+    Ok(rows.first().is_some_and(|r| r.get::<_, Option<bool>>("snoozed") == Some(true)))
+}
+
+/// Whether the database has the `jq` extension.
+pub(crate) async fn jq_installed(conn: &mut Conn) -> Result<bool, QueryError> {
+    let rows = conn
+        .query("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'jq'", &[])
+        .await?;
+    Ok(!rows.is_empty())
+}
+
+/// The first of `queues` this role cannot see in `jq.queue_stats` (which shows the queues it
+/// holds a jq.grant on), if any.
+pub(crate) async fn first_missing_queue(conn: &mut Conn, queues: &[String]) -> Result<Option<String>, QueryError> {
+    let rows = conn
+        .query(
+            "SELECT q FROM unnest($1::text[]) WITH ORDINALITY AS u(q, i) \
+             WHERE NOT EXISTS (SELECT 1 FROM jq.queue_stats s WHERE s.queue = u.q) ORDER BY i",
+            &[&queues],
+        )
+        .await?;
+    Ok(rows.first().map(|r| r.get("q")))
+}
+
+/// Whether this jq's `jq.claim` has the long-poll `wait` parameter.
+pub(crate) async fn claim_has_wait(conn: &mut Conn) -> Result<bool, QueryError> {
+    let rows = conn
+        .query(
+            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_proc \
+             WHERE pronamespace = 'jq'::regnamespace AND proname = 'claim' AND 'wait' = ANY (proargnames)) AS has_wait",
+            &[],
+        )
+        .await?;
+    Ok(rows.first().is_some_and(|r| r.get("has_wait")))
+}

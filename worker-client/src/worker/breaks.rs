@@ -1,0 +1,87 @@
+//! Deliberately broken variants of the worker for the tests' negative controls, compiled only
+//! with the cargo feature `test-breaks` and then chosen with the environment variable
+//! `JQ_CLIENT_BREAK`. Without the feature every switch is a constant `false`.
+
+use tokio_postgres::Config;
+
+use crate::conn::Conn;
+
+/// The negative-control switches of one worker; each names a bug a test must catch.
+#[cfg(feature = "test-breaks")]
+#[derive(Default, Clone, Copy)]
+pub(super) struct Breaks {
+    /// `fail_on_shutdown`: a handler aborted by shutdown is failed instead of released (a
+    /// handler that rejects on abort would go down the retry path). tests/shutdown.rs must
+    /// fail with it.
+    fail_on_shutdown: bool,
+    /// `no_heartbeat_on_shutdown`: heartbeats stop when shutdown starts, so jobs finishing
+    /// within the grace period lose their leases. tests/shutdown.rs must fail with it.
+    no_heartbeat_on_shutdown: bool,
+    /// `no_reconnect`: the claim connection is never re-established once lost, so the worker
+    /// stays up but claims nothing more. tests/reconnect.rs must fail with it.
+    no_reconnect: bool,
+}
+
+/// Without the feature `test-breaks`: no switch can be turned on.
+#[cfg(not(feature = "test-breaks"))]
+#[derive(Default, Clone, Copy)]
+pub(super) struct Breaks;
+
+#[cfg(feature = "test-breaks")]
+impl Breaks {
+    /// Reads `JQ_CLIENT_BREAK` (one variant name, or unset).
+    pub(super) fn from_env() -> Breaks {
+        let v = std::env::var("JQ_CLIENT_BREAK").unwrap_or_default();
+        let b = Breaks {
+            fail_on_shutdown: v == "fail_on_shutdown",
+            no_heartbeat_on_shutdown: v == "no_heartbeat_on_shutdown",
+            no_reconnect: v == "no_reconnect",
+        };
+        if !v.is_empty() {
+            tracing::warn!(variant = %v, "JQ_CLIENT_BREAK is set: running a deliberately broken worker");
+        }
+        b
+    }
+
+    /// Whether an aborted handler's job is failed rather than released.
+    pub(super) fn fail_on_shutdown(self) -> bool {
+        self.fail_on_shutdown
+    }
+
+    /// Whether heartbeats stop once shutdown starts.
+    pub(super) fn no_heartbeat_on_shutdown(self) -> bool {
+        self.no_heartbeat_on_shutdown
+    }
+
+    /// The claim loop's connection: one that never reconnects under `no_reconnect`.
+    pub(super) fn claim_conn(self, config: Config) -> Conn {
+        if self.no_reconnect {
+            Conn::broken_once(config)
+        } else {
+            Conn::new(config)
+        }
+    }
+}
+
+#[cfg(not(feature = "test-breaks"))]
+impl Breaks {
+    /// No switch: `JQ_CLIENT_BREAK` is not read.
+    pub(super) fn from_env() -> Breaks {
+        Breaks
+    }
+
+    /// Always false.
+    pub(super) fn fail_on_shutdown(self) -> bool {
+        false
+    }
+
+    /// Always false.
+    pub(super) fn no_heartbeat_on_shutdown(self) -> bool {
+        false
+    }
+
+    /// The claim loop's connection.
+    pub(super) fn claim_conn(self, config: Config) -> Conn {
+        Conn::new(config)
+    }
+}

@@ -1,0 +1,96 @@
+//! Heartbeats: the reporter renews the leases of running jobs in one `jq.heartbeat` statement
+//! per round, cancels the handlers of jobs an operator cancelled or whose lease was lost, and
+//! schedules each job's next heartbeat from the lease the server granted.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use uuid::Uuid;
+
+use super::options::Opts;
+use super::state::{Entry, Shared};
+use crate::api::{self, Beat};
+use crate::conn::{describe, Conn, QueryError};
+
+/// Heartbeats every job due within the next 250 ms, in one statement.
+pub(super) async fn heartbeat(shared: &Shared, opts: &Opts, conn: &mut Conn) {
+    if opts.breaks.no_heartbeat_on_shutdown() && shared.stopping.load(Ordering::SeqCst) {
+        // Negative control: stop heartbeating at shutdown; push the due times out so the
+        // reporter does not spin.
+        for e in shared.jobs.lock().unwrap().values_mut() {
+            e.next_heartbeat = Instant::now() + Duration::from_secs(3600);
+        }
+        return;
+    }
+    let (ids, tokens) = due(shared, Instant::now() + Duration::from_millis(250));
+    if ids.is_empty() {
+        return;
+    }
+    let extend: Option<f64> = opts.lease.map(|l| l.as_secs_f64());
+    let sent = Instant::now();
+    let result = api::heartbeat(conn, &ids, &tokens, extend).await.map_err(|e| match e {
+        QueryError::Connect(e) => e.to_string(),
+        QueryError::Db(e) => describe(&e),
+    });
+    let mut jobs = shared.jobs.lock().unwrap();
+    match result {
+        Ok(beats) => {
+            for beat in beats {
+                if let Some(e) = jobs.get_mut(&beat.id) {
+                    apply(e, &beat, sent, opts);
+                }
+            }
+        }
+        Err(msg) => {
+            tracing::warn!(error = %msg, jobs = ids.len(), "heartbeat failed; retrying in 1 s");
+            retry_soon(&mut jobs, &ids);
+        }
+    }
+}
+
+/// The jobs (ids and tokens, by id) whose heartbeat is due by `horizon`.
+fn due(shared: &Shared, horizon: Instant) -> (Vec<i64>, Vec<Uuid>) {
+    let jobs = shared.jobs.lock().unwrap();
+    let mut due: Vec<(i64, Uuid)> =
+        jobs.iter().filter(|(_, e)| !e.lost && e.next_heartbeat <= horizon).map(|(id, e)| (*id, e.token)).collect();
+    due.sort_unstable();
+    due.into_iter().unzip()
+}
+
+/// Records one heartbeat's answer: a lost lease cancels the handler; a renewed one sets the
+/// lease and the next heartbeat; a cancel request cancels the handler.
+fn apply(e: &mut Entry, beat: &Beat, sent: Instant, opts: &Opts) {
+    let id = beat.id;
+    match beat.lease_left {
+        None => {
+            tracing::warn!(job = id, "lease lost (job no longer running under our token): cancelling its handler");
+            e.lost = true;
+            e.cancel.cancel();
+        }
+        Some(r) => {
+            let lease = Duration::from_secs_f64(r.max(0.05));
+            e.lease = lease;
+            e.deadline = sent + lease;
+            e.next_heartbeat = sent + opts.heartbeat_every(lease);
+            if beat.cancel_requested == Some(true) && !e.cancel.is_cancelled() {
+                tracing::info!(job = id, "cancel requested: cancelling its handler");
+                e.cancel.cancel();
+            }
+        }
+    }
+}
+
+/// After a failed heartbeat: retry in 1 s, but never wait past half of what is left of a
+/// lease, and not sooner than 100 ms.
+fn retry_soon(jobs: &mut HashMap<i64, Entry>, ids: &[i64]) {
+    let retry = Instant::now() + Duration::from_secs(1);
+    for id in ids {
+        if let Some(e) = jobs.get_mut(id) {
+            e.next_heartbeat = retry.min(Instant::now() + e.deadline.saturating_duration_since(Instant::now()) / 2);
+            if e.next_heartbeat < Instant::now() + Duration::from_millis(100) {
+                e.next_heartbeat = Instant::now() + Duration::from_millis(100);
+            }
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! The checked settings every task of a running worker reads.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::breaks::Breaks;
+use crate::Handler;
+
+/// `HOSTNAME-PID` (at most 200 characters), `worker-PID` without a host name.
+pub(super) fn default_worker_name() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "worker".into());
+    let mut name = format!("{host}-{}", std::process::id());
+    name.truncate(200);
+    name
+}
+
+/// A worker's settings after [`super::WorkerBuilder::build`] checked them.
+pub(super) struct Opts {
+    pub(super) queues: Vec<String>,
+    pub(super) handlers: HashMap<String, Arc<dyn Handler>>,
+    pub(super) fallbacks: HashMap<String, Arc<dyn Handler>>,
+    pub(super) concurrency: usize,
+    pub(super) claim_batch: usize,
+    pub(super) lease: Option<Duration>,
+    pub(super) heartbeat_interval: Option<Duration>,
+    pub(super) shutdown_grace: Duration,
+    pub(super) abort_timeout: Duration,
+    pub(super) job_timeout: Option<Duration>,
+    pub(super) worker_name: String,
+    pub(super) idle_wait: Duration,
+    pub(super) poll_min: Duration,
+    pub(super) poll_max: Duration,
+    pub(super) breaks: Breaks,
+}
+
+impl Opts {
+    /// Time from a lease renewal to the next heartbeat: the set interval (default a third of
+    /// the lease), at most half the lease, at least 50 ms.
+    pub(super) fn heartbeat_every(&self, lease: Duration) -> Duration {
+        let half = lease / 2;
+        self.heartbeat_interval.unwrap_or(lease / 3).min(half).max(Duration::from_millis(50))
+    }
+
+    /// The handler of `kind`, else the fallback of `queue`.
+    pub(super) fn handler_for(&self, queue: &str, kind: &str) -> Option<Arc<dyn Handler>> {
+        self.handlers.get(kind).or_else(|| self.fallbacks.get(queue)).cloned()
+    }
+}
