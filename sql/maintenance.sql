@@ -195,9 +195,21 @@ COMMENT ON FUNCTION jq._reap(timestamptz, integer, integer) IS
 'forever). Recovery depends only on the job row, never on worker names. Each gets an execution '
 'row with outcome lease_expired. Safe to run concurrently; a job completed meanwhile is skipped.';
 
+-- jq._prune_jobs deletes in passes, each past the (finished_at, id) key the previous one
+-- reached, which only an Index Scan of jobs_finished_idx / jobs_dead_idx in key order keeps
+-- linear. When fewer rows are estimated past retention than a batch (stale statistics, a queue
+-- that just grew), the planner sorted a bitmap scan of the whole range instead, which every pass
+-- then reads again. Sorts and bitmap scans are off for it: its two selections have the index
+-- order, so no chosen plan is a disabled one (whose cost would also make PostgreSQL JIT-compile
+-- it; JIT is off too, as for every function with settings), and it calls no other function.
+-- pg_test/tests/plans.rs, maintenance_and_idempotency_selections_use_their_partial_indexes.
 CREATE FUNCTION jq._prune_jobs(queue text, finished_before timestamptz, dead_before timestamptz,
                                batch integer, budget integer) RETURNS integer
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_sort = off
+SET enable_bitmapscan = off
+SET jit = off
+AS $$
 DECLARE
     v_total integer := 0;
     v_count integer;
@@ -410,7 +422,11 @@ COMMENT ON FUNCTION jq._maintain_guarded(text, timestamptz) IS
 'or the other duties.';
 
 CREATE FUNCTION jq.tick() RETURNS jq.tick_result
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
+AS $$
 DECLARE
     v_now    timestamptz := pg_catalog.now();
     v_result jq.tick_result;
@@ -436,7 +452,11 @@ CREATE FUNCTION jq.status(
     OUT fired bigint, OUT pruned bigint, OUT notified bigint, OUT pass_ms float8,
     OUT last_error text, OUT last_error_at timestamptz)
 RETURNS SETOF record
-LANGUAGE sql STABLE AS $$
+LANGUAGE sql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
+AS $$
     SELECT d.datname, s.state, s.pid, s.started_at, s.last_pass_at, s.passes, s.promoted,
            s.reaped, s.fired, s.pruned, s.notified, s.pass_ms, s.last_error, s.last_error_at
     FROM jq._status() s LEFT JOIN pg_catalog.pg_database d ON d.oid = s.dboid

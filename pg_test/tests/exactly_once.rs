@@ -24,6 +24,7 @@ const WORKERS: usize = 10;
 
 const CLAIM: &str = "jq.claim(text,text,integer,interval,interval,bigint)";
 const CLAIM_BATCH: &str = "jq._claim_batch(text,text,integer,interval,boolean,bigint,boolean)";
+const CLAIM_GATE: &str = "jq._claim_gate(text,integer,boolean,integer,integer)";
 
 /// The broken variants of jq.claim used by the tests below. The claiming statement has four
 /// copies (the hinted claim and the full claim, each with LIMIT 1 for n = 1 in jq.claim and a
@@ -41,11 +42,10 @@ fn apply_breaks(c: &mut Client) {
     if broken("cap_no_queue_lock") {
         // A capped claim counts running jobs without holding the queue row exclusively (both
         // of its row locks, waiting and SKIP LOCKED, become shared ones).
-        sabotage(c, CLAIM, "FOR NO KEY UPDATE", "FOR KEY SHARE", 2);
+        sabotage(c, CLAIM_GATE, "FOR NO KEY UPDATE", "FOR KEY SHARE", 2);
     }
     if broken("claim_advisory_leak") {
-        // Field case X03: a session-level advisory lock taken on each candidate row and never
-        // released.
+        // A session-level advisory lock taken on each candidate row and never released.
         sabotage(
             c,
             CLAIM,

@@ -304,6 +304,38 @@ fn a_key_slot_freeing_wakes_a_waiting_claim() {
     assert!(lag < Duration::from_secs(2), "woken {lag:?} after the slot freed");
 }
 
+/// A batch completion (jq.complete_many) passes each completed job's key slot to the key's next
+/// blocked job, as jq.complete does: the statement must read the CTE that calls
+/// jq._key_fill_many, or PostgreSQL never runs it (sql/finish.sql, jq._keys_passed_on).
+///
+/// Negative control: JQ_TEST_BREAK=complete_many_keys_unread (the final SELECT no longer reads
+/// that CTE) fails: the keys' next jobs stay blocked.
+#[test]
+fn a_batch_completion_passes_each_keys_slot_on() {
+    let db = TestDb::new("flow_many");
+    let mut c = db.connect();
+    if broken("complete_many_keys_unread") {
+        sabotage(&mut c, "jq.complete_many(bigint[],uuid[],jsonb[])", "(SELECT jq._keys_passed_on(k.moved) FROM keyed k)", "true", 1);
+    }
+    c.batch_execute("SELECT jq.create_queue('q')").unwrap();
+    let heads = [enqueue_key(&mut c, Some("k1"), 0, 25), enqueue_key(&mut c, Some("k2"), 0, 25)];
+    let next = [enqueue_key(&mut c, Some("k1"), 0, 25), enqueue_key(&mut c, Some("k2"), 0, 25)];
+    let plain = enqueue_key(&mut c, None, 0, 25);
+    let jobs = claim(&mut c, "q", "w", 10, None);
+    let mut claimed: Vec<i64> = jobs.iter().map(|j| j.id).collect();
+    claimed.sort();
+    assert_eq!(claimed, vec![heads[0], heads[1], plain], "only the keys' heads and the plain job are ready");
+    let ids: Vec<i64> = jobs.iter().map(|j| j.id).collect();
+    let tokens: Vec<uuid::Uuid> = jobs.iter().map(|j| j.token).collect();
+    let done = c.query("SELECT * FROM jq.complete_many($1, $2)", &[&ids, &tokens]).unwrap().len();
+    assert_eq!(done, 3);
+    let states: Vec<String> = next
+        .iter()
+        .map(|id| c.query_one("SELECT state::text FROM jq.jobs WHERE id = $1", &[id]).unwrap().get(0))
+        .collect();
+    assert_eq!(states, vec!["ready", "ready"], "the keys' next jobs after their heads completed in one batch");
+}
+
 /// Snooze: the running job goes back to scheduled at now + delay with its attempt refunded and
 /// an execution row with outcome snoozed; a stale token changes nothing; the job keeps its
 /// key's slot meanwhile (the key's next job stays blocked) and runs again after promotion.

@@ -372,11 +372,11 @@ const CLAIM_PICK_ONE: HotPath = HotPath {
 };
 
 const CLAIM_RUNNING_COUNT: HotPath = HotPath {
-    label: "jq.claim: running count for max_concurrency",
-    function: "jq.claim(text,text,integer,interval,interval,bigint)",
+    label: "jq._claim_gate: running count for max_concurrency",
+    function: "jq._claim_gate(text,integer,boolean,integer,integer)",
     source: "SELECT pg_catalog.count(*) INTO v_running FROM jq.jobs j
-             WHERE j.queue OPERATOR(pg_catalog.=) claim.queue AND j.state OPERATOR(pg_catalog.=) 'running'",
-    subst: &[("INTO v_running ", ""), ("claim.queue", "$1")],
+             WHERE j.queue OPERATOR(pg_catalog.=) _claim_gate.queue AND j.state OPERATOR(pg_catalog.=) 'running'",
+    subst: &[("INTO v_running ", ""), ("_claim_gate.queue", "$1")],
     types: "text",
 };
 

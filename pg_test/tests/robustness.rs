@@ -792,9 +792,9 @@ fn a_long_poll_never_sleeps_holding_row_locks() {
     let db = TestDb::new("robust_poll_xid");
     let mut c = db.connect();
     if broken("long_poll_sleeps_with_xid") {
-        sabotage(&mut c, "jq.claim(text,text,integer,interval,interval,bigint)",
-                 "IF v_deadline IS NULL OR pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL\n       OR NOT jq._wait(",
-                 "IF v_deadline IS NULL\n       OR NOT jq._wait(", 1);
+        sabotage(&mut c, "jq._claim_sleep(timestamptz,timestamptz)",
+                 "IF pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL\n       OR NOT jq._wait(",
+                 "IF false\n       OR NOT jq._wait(", 1);
     }
     if broken("multi_long_poll_sleeps_with_xid") {
         sabotage(&mut c, CLAIM_MANY,

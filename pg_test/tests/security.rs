@@ -87,17 +87,20 @@ fn must_be_definer(proname: &str) -> bool {
     )
 }
 
-/// SECURITY DEFINER functions with no SET clause (sql/security.sql: the settings' save and
-/// restore cost the hot path about 7%): every name in them is schema-qualified, operators included,
+/// SECURITY DEFINER functions with no SET clause (sql/claim.sql's head: the settings' save and
+/// restore cost the hot path, docs/BENCHMARKS.md): every name in them is schema-qualified, operators included,
 /// which [`hot_functions_ignore_the_callers_search_path`] checks with a hostile search_path.
 const UNPINNED_DEFINERS: &[&str] = &[CLAIM, "jq.complete(bigint,uuid,jsonb)"];
 
 /// The plpgsql and non-inlined SQL functions those two call on their slower paths: unqualified
-/// inside, so they must keep their own search_path (sql/security.sql).
+/// inside, so they must keep their own search_path (SET in their CREATE FUNCTION).
 const PINNED_CALLEES: &[&str] = &["jq._wait_deadline(interval)", "jq._unknown_queue(text)",
                                   "jq._rate_tokens(text,timestamp with time zone)", "jq._rate_next_token(text)",
                                   "jq._key_fill(text,text,integer)",
-                                  "jq._claim_batch(text,text,integer,interval,boolean,bigint,boolean)"];
+                                  "jq._claim_batch(text,text,integer,interval,boolean,bigint,boolean)",
+                                  "jq._claim_bad_arguments(integer,text,interval)",
+                                  "jq._claim_gate(text,integer,boolean,integer,integer)",
+                                  "jq._claim_sleep(timestamp with time zone,timestamp with time zone)"];
 
 /// The hot one-queue claim, as sabotage names it.
 const CLAIM: &str = "jq.claim(text,text,integer,interval,interval,bigint)";
@@ -690,7 +693,7 @@ fn a_schedule_fires_only_while_its_creator_may_enqueue() {
 /// lease token. None of the role's objects may run. The internal functions they call on these
 /// paths that are not qualified keep their own search_path (PINNED_CALLEES, checked by the
 /// catalog matrix above).
-/// Negative controls (seen failing, 2026-12-02): `unqualified_operator` (jq.claim's queue-row
+/// Negative controls (each seen failing): `unqualified_operator` (jq.claim's queue-row
 /// join `q.name = claim.queue` unqualified, in its two one-job copies): "evil operator =(text, text)
 /// ran"; `unqualified_type` (jq.claim's v_now declared `timestamptz`): the rate-limited claim
 /// fails assigning a timestamp to the caller's temporary domain; `unqualified_may` (jq._may's
