@@ -81,19 +81,48 @@ COMMENT ON FUNCTION jq._note_claimed_created_at(text, integer, timestamptz, bigi
 'Internal: jq._note_claimed for one claimed job, returning its created_at unchanged: the last '
 'column of the one-job claim''s RETURNING list, which runs once per row updated. Inlined.';
 
+-- jq.claim, in the order it runs (its comments are here, so that the function reads in one go):
+-- * The arguments: one test for the usual ones; jq._claim_bad_arguments tells which one is
+--   wrong. A long-poll (wait) registers before the first look (jq._claim_wait_start), so a
+--   commit after that look wakes it.
+-- * The claim-start hint (src/claim_hint.rs): while the queue has one, look first only at the
+--   jobs of the hint's priority from the hint's key on (the hinted copies). That range starts
+--   past the dead entries earlier claims left at the head of jobs_claim_idx, which nothing can
+--   remove while an old snapshot is open. Uncapped, unlimited queues only. The rest comes from
+--   the priorities below the hint's (v_below): the hint's own level was just read from the
+--   hint's key on, and a job that becomes claimable before the hint moves the hint back to it.
+--   So a claim on a shallow or empty queue does not walk the dead head either; the periodic
+--   full claim (jq._claim_hint) stays the safety net. Not for a long-poll: it may sleep next,
+--   and a sleeping claim looks again only when woken, so it takes the rest with the full claim
+--   (a job left behind the hint, e.g. a row another transaction held while claims passed it,
+--   is found before it sleeps). pg_test/tests/claim_hint.rs.
+-- * The full claim, from the head of the queue (below the hint's priority after a hinted claim;
+--   anywhere once the gate holds the queue row). A one-job copy found by ctid that claimed
+--   nothing may have locked a row in a version newer than its snapshot: it looks again by id
+--   (the ctid fallback, see above). A full claim that took the turn (jq._claim_hint) and found
+--   nothing ends the turn now, not when this transaction ends or after a long-poll's sleep
+--   (jq._hint_turn_end; pg_test/tests/claim_hint.rs,
+--   the_turn_ends_with_the_full_claim_statement_not_its_transaction). A rate-limited claim,
+--   under the queue row lock, takes one token per job claimed.
+-- * Nothing claimed: the queue is empty, paused, capped, rate-limited or unknown. A capped or
+--   rate-limited queue goes through jq._claim_gate, which locks the queue row and says how many
+--   jobs the claim may take (or, for a long-poll, that it should sleep without locking); a claim
+--   holding that lock returns, even empty, rather than sleep holding it.
+-- * Nothing claimable: without wait, return nothing; else sleep until a wakeup for this queue,
+--   the deadline or the next rate token, and look again (jq._claim_sleep). Woken, the new jobs
+--   may sort anywhere (v_below is reset).
+-- SECURITY DEFINER, as the owner, with no SET clause: every name in it is schema-qualified (see
+-- the file's head).
 CREATE FUNCTION jq.claim(queue text, worker text, n integer DEFAULT 1, lease interval DEFAULT NULL,
                          wait interval DEFAULT NULL, caller_ticket bigint DEFAULT jq._ticket())
 RETURNS SETOF jq.claimed_job
 LANGUAGE plpgsql
--- As the owner, with no SET clause: every name in it is schema-qualified (see the file's head).
 SECURITY DEFINER
 AS $$
 DECLARE
     v_limit    integer;           -- NULL: claim.n
     v_locked   boolean;           -- a capped claim holds its queue row lock (NULL: false)
-    v_paused   boolean;
-    v_cap      integer;
-    v_rate     integer;
+    v_paused   boolean; v_cap integer; v_rate integer;  -- the queue row, read without a lock
     v_deadline pg_catalog.timestamptz;       -- long-poll: when waiting ends
     v_tokens   double precision;  -- rate-limited queue: tokens in the bucket, under the row lock
     v_now      pg_catalog.timestamptz;       -- ... as of this instant
@@ -101,11 +130,9 @@ DECLARE
     v_got      integer;
     v_caller   pg_catalog.oid;
     v_hinted   integer;           -- jobs claimed past the claim-start hint
-    v_below    bigint;            -- after a hinted claim: the full claim looks only at
-                                  -- priorities below the hint's (NULL: at every priority)
+    v_below    bigint;            -- after a hinted claim: priorities below the hint's (NULL: all)
 BEGIN
     v_caller := jq._authorize_queue(claim.caller_ticket, claim.queue, 'work');
-    -- One test for the usual arguments; jq._claim_bad_arguments tells which one is wrong.
     IF claim.n IS NULL OR claim.n OPERATOR(pg_catalog.<) 1 OR claim.n OPERATOR(pg_catalog.>) jq.max_claim_batch()
        OR claim.worker IS NULL OR pg_catalog.length(claim.worker) OPERATOR(pg_catalog.>) 200
        OR (claim.lease IS NOT NULL AND (claim.lease OPERATOR(pg_catalog.<=) interval '0'
@@ -114,20 +141,8 @@ BEGIN
         PERFORM jq._claim_bad_arguments(claim.n, claim.worker, claim.lease);
     END IF;
     IF claim.wait IS NOT NULL THEN
-        v_deadline := jq._wait_deadline(claim.wait);
-        IF v_deadline IS NOT NULL THEN
-            -- Registered before the first look, so a commit after that look wakes us.
-            PERFORM jq._wait_register(ARRAY[claim.queue],
-                ARRAY[EXISTS (SELECT FROM jq.queues t WHERE t.name OPERATOR(pg_catalog.=) claim.queue
-                              AND t.max_concurrency IS NOT NULL)]);
-        END IF;
+        v_deadline := jq._claim_wait_start(claim.queue, claim.wait);
     END IF;
-
-    -- Claim-start hint (src/claim_hint.rs): while the queue has one, look first only at the
-    -- jobs of the hint's priority from the hint's key on. That range starts past the dead
-    -- entries earlier claims left at the head of jobs_claim_idx, which nothing can remove while
-    -- an old snapshot is open. Uncapped, unlimited queues only (the gate below); the rest comes
-    -- from below the hint's priority (v_below).
     IF jq._claim_hint(claim.queue) THEN
         IF claim.n OPERATOR(pg_catalog.=) 1 THEN
         RETURN QUERY
@@ -158,8 +173,7 @@ BEGIN
                   jq._note_claimed_created_at(j.queue, j.priority, j.run_at, j.id, j.created_at);
         GET DIAGNOSTICS v_hinted = ROW_COUNT;
         IF v_hinted OPERATOR(pg_catalog.=) 0 AND pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL THEN
-            -- Found by ctid, a row locked in a version newer than this statement's snapshot
-            -- is not updated (see the file's head): look again by id.
+            -- Found by ctid, a row locked in a newer version is not updated: look again by id.
             RETURN QUERY
             SELECT * FROM jq._claim_batch(claim.queue, claim.worker, 1, claim.lease, true, NULL, NULL);
             GET DIAGNOSTICS v_hinted = ROW_COUNT;
@@ -170,28 +184,17 @@ BEGIN
         GET DIAGNOSTICS v_hinted = ROW_COUNT;
         END IF;
         IF v_hinted OPERATOR(pg_catalog.=) claim.n THEN
-            IF v_deadline IS NOT NULL THEN
-                PERFORM jq._wait_done();
-            END IF;
+            IF v_deadline IS NOT NULL THEN PERFORM jq._wait_done(); END IF;
             RETURN;
         ELSIF v_hinted OPERATOR(pg_catalog.>) 0 THEN
             v_limit := claim.n OPERATOR(pg_catalog.-) v_hinted;  -- the full claim takes the rest (below)
         END IF;
-        -- The rest comes from the priorities below the hint's: the hint's own level was just
-        -- read from the hint's key on, and a job that becomes claimable before the hint moves
-        -- the hint back to it. So a claim on a shallow or empty queue does not walk the dead
-        -- head either; the periodic full claim (jq._claim_hint) stays the safety net. Not for
-        -- a long-poll: it may sleep next, and a sleeping claim looks again only when woken, so
-        -- it takes the rest with the full claim (a job left behind the hint, e.g. a row another
-        -- transaction held while claims passed it, is found before it sleeps).
         v_below := CASE WHEN v_deadline IS NULL THEN jq._hint_priority() END;
     END IF;
 
     <<poll>>
     LOOP
     LOOP
-        -- The full claim, from the head of the queue (below the hint's priority after a hinted
-        -- claim; anywhere once the capped or rate-limited gate below holds the queue row).
         IF coalesce(v_limit, claim.n) OPERATOR(pg_catalog.=) 1 THEN
         RETURN QUERY
         UPDATE jq.jobs j SET
@@ -221,7 +224,7 @@ BEGIN
                   jq._note_claimed_created_at(j.queue, j.priority, j.run_at, j.id, j.created_at);
         GET DIAGNOSTICS v_got = ROW_COUNT;
         IF v_got OPERATOR(pg_catalog.=) 0 AND pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL THEN
-            -- The ctid fallback (see the file's head): the same range, by id, with a new snapshot.
+            -- The ctid fallback: the same range, by id, with a new snapshot.
             RETURN QUERY
             SELECT * FROM jq._claim_batch(claim.queue, claim.worker, 1, claim.lease, false, v_below, v_locked);
             GET DIAGNOSTICS v_got = ROW_COUNT;
@@ -232,49 +235,32 @@ BEGIN
                                       false, v_below, v_locked);
         GET DIAGNOSTICS v_got = ROW_COUNT;
         END IF;
-        IF v_got OPERATOR(pg_catalog.=) 0 THEN
-            -- A full claim that took the turn (jq._claim_hint) and found nothing ends it now,
-            -- not when this transaction ends or after a long-poll's sleep (src/claim_hint.rs).
-            PERFORM jq._hint_turn_end(claim.queue);
-        END IF;
+        IF v_got OPERATOR(pg_catalog.=) 0 THEN PERFORM jq._hint_turn_end(claim.queue); END IF;
         IF v_got OPERATOR(pg_catalog.>) 0 OR v_locked IS NOT NULL OR v_hinted OPERATOR(pg_catalog.>) 0 THEN
             IF v_tokens IS NOT NULL THEN
-                -- A rate-limited claim (under the queue row lock): take one token per job claimed.
                 UPDATE jq.queues t SET rate_tokens = v_tokens OPERATOR(pg_catalog.-) v_got, rate_updated = v_now
                 WHERE t.name OPERATOR(pg_catalog.=) claim.queue;
             END IF;
-            IF v_deadline IS NOT NULL THEN
-                PERFORM jq._wait_done();
-            END IF;
+            IF v_deadline IS NOT NULL THEN PERFORM jq._wait_done(); END IF;
             RETURN;
         END IF;
-
-        -- Nothing claimed: the queue is empty, paused, capped, rate-limited or unknown.
         SELECT t.paused, t.max_concurrency, t.rate_limit INTO v_paused, v_cap, v_rate
         FROM jq.queues t WHERE t.name OPERATOR(pg_catalog.=) claim.queue;
-        IF NOT FOUND THEN
-            PERFORM jq._unknown_queue(claim.queue);
-        END IF;
+        IF NOT FOUND THEN PERFORM jq._unknown_queue(claim.queue); END IF;
         IF v_paused OR (v_cap IS NULL AND v_rate IS NULL) THEN
             EXIT;  -- nothing to claim now
         END IF;
-        -- Capped or rate-limited: how many jobs the claim may take, under the queue row lock.
         SELECT g.allowed, g.tokens, g.at, g.token_at INTO v_limit, v_tokens, v_now, v_token_at
         FROM jq._claim_gate(claim.queue, claim.n, v_deadline IS NOT NULL, v_cap, v_rate) g;
         IF v_limit IS NULL THEN
             EXIT;  -- a long-poll with no room or no token now: sleep (until v_token_at at most)
-        END IF;
-        IF v_limit OPERATOR(pg_catalog.<=) 0 THEN
+        ELSIF v_limit OPERATOR(pg_catalog.<=) 0 THEN
             RETURN;  -- the queue row is locked: return, even empty, rather than sleep holding it
         END IF;
         v_locked := true;
         v_below := NULL;  -- capped or rate-limited: the locked claim looks everywhere
     END LOOP;
-    -- Nothing claimable. Without wait return nothing, else sleep until a wakeup for this queue
-    -- (or the deadline, or the next rate token) and look again (jq._claim_sleep).
-    IF v_deadline IS NULL OR NOT jq._claim_sleep(v_deadline, v_token_at) THEN
-        RETURN;
-    END IF;
+    EXIT poll WHEN v_deadline IS NULL OR NOT jq._claim_sleep(v_deadline, v_token_at);
     v_token_at := NULL;
     v_below := NULL;  -- woken: the new jobs may sort anywhere
     END LOOP poll;
@@ -449,6 +435,28 @@ COMMENT ON FUNCTION jq._claim_bad_arguments(integer, text, interval) IS
 -- (REPEATABLE READ, SERIALIZABLE) would let the cap be exceeded, so those are refused. A
 -- rate-limited queue's token bucket is read and written under the same lock, so claims across
 -- all workers share it (docs/flow-control.md; pg_test/tests/flow.rs).
+CREATE FUNCTION jq._claim_wait_start(queue text, wait interval) RETURNS timestamptz
+LANGUAGE plpgsql
+SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
+AS $$
+DECLARE
+    v_deadline timestamptz := jq._wait_deadline(_claim_wait_start.wait);
+BEGIN
+    IF v_deadline IS NOT NULL THEN
+        -- Registered before the first look, so a commit after that look wakes us.
+        PERFORM jq._wait_register(ARRAY[_claim_wait_start.queue],
+            ARRAY[EXISTS (SELECT FROM jq.queues t WHERE t.name = _claim_wait_start.queue
+                          AND t.max_concurrency IS NOT NULL)]);
+    END IF;
+    RETURN v_deadline;
+END $$;
+COMMENT ON FUNCTION jq._claim_wait_start(text, interval) IS
+'Internal: the start of a long-polling jq.claim on queue: validates wait (jq._wait_deadline) and, '
+'unless it is NULL or 0, registers the backend as a waiter for queue (as one waiting for a free '
+'slot when the queue is capped). Returns when waiting ends, or NULL (do not wait). Errors: as '
+'jq._wait_deadline.';
+
 CREATE FUNCTION jq._claim_gate(queue text, n integer, waiting boolean, cap integer, rate integer,
                                OUT allowed integer, OUT tokens double precision, OUT at timestamptz,
                                OUT token_at timestamptz)

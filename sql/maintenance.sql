@@ -10,8 +10,8 @@
 -- background worker made while jq.jobs was small (it keeps its plans for the life of its
 -- connection) found the batch's rows through that index with the ids as a filter, walking every
 -- due row for every batch. The cast leaves the primary key as the only index for it, and jq's
--- planner hook keeps a plan made on a small jq.jobs an index plan (src/planner.rs,
--- sql/security.sql). Test: pg_test/tests/plans.rs,
+-- planner hook keeps a plan made on a small jq.jobs an index plan (src/planner.rs). Test:
+-- pg_test/tests/plans.rs,
 -- maintenance_plans_made_on_a_small_table_stay_index_lookups.
 
 CREATE FUNCTION jq._promote(now timestamptz, batch integer DEFAULT 5000, budget integer DEFAULT NULL)
@@ -217,14 +217,15 @@ DECLARE
     v_id    bigint;
 BEGIN
     -- Its own function (it kept sequential scans off while the rest of jq._prune could not;
-    -- jq's planner hook now keeps its plans index plans, sql/security.sql).
+    -- jq's planner hook now keeps its plans index plans, src/planner.rs).
     -- Oldest first, in passes of batch: completed and cancelled jobs until a pass deletes fewer
     -- than batch or budget went (budget NULL: one pass), then dead jobs alike. Each pass starts
     -- past the (finished_at, id) key the previous one reached: the index entries of the rows
     -- this transaction already deleted stay in jobs_finished_idx until vacuum, and this
     -- transaction cannot mark them dead, so a pass from the start of the range walked them
-    -- all again, a heap visit each: 20 passes cost 190 batches of visits, and at 7,200 jobs/s
-    -- a prune duty took 9-18 s and fell behind (jq.jobs grew without bound; docs/BENCHMARKS.md).
+    -- all again, a heap visit each: n passes cost n(n-1)/2 batches of visits, and under a
+    -- steady load the prune duty fell behind (jq.jobs grew without bound; pg_test/tests/
+    -- robustness.rs, negative control prune_from_start).
     v_at := '-infinity';
     v_id := 0;
     LOOP
@@ -384,11 +385,10 @@ BEGIN
         v_total := jq.cron_tick(_maintain.now);
     WHEN 'prune' THEN
         -- In passes of 5,000, each from where the last one ended: one per queue, then the rest of
-        -- 100,000 shared among the queues with more (jq._prune). One pass per tick (until
-        -- 2026-12-04) capped what a queue could finish per second, with a finite retention, at
-        -- 5,000 jobs per tick: above that its finished jobs piled up without bound (bench/run's
-        -- steady load at 7,158 jobs/s grew jq.jobs from 128 MB to 739 MB in 7 minutes with a
-        -- 1-minute retention).
+        -- 100,000 shared among the queues with more (jq._prune). One pass per tick would cap
+        -- what a queue can finish per second, with a finite retention, at 5,000 jobs per tick:
+        -- above that its finished jobs pile up without bound (pg_test/tests/robustness.rs,
+        -- negative control prune_one_batch).
         v_total := jq._prune(_maintain.now, 5000, 100000);
     ELSE
         RAISE EXCEPTION 'unknown maintenance duty %', _maintain.duty USING ERRCODE = '22023';
