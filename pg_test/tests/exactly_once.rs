@@ -368,8 +368,8 @@ fn run_capped(db: &TestDb, queue: &str, jobs: i64, claim_fn: CappedClaimFn) -> P
 }
 
 // Negative controls: the permanent one below (count then claim without the queue-row lock).
-// Breaking jq.claim itself (JQ_TEST_BREAK=cap_no_queue_lock: "FOR NO KEY UPDATE" removed from
-// its queue-row read, so counting and claiming no longer serialise) made this test fail with
+// Breaking the claim's gate (JQ_TEST_BREAK=cap_no_queue_lock: "FOR NO KEY UPDATE" removed from
+// jq._claim_gate's queue-row read, so counting and claiming no longer serialise) made this test fail with
 // "workers held 7 jobs at once, cap 3" (7 or 8 sampled running in jq.jobs and
 // jq.queue_stats, over three runs). Correct runs peak at 3.
 #[test]

@@ -124,7 +124,7 @@ fn enqueue_key(c: &mut Client, key: Option<&str>, priority: i32, max_attempts: i
     .get(0)
 }
 
-/// K1's head fails permanently; k1#2, k1#3 (higher priority), k2#1..5 and
+/// k1's head fails permanently; k1#2, k1#3 (higher priority), k2#1..5 and
 /// plain jobs are enqueued; repeated claims of 10 drain everything: k2 and the plain jobs flow,
 /// within k1 #2 starts before #3 although #3 has the higher priority, and across keys priority
 /// order holds.
@@ -591,7 +591,7 @@ fn aging_raises_a_waiting_job_above_fresh_higher_priority_jobs() {
     assert_eq!(max, 5);
 }
 
-/// Priority aging stops at its cap . A job waiting so long that the
+/// Priority aging stops at its cap. A job waiting so long that the
 /// step count (2^31-1) or the priority (2^31-1) is capped has nothing left to gain: the aging
 /// pass must take it out of jobs_aging_idx (next_age_at NULL). Otherwise its next_age_at stays
 /// in the past, every pass picks it again first (oldest next_age_at), and a batch of such jobs

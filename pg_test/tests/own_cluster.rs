@@ -1,5 +1,5 @@
 //! Tests that need a cluster of their own, because they crash it or start it differently:
-//! a postmaster crash-restart  and jq without `shared_preload_libraries`.
+//! a postmaster crash-restart and jq without `shared_preload_libraries`.
 //! Each starts a throwaway cluster with pg_test/cluster.sh on JQ_TEST_PGPORT + 1 or + 2 (as
 //! the `postgres` user, like the main test cluster) and stops it at the end.
 //!
