@@ -58,6 +58,35 @@ COMMENT ON FUNCTION jq._note_slot_freed(text, text) IS
 'a free slot of a capped queue at commit and passes the key''s slot to its next blocked job. '
 'Always true. Inlined.';
 
+-- A running job went back (snooze; the reaper, sql/maintenance.sql): if it is ready again, the
+-- queue's waiting claims are woken at commit and the claim-start hint moves back to it
+-- (jq._wake_ready), else (scheduled, dead, cancelled) a capped queue has a free slot at commit
+-- (jq._wake_slot). Called in the statement that records the execution, once per job that went
+-- back, so that nothing is woken for a job that did not. Exercised by pg_test/tests/flow.rs,
+-- snooze_refunds_the_attempt_records_the_execution_and_is_fenced, and pg_test/tests/leases.rs.
+CREATE FUNCTION jq._note_back(queue text, state jq.job_state, priority integer, run_at timestamptz)
+RETURNS boolean
+LANGUAGE sql AS $$
+    SELECT CASE WHEN state OPERATOR(pg_catalog.=) 'ready' THEN jq._wake_ready(queue, priority, run_at)
+                ELSE jq._wake_slot(queue) END
+$$;
+COMMENT ON FUNCTION jq._note_back(text, jq.job_state, integer, timestamptz) IS
+'Internal: a running job of queue went back to state (at priority, run_at): wakes claims at commit '
+'(ready: and moves the claim-start hint back to it; else: a capped queue''s slot is free). Always '
+'true. Inlined.';
+
+-- A failed attempt (jq.fail): a job ready again at once wakes the queue's waiting claims at
+-- commit (jq._wake); a scheduled, dead or cancelled one frees a capped queue's slot
+-- (jq._wake_slot). In the statement that records the failed execution, which finds the job
+-- only if the fenced update changed it. Exercised by pg_test/tests/retries.rs.
+CREATE FUNCTION jq._note_failed(queue text, state jq.job_state) RETURNS boolean
+LANGUAGE sql AS $$
+    SELECT CASE WHEN state OPERATOR(pg_catalog.=) 'ready' THEN jq._wake(queue) ELSE jq._wake_slot(queue) END
+$$;
+COMMENT ON FUNCTION jq._note_failed(text, jq.job_state) IS
+'Internal: a failed attempt of a job of queue left it in state: wakes claims at commit (ready: the '
+'job is claimable; else: a capped queue''s slot is free). Always true. Inlined.';
+
 -- One of the two hot calls: as the owner with no SET clause, every name schema-qualified,
 -- operators too (see sql/claim.sql's head).
 CREATE FUNCTION jq.complete(id bigint, lease_token uuid, result jsonb DEFAULT NULL) RETURNS boolean
@@ -218,7 +247,7 @@ BEGIN
            CASE WHEN v_state = 'cancelled' THEN 'cancelled' ELSE 'failed' END::jq.execution_outcome,
            j.started_at, j.lease_expires_at, v_now, j.queue, j.worker, v_error
     FROM jq.jobs j WHERE j.id = fail.id
-      AND CASE WHEN v_state = 'ready' THEN jq._wake(j.queue) ELSE jq._wake_slot(j.queue) END;
+      AND jq._note_failed(j.queue, v_state);
     -- A retrying job keeps its key's slot (it stays the key's head); a finished one frees it.
     IF v_job.concurrency_key IS NOT NULL AND v_state IN ('dead', 'cancelled') THEN
         PERFORM jq._key_fill(v_job.queue, v_job.concurrency_key, 1);
@@ -337,7 +366,7 @@ BEGIN
                CASE WHEN b.state = 'cancelled' THEN 'cancelled' ELSE 'snoozed' END::jq.execution_outcome,
                b.started_at, b.lease_expires_at, v_now, b.queue, b.worker
         FROM back b
-        WHERE CASE WHEN b.state = 'ready' THEN jq._wake_ready(b.queue, b.priority, b.run_at) ELSE jq._wake_slot(b.queue) END
+        WHERE jq._note_back(b.queue, b.state, b.priority, b.run_at)
         RETURNING job_id
     )
     SELECT b.state, b.queue, b.concurrency_key INTO v_job FROM back b;

@@ -176,7 +176,7 @@ BEGIN
     FROM back b, keyed k
     -- At commit, wake waiting claims: the job is claimable again, or its slot of a capped queue
     -- is free.
-    WHERE CASE WHEN b.state = 'ready' THEN jq._wake_ready(b.queue, b.priority, b.run_at) ELSE jq._wake_slot(b.queue) END
+    WHERE jq._note_back(b.queue, b.state, b.priority, b.run_at)  -- sql/finish.sql
     RETURNING lease_expires_at
     )
     SELECT count(*), max(l.lease_expires_at) INTO v_n, v_at FROM logged l;

@@ -48,6 +48,18 @@ COMMENT ON FUNCTION jq.cancel(bigint, bigint) IS
 '(its jq.fail or jq.release then ends it as cancelled; a jq.complete still completes it, and an '
 'expired lease cancels it). Returns false for finished or unknown jobs. Errors: 42501 when the job exists and the caller holds no admin grant on its queue.';
 
+-- A retried job without a concurrency key is ready: the queue's waiting claims are woken at
+-- commit. One with a key goes through its key (jq._key_fill, which wakes them for the jobs it
+-- makes ready). In the UPDATE's WHERE, after the state test, so it runs for the job retried.
+-- Exercised by pg_test/tests/retries.rs and flow.rs, key_concurrency_slots_follow_cancel_retry_and_alter.
+CREATE FUNCTION jq._note_retried(queue text, concurrency_key text) RETURNS boolean
+LANGUAGE sql AS $$
+    SELECT CASE WHEN concurrency_key IS NULL THEN jq._wake(queue) ELSE true END
+$$;
+COMMENT ON FUNCTION jq._note_retried(text, text) IS
+'Internal: a dead or cancelled job of queue (with concurrency_key, or NULL) is retried: wakes '
+'claims at commit when it is ready at once (no key). Always true. Inlined.';
+
 CREATE FUNCTION jq.retry(id bigint, caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -67,7 +79,7 @@ BEGIN
         attempt = 0, lease_expiries = 0, cancel_requested = false,
         run_at = pg_catalog.now(), finished_at = NULL
     WHERE j.id = retry.id AND j.state IN ('dead', 'cancelled')
-      AND CASE WHEN j.concurrency_key IS NULL THEN jq._wake(j.queue) ELSE true END
+      AND jq._note_retried(j.queue, j.concurrency_key)
     RETURNING j.queue, j.concurrency_key INTO v_queue, v_key;
     IF NOT FOUND THEN
         RETURN false;
