@@ -179,7 +179,11 @@ CREATE FUNCTION jq.schedule(
     overlap      text DEFAULT 'allow',
     caller_ticket bigint DEFAULT jq._ticket()
 ) RETURNS jq.schedules
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
+AS $$
 DECLARE
     v_now    timestamptz := pg_catalog.now();
     v_caller oid := jq._authorize_queue(schedule.caller_ticket, schedule.queue, 'admin');
@@ -257,7 +261,11 @@ CREATE FUNCTION jq.alter_schedule(
     enabled      boolean DEFAULT NULL,
     caller_ticket bigint DEFAULT jq._ticket()
 ) RETURNS jq.schedules
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
+AS $$
 DECLARE
     v_now    timestamptz := pg_catalog.now();
     v_caller oid := jq._redeem(alter_schedule.caller_ticket);
@@ -329,7 +337,11 @@ COMMENT ON FUNCTION jq.alter_schedule(text, text, text, jsonb, text, text, integ
 
 CREATE FUNCTION jq.unschedule(name text, if_exists boolean DEFAULT false,
                               caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
+AS $$
 DECLARE
     v_caller oid := jq._redeem(unschedule.caller_ticket);
     v_queue  text;
@@ -442,7 +454,11 @@ COMMENT ON FUNCTION jq._cron_fire(jq.schedules, timestamptz) IS
 'enqueued (0 when nothing in [next_run_at, at] is due). Raises on any problem.';
 
 CREATE FUNCTION jq.cron_tick(at timestamptz DEFAULT now()) RETURNS integer
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
+AS $$
 DECLARE
     s          jq.schedules;
     v_total    integer := 0;

@@ -132,7 +132,11 @@ CREATE FUNCTION jq.enqueue(
     concurrency_key text DEFAULT NULL,
     caller_ticket bigint DEFAULT jq._ticket()
 ) RETURNS bigint
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
+AS $$
 #variable_conflict use_column
 DECLARE
     v_now     timestamptz := pg_catalog.now();
@@ -236,6 +240,10 @@ COMMENT ON FUNCTION jq.enqueue(text, jsonb, text, timestamptz, interval, integer
 'Errors: 42704 unknown queue, 22004 NULL queue or payload, 22023 invalid name/kind/key/'
 'max_attempts/run_at, 22008 delay overflow, 54000 payload too large. 42501: the caller holds no enqueue grant on the queue; 0A000: the queue name under a nondeterministic collation.';
 
+-- jq.enqueue_many reads its array through jq._job_specs: a custom plan sees the array's length,
+-- the generic one estimates it, so its INSERT was planned again on every call (even with sizes
+-- that varied). Its generic plan is the same join on jq.queues, so it is forced
+-- (pg_test/tests/plans.rs, batch_writes_reuse_one_generic_plan).
 CREATE FUNCTION jq.enqueue_many(
     queue        text,
     payloads     jsonb,
@@ -247,7 +255,12 @@ CREATE FUNCTION jq.enqueue_many(
     specs        boolean DEFAULT false,
     caller_ticket bigint DEFAULT jq._ticket()
 ) RETURNS SETOF bigint
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, jq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+AS $$
 DECLARE
     v_now          timestamptz := pg_catalog.now();
     v_bad          record;

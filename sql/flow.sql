@@ -1,5 +1,7 @@
--- Flow control (docs/flow-control.md): per-key serialisation and snooze. Rate limits live in
--- jq.claim itself (sql/work.sql), which already reads and, for capped queues, locks the queue row.
+-- Flow control (docs/flow-control.md): per-key serialisation (concurrency keys' slots) and the
+-- rate limit's token bucket. The claim side of both lives in sql/claim.sql: a blocked job is in
+-- no claim index, and jq._claim_gate takes tokens under the queue row lock it already holds for
+-- capped queues.
 --
 -- Per-key serialisation keeps the claim untouched: a due job of a key that has no free slot is
 -- not 'ready' but 'blocked', so it is in no claim index and the claim never sees it, however
@@ -7,11 +9,15 @@
 -- the key has free slots: after an enqueue or promotion puts a job in 'blocked', and after a
 -- job that held a slot ends. A job holds a slot of its key while it is ready, running, or
 -- scheduled again after a claim (retry backoff, snooze): a key's head that is retrying keeps
--- the key's order; a dead, cancelled or completed head frees it (field case Q09).
+-- the key's order; a dead, cancelled or completed head frees it (pg_test/tests/flow.rs,
+-- a_dead_head_blocks_no_other_key_and_priority_does_not_reorder_a_key).
 
 CREATE FUNCTION jq._key_fill(queue text, concurrency_key text, freed integer DEFAULT 0)
 RETURNS integer
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
+AS $$
 #variable_conflict use_column
 DECLARE
     v_k     integer;
@@ -53,7 +59,7 @@ BEGIN
                 FOR UPDATE))
               -- ::text: the plain form implies jobs_blocked_idx's predicate, whose columns end
               -- in id, and a plan made while few jobs were blocked walked that whole index
-              -- instead of the primary key (sql/work.sql's header; tests/plans.rs)
+              -- instead of the primary key (sql/finish.sql's head; tests/plans.rs)
               AND j.state::text = 'blocked'
             RETURNING j.queue, j.priority, j.run_at
         )
@@ -102,65 +108,11 @@ COMMENT ON FUNCTION jq._key_fill_many(text[], text[], integer[]) IS
 'with freed summed per key, in byte order of (queue, key) so that batches cannot deadlock. '
 'Returns how many blocked jobs became ready.';
 
-CREATE FUNCTION jq.snooze(id bigint, lease_token uuid, delay interval) RETURNS boolean
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_now timestamptz := pg_catalog.clock_timestamp();
-    v_job record;
-BEGIN
-    IF snooze.delay IS NULL THEN
-        RAISE EXCEPTION 'delay must not be NULL (use interval ''0'' to snooze until now)'
-            USING ERRCODE = '22004';
-    END IF;
-    IF snooze.delay > interval '100 years'
-       OR (snooze.delay > interval '0' AND NOT jq._interval_fields_nonnegative(snooze.delay)) THEN
-        RAISE EXCEPTION 'delay must be at most 100 years, with no negative field, got %', snooze.delay
-            USING ERRCODE = '22023';
-    END IF;
-    -- Fenced like jq.complete: only the current claim (lease token, running) can snooze. The
-    -- attempt is refunded; the job keeps its key slot (it is still the key's head) unless a
-    -- cancellation was requested, which ends it as cancelled, as jq.release does.
-    WITH back AS (
-        UPDATE jq.jobs j SET
-            state = CASE WHEN j.cancel_requested THEN 'cancelled'
-                         WHEN snooze.delay > interval '0' THEN 'scheduled'
-                         ELSE 'ready' END::jq.job_state,
-            attempt = j.attempt - 1,
-            run_at = CASE WHEN j.cancel_requested THEN j.run_at
-                          ELSE v_now + pg_catalog.interval_larger(snooze.delay, interval '0') END,
-            finished_at = CASE WHEN j.cancel_requested THEN v_now END
-        WHERE j.id = snooze.id AND j.lease_token = snooze.lease_token AND j.state::text = 'running'
-        RETURNING j.id, j.claims, j.attempt, j.state, j.started_at, j.lease_expires_at, j.queue,
-                  j.worker, j.concurrency_key, j.priority, j.run_at
-    ), hist AS (
-        INSERT INTO jq.execution_log (job_id, seq, attempt, outcome, started_at, lease_expires_at,
-                                   finished_at, queue, worker)
-        SELECT b.id, b.claims, b.attempt + 1,
-               CASE WHEN b.state = 'cancelled' THEN 'cancelled' ELSE 'snoozed' END::jq.execution_outcome,
-               b.started_at, b.lease_expires_at, v_now, b.queue, b.worker
-        FROM back b
-        WHERE CASE WHEN b.state = 'ready' THEN jq._wake_ready(b.queue, b.priority, b.run_at) ELSE jq._wake_slot(b.queue) END
-        RETURNING job_id
-    )
-    SELECT b.state, b.queue, b.concurrency_key INTO v_job FROM back b;
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
-    IF v_job.concurrency_key IS NOT NULL AND v_job.state = 'cancelled' THEN
-        PERFORM jq._key_fill(v_job.queue, v_job.concurrency_key, 1);
-    END IF;
-    RETURN true;
-END $$;
-COMMENT ON FUNCTION jq.snooze(bigint, uuid, interval) IS
-'Puts a running job back to scheduled at now + delay (interval; zero or negative = ready now) '
-'without charging the attempt: the handler says "not yet". Records an execution with outcome '
-'snoozed (attempt refunded); the job keeps its place as its concurrency key''s head (the slot '
-'stays taken). A job with a cancellation request ends cancelled instead. Fenced: true only if '
-'the job is running under this lease_token; otherwise false and nothing changes. Errors: 22004 '
-'NULL delay, 22023 delay over 100 years or positive with a negative field.';
-
 CREATE FUNCTION jq._rate_tokens(queue text, at timestamptz) RETURNS double precision
-LANGUAGE sql STABLE AS $$
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
+AS $$
     SELECT LEAST(t.rate_burst::double precision,
                  coalesce(t.rate_tokens, t.rate_burst::double precision)
                  + GREATEST(extract(epoch FROM _rate_tokens.at - coalesce(t.rate_updated, _rate_tokens.at))::double precision, 0)
@@ -173,7 +125,10 @@ COMMENT ON FUNCTION jq._rate_tokens(text, timestamptz) IS
 'rate_updated, capped at rate_burst. NULL for a queue without a rate limit.';
 
 CREATE FUNCTION jq._rate_next_token(queue text) RETURNS timestamptz
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
+AS $$
 DECLARE
     v_now    timestamptz := pg_catalog.clock_timestamp();
     v_tokens double precision := jq._rate_tokens(_rate_next_token.queue, v_now);

@@ -10,8 +10,8 @@
 -- background worker made while jq.jobs was small (it keeps its plans for the life of its
 -- connection) found the batch's rows through that index with the ids as a filter, walking every
 -- due row for every batch. The cast leaves the primary key as the only index for it, and jq's
--- planner hook keeps a plan made on a small jq.jobs an index plan (src/planner.rs,
--- sql/security.sql). Test: pg_test/tests/plans.rs,
+-- planner hook keeps a plan made on a small jq.jobs an index plan (src/planner.rs). Test:
+-- pg_test/tests/plans.rs,
 -- maintenance_plans_made_on_a_small_table_stay_index_lookups.
 
 CREATE FUNCTION jq._promote(now timestamptz, batch integer DEFAULT 5000, budget integer DEFAULT NULL)
@@ -176,7 +176,7 @@ BEGIN
     FROM back b, keyed k
     -- At commit, wake waiting claims: the job is claimable again, or its slot of a capped queue
     -- is free.
-    WHERE CASE WHEN b.state = 'ready' THEN jq._wake_ready(b.queue, b.priority, b.run_at) ELSE jq._wake_slot(b.queue) END
+    WHERE jq._note_back(b.queue, b.state, b.priority, b.run_at)  -- sql/finish.sql
     RETURNING lease_expires_at
     )
     SELECT count(*), max(l.lease_expires_at) INTO v_n, v_at FROM logged l;
@@ -195,9 +195,21 @@ COMMENT ON FUNCTION jq._reap(timestamptz, integer, integer) IS
 'forever). Recovery depends only on the job row, never on worker names. Each gets an execution '
 'row with outcome lease_expired. Safe to run concurrently; a job completed meanwhile is skipped.';
 
+-- jq._prune_jobs deletes in passes, each past the (finished_at, id) key the previous one
+-- reached, which only an Index Scan of jobs_finished_idx / jobs_dead_idx in key order keeps
+-- linear. When fewer rows are estimated past retention than a batch (stale statistics, a queue
+-- that just grew), the planner sorted a bitmap scan of the whole range instead, which every pass
+-- then reads again. Sorts and bitmap scans are off for it: its two selections have the index
+-- order, so no chosen plan is a disabled one (whose cost would also make PostgreSQL JIT-compile
+-- it; JIT is off too, as for every function with settings), and it calls no other function.
+-- pg_test/tests/plans.rs, maintenance_and_idempotency_selections_use_their_partial_indexes.
 CREATE FUNCTION jq._prune_jobs(queue text, finished_before timestamptz, dead_before timestamptz,
                                batch integer, budget integer) RETURNS integer
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_sort = off
+SET enable_bitmapscan = off
+SET jit = off
+AS $$
 DECLARE
     v_total integer := 0;
     v_count integer;
@@ -205,14 +217,15 @@ DECLARE
     v_id    bigint;
 BEGIN
     -- Its own function (it kept sequential scans off while the rest of jq._prune could not;
-    -- jq's planner hook now keeps its plans index plans, sql/security.sql).
+    -- jq's planner hook now keeps its plans index plans, src/planner.rs).
     -- Oldest first, in passes of batch: completed and cancelled jobs until a pass deletes fewer
     -- than batch or budget went (budget NULL: one pass), then dead jobs alike. Each pass starts
     -- past the (finished_at, id) key the previous one reached: the index entries of the rows
     -- this transaction already deleted stay in jobs_finished_idx until vacuum, and this
     -- transaction cannot mark them dead, so a pass from the start of the range walked them
-    -- all again, a heap visit each: 20 passes cost 190 batches of visits, and at 7,200 jobs/s
-    -- a prune duty took 9-18 s and fell behind (jq.jobs grew without bound; docs/BENCHMARKS.md).
+    -- all again, a heap visit each: n passes cost n(n-1)/2 batches of visits, and under a
+    -- steady load the prune duty fell behind (jq.jobs grew without bound; pg_test/tests/
+    -- robustness.rs, negative control prune_from_start).
     v_at := '-infinity';
     v_id := 0;
     LOOP
@@ -372,11 +385,10 @@ BEGIN
         v_total := jq.cron_tick(_maintain.now);
     WHEN 'prune' THEN
         -- In passes of 5,000, each from where the last one ended: one per queue, then the rest of
-        -- 100,000 shared among the queues with more (jq._prune). One pass per tick (until
-        -- 2026-12-04) capped what a queue could finish per second, with a finite retention, at
-        -- 5,000 jobs per tick: above that its finished jobs piled up without bound (bench/run's
-        -- steady load at 7,158 jobs/s grew jq.jobs from 128 MB to 739 MB in 7 minutes with a
-        -- 1-minute retention).
+        -- 100,000 shared among the queues with more (jq._prune). One pass per tick would cap
+        -- what a queue can finish per second, with a finite retention, at 5,000 jobs per tick:
+        -- above that its finished jobs pile up without bound (pg_test/tests/robustness.rs,
+        -- negative control prune_one_batch).
         v_total := jq._prune(_maintain.now, 5000, 100000);
     ELSE
         RAISE EXCEPTION 'unknown maintenance duty %', _maintain.duty USING ERRCODE = '22023';
@@ -410,7 +422,11 @@ COMMENT ON FUNCTION jq._maintain_guarded(text, timestamptz) IS
 'or the other duties.';
 
 CREATE FUNCTION jq.tick() RETURNS jq.tick_result
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
+AS $$
 DECLARE
     v_now    timestamptz := pg_catalog.now();
     v_result jq.tick_result;
@@ -436,7 +452,11 @@ CREATE FUNCTION jq.status(
     OUT fired bigint, OUT pruned bigint, OUT notified bigint, OUT pass_ms float8,
     OUT last_error text, OUT last_error_at timestamptz)
 RETURNS SETOF record
-LANGUAGE sql STABLE AS $$
+LANGUAGE sql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
+AS $$
     SELECT d.datname, s.state, s.pid, s.started_at, s.last_pass_at, s.passes, s.promoted,
            s.reaped, s.fired, s.pruned, s.notified, s.pass_ms, s.last_error, s.last_error_at
     FROM jq._status() s LEFT JOIN pg_catalog.pg_database d ON d.oid = s.dboid

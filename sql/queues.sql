@@ -24,7 +24,10 @@ COMMENT ON FUNCTION jq._check_queue_name(text) IS
 
 -- Raised where a queue name is well formed but names no queue.
 CREATE FUNCTION jq._unknown_queue(name text) RETURNS void
-LANGUAGE plpgsql IMMUTABLE AS $$
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
+AS $$
 BEGIN
     PERFORM jq._check_queue_name(name);
     RAISE EXCEPTION 'queue "%" does not exist', name
@@ -112,7 +115,11 @@ CREATE FUNCTION jq.create_queue(
     if_not_exists      boolean DEFAULT false,
     key_concurrency    integer DEFAULT 1
 ) RETURNS jq.queues
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
+AS $$
 DECLARE
     q     jq.queues;
     v_try integer;
@@ -209,7 +216,11 @@ CREATE FUNCTION jq.alter_queue(
     priority_aging     interval DEFAULT NULL,
     caller_ticket bigint DEFAULT jq._ticket()
 ) RETURNS jq.queues
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
+AS $$
 DECLARE
     q jq.queues;
 BEGIN
@@ -312,9 +323,15 @@ COMMENT ON FUNCTION jq._check_flow_options(integer, integer, interval, integer) 
 'Internal: validates key_concurrency (1..1000000), rate_limit (0..1e9), rate_period (> 0, at most '
 '100 years) and burst (1..1e9); NULL means "not given". Raises 22023.';
 
+-- lock_timeout: it waits at most 2 s for its EXCLUSIVE lock on jq.jobs (55P03, see below).
 CREATE FUNCTION jq.drop_queue(name text, force boolean DEFAULT false,
                               caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET lock_timeout = '2s'
+SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
+AS $$
 DECLARE
     v_jobs   bigint := 0;
     v_count  bigint;
@@ -413,7 +430,6 @@ BEGIN
     RAISE LOG 'jq: dropped queue "%" with % jobs', drop_queue.name, v_jobs;
     RETURN true;
 END $$;
-ALTER FUNCTION jq.drop_queue(text, boolean, bigint) SET lock_timeout = '2s';
 COMMENT ON FUNCTION jq.drop_queue(text, boolean, bigint) IS
 'Deletes a queue with its jobs and execution history. Refuses (55006 object_in_use) while the '
 'queue has ready, blocked, scheduled or running jobs unless force => true; forced, those jobs are '
@@ -427,7 +443,11 @@ COMMENT ON FUNCTION jq.drop_queue(text, boolean, bigint) IS
 '42704 unknown queue, 55006 jobs or schedules remain, 55P03 busy, 25000 other isolation level. 42501: the caller holds no admin grant on every queue (''*'').';
 
 CREATE FUNCTION jq.pause(name text, caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
+AS $$
 BEGIN
     PERFORM jq._authorize_queue(pause.caller_ticket, pause.name, 'admin');
     -- jq.jobs before the queue row, the order jq.drop_queue takes them in (no deadlock).
@@ -443,7 +463,11 @@ COMMENT ON FUNCTION jq.pause(text, bigint) IS
 'maintenance go on. Errors: 22004/22023 bad name, 42704 unknown queue. 42501: the caller holds no admin grant on the queue; 0A000: the name under a nondeterministic collation.';
 
 CREATE FUNCTION jq.resume(name text, caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
+AS $$
 BEGIN
     PERFORM jq._authorize_queue(resume.caller_ticket, resume.name, 'admin');
     -- jq.jobs before the queue row, the order jq.drop_queue takes them in (no deadlock).

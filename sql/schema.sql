@@ -81,9 +81,9 @@ CREATE SEQUENCE jq.jobs_id_seq AS bigint;
 -- not HOT, but same-page updates still keep the heap compact and the visibility map useful).
 -- Autovacuum is triggered by 2% dead rows (instead of 20%), so that the partial indexes the
 -- claim walks do not fill with dead entries between runs: a bloated claim index is the classic
--- way a Postgres queue slows down under load. Its cost delay is PostgreSQL's default, 2 ms (0
--- until 2026-12-04): after a long-held snapshot, an unthrottled vacuum removing 15M versions took
--- one of two vCPUs from the workers; claims start past the dead head (claim hints), so a slower
+-- way a Postgres queue slows down under load. Its cost delay is PostgreSQL's default, 2 ms, not
+-- 0: after a long-held snapshot, an unthrottled vacuum removing millions of versions took a
+-- whole vCPU from the workers; claims start past the dead head (claim hints), so a slower
 -- vacuum no longer slows them (docs/BENCHMARKS.md, held snapshot with vacuum cost delay 2 ms).
 --
 -- Column order is chosen for the write-ahead log. When the new version of a row lands on the
@@ -100,9 +100,9 @@ CREATE TABLE jq.jobs (
     -- 1..1000000, enforced where jobs are made (jq._job_problem raises 22023; the queue and
     -- schedule defaults have CHECKs of their own). Not a CHECK here: PostgreSQL parses a
     -- table's CHECK constraints from their stored text and compiles them again in every INSERT
-    -- and UPDATE statement, and every claim and completion updates this table. That was about
-    -- 4% of a backend's CPU per claimed and completed job (perf; docs/BENCHMARKS.md). jq.jobs
-    -- keeps no CHECK constraints (pg_test/tests/plans.rs checks).
+    -- and UPDATE statement, and every claim and completion updates this table: a measurable
+    -- share of a backend's CPU per claimed and completed job (perf; docs/BENCHMARKS.md). jq.jobs
+    -- keeps no CHECK constraints (pg_test/tests/plans.rs, hot_tables_have_no_check_constraints).
     max_attempts     integer NOT NULL,
     run_at           timestamptz NOT NULL,
     created_at       timestamptz NOT NULL DEFAULT now(),
@@ -152,15 +152,16 @@ COMMENT ON TABLE jq.jobs IS
 -- The key leads with a 64-bit hash of the queue's name, not the name: every key column then
 -- has a fixed width, so PostgreSQL finds priority, run_at and id at a cached offset in each
 -- index entry instead of walking past the variable-width name (nocache_index_getattr), in
--- every comparison of the descent and of the scan. That cost a claim about 2% of its CPU
--- (perf), and 3-10% of the batch-1 drain rate (bench/ab_variant.sh; docs/BENCHMARKS.md).
+-- every comparison of the descent and of the scan, a cost seen both in a claim's CPU profile
+-- (perf) and in the batch-1 drain rate (bench/ab_variant.sh; docs/BENCHMARKS.md).
 -- The hash is a queue's key: no two queues share one (queues_name_hash_idx), and a dropped
 -- queue's jobs go with it, so the jobs with a queue's hash are exactly that queue's. Queries
 -- compare the hash alone: with the name compared too, the planner multiplied the two
 -- selectivities, estimated a deep queue at a few rows, and chose a sorted bitmap scan of the
 -- whole queue for its custom plans (pg_test/tests/plans.rs).
 -- NULLS FIRST is what a plain DESC means; pinned so that nobody "fixes" it into NULLS LAST,
--- which silently turns the claim into a sort of the whole queue (seed A, ADR-016).
+-- which silently turns the claim into a sort of the whole queue (pg_test/tests/plans.rs,
+-- claim_index_keeps_nulls_first_and_nulls_last_loses_the_ordered_claim).
 -- INCLUDE (queue), after the fixed-width key, keeps jq.queue_stats' count of claimable jobs an
 -- index-only scan.
 CREATE INDEX jobs_claim_idx ON jq.jobs (pg_catalog.hashtextextended(queue, 0), priority DESC NULLS FIRST, run_at, id)
@@ -211,7 +212,8 @@ CREATE INDEX jobs_dead_idx ON jq.jobs (queue, finished_at, id)
 -- (docs/BENCHMARKS.md). jq.executions, the view below, reads both as one history.
 --
 -- The log's primary key makes (job_id, seq) unique: seq comes from jobs.claims and is never
--- reused, even when the attempt is refunded (seed A, ADR-005). The BRIN index serves pruning at
+-- reused, even when the attempt is refunded (pg_test/tests/flow.rs,
+-- snooze_refunds_the_attempt_records_the_execution_and_is_fenced). The BRIN index serves pruning at
 -- almost no insert cost because rows arrive in finished_at order (autosummarize keeps new
 -- ranges from being read on every pass).
 CREATE TABLE jq.execution_log (
@@ -331,7 +333,7 @@ SELECT pg_catalog.pg_extension_config_dump('jq.key_slots', '');
 
 -- Security (docs/security.md). The three roles are cluster-wide, so they are created only if
 -- missing (another database's jq, or an earlier install, may have made them) and outlive
--- DROP EXTENSION. They carry EXECUTE on jq's functions (sql/security.sql); queue rights come
+-- DROP EXTENSION. They carry EXECUTE on jq's functions (sql/grants.sql); queue rights come
 -- from jq.queue_grants, except that members of jq_admin (and superusers) may do everything.
 DO $$
 DECLARE

@@ -74,8 +74,10 @@ extension_sql_file!(
                 claim_hint::_hint_run_at, claim_hint::_hint_id, claim_hint::_hint_advance, claim_hint::_hint_clear,
                 claim_hint::_hint_turn_end]
 );
-extension_sql_file!("../sql/work.sql", name = "work", requires = ["enqueue", backoff::backoff_seconds, random::_lease_token]);
-extension_sql_file!("../sql/flow.sql", name = "flow", requires = ["work"]);
+extension_sql_file!("../sql/claim.sql", name = "claim", requires = ["enqueue", random::_lease_token]);
+extension_sql_file!("../sql/finish.sql", name = "finish", requires = ["claim", backoff::backoff_seconds]);
+extension_sql_file!("../sql/operator.sql", name = "operator", requires = ["finish"]);
+extension_sql_file!("../sql/flow.sql", name = "flow", requires = ["operator"]);
 extension_sql_file!(
     "../sql/cron.sql",
     name = "cron",
@@ -87,7 +89,7 @@ extension_sql_file!(
     name = "maintenance",
     requires = ["cron", bgworker::_status, bgworker::_preloaded, bgworker::_launcher_wake]
 );
-extension_sql_file!("../sql/security.sql", name = "security", requires = ["maintenance", security::_authorize, security::_authorize_queue], finalize);
+extension_sql_file!("../sql/grants.sql", name = "grants", requires = ["maintenance", security::_authorize, security::_authorize_queue], finalize);
 
 #[cfg(any(test, feature = "pg_test"))]
 mod pg_tests;

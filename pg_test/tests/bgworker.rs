@@ -65,8 +65,8 @@ fn served(db: &TestDb, limit: Duration) -> i32 {
     pid
 }
 
-/// A database outside jq.databases gets no worker, and is not silent about it (field case Q20,
-/// capacity exhausted and jobs silently not run; past 64 databases the launcher has no slot for
+/// A database outside jq.databases gets no worker, and is not silent about it (capacity
+/// exhausted and jobs silently not run; past 64 databases the launcher has no slot for
 /// a database either): jq.status() called there has a row in state `not served` saying why.
 /// Seen failing before that row existed (no row for the database at all).
 #[test]
@@ -392,7 +392,7 @@ fn terminated_workers_and_launcher_come_back_within_seconds() {
             == 1
     });
     assert!(launcher.is_some(), "launcher not back");
-    // Everything connected to the database terminated (field case Q18), worker included.
+    // Everything connected to the database terminated, worker included.
     a.execute(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
         &[&db.name],
@@ -603,8 +603,7 @@ fn a_refused_drop_database_does_not_suspend_maintenance() {
 
 /// The worker sends its table statistics: autovacuum decides when to vacuum jq.jobs from the
 /// rows counted dead there, and at load the worker's prune deletes a job row for every job
-/// finished. Seen failing without the worker's pgstat_report_stat call (as until 2026-12-04,
-/// src/bgworker.rs): n_tup_del of jq.jobs stayed 0 after the worker had pruned all 500 jobs;
+/// finished. Seen failing without the worker's pgstat_report_stat call (src/bgworker.rs): n_tup_del of jq.jobs stayed 0 after the worker had pruned all 500 jobs;
 /// the statistics were sent only when the worker exited.
 #[test]
 fn the_workers_deletes_reach_the_statistics_autovacuum_reads() {

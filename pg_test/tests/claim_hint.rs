@@ -58,7 +58,7 @@ fn dead_head(db: &TestDb, c: &mut Client, queue: &str, jobs: i32) -> Client {
     holder
 }
 
-/// Held-snapshot field case (issue 5; docs/BENCHMARKS.md): 20,000 jobs are claimed and completed
+/// The held-snapshot case (docs/BENCHMARKS.md): 20,000 jobs are claimed and completed
 /// while another session holds a REPEATABLE READ snapshot, so none of the 20,000 dead entries
 /// at the head of the claim index can be removed. A claim with its hint reads a handful of
 /// entries; the same claim with `jq.claim_hints = off` walks all 20,000 (the control that the
@@ -91,7 +91,7 @@ fn a_claim_during_a_held_snapshot_starts_past_the_dead_head() {
     );
 }
 
-/// The same held-snapshot field case on a shallow queue, the usual state of a queue whose
+/// The same held-snapshot case on a shallow queue, the usual state of a queue whose
 /// workers keep up: the 20,000 jobs are all claimed and completed under the held snapshot,
 /// then each probe enqueues one job at a lower priority and claims up to 10. The hint's level
 /// has nothing left, so the claim takes the rest from the priorities below the hint's; it must

@@ -1,7 +1,7 @@
 //! Cron schedules against a real cluster with many connections: exactly one job per (schedule,
-//! fire time) whatever the passes do (field case Q25), a fire log that outlives the jobs, restarts
-//! that neither reset nor lose the timer (Q24), misfire and overlap policies, broken rows that
-//! never stop the others, time zones and DST (Q22), and a differential test of jq.cron_next
+//! fire time) whatever the passes do, a fire log that outlives the jobs, restarts
+//! that neither reset nor lose the timer, misfire and overlap policies, broken rows that
+//! never stop the others, time zones and DST, and a differential test of jq.cron_next
 //! against croniter.
 //!
 //! Time is never waited for: every pass is `jq.cron_tick(at)` with an explicit instant, in the
@@ -34,7 +34,7 @@ fn apply_breaks(c: &mut Client) {
         sabotage(c, CRON_TICK, "\n                 FOR UPDATE SKIP LOCKED))", "))", 1);
     }
     if broken("cron_upsert_resets_timer") {
-        // jq.schedule recomputes next_run_at from now() on every call (River #791's timer reset).
+        // jq.schedule recomputes next_run_at from now() on every call (a timer reset by every upsert).
         sabotage(c, SCHEDULE, "THEN excluded.next_run_at ELSE t.next_run_at END", "THEN excluded.next_run_at ELSE excluded.next_run_at END", 1);
     }
     if broken("cron_step_from_stored") {
@@ -54,7 +54,7 @@ fn apply_breaks(c: &mut Client) {
         sabotage(c, CRON_TICK, "WHERE g.enabled AND g.next_run_from > cron_tick.at", "WHERE false", 1);
     }
     if broken("cron_zone_ignored") {
-        // Schedules are evaluated in UTC whatever their zone (pg_cron before 1.5, Q22).
+        // Schedules are evaluated in UTC whatever their zone (as pg_cron before 1.5 did).
         sabotage(c, CRON_FIRE, "s.timezone", "'UTC'", 3);
     }
 }
@@ -113,7 +113,7 @@ fn hour_ahead(c: &mut Client, hours: i32) -> i64 {
     epoch(c, &format!("date_trunc('hour', now()) + interval '{hours} hours'"))
 }
 
-/// Field case Q25. Session A ticks minute M, session B ticks M + 5 s (clock skew, a second
+/// Session A ticks minute M, session B ticks M + 5 s (clock skew, a second
 /// scheduler): one fire-log row and one job. Then the schedule's timer is moved back behind M
 /// (a clock step: jq.alter_schedule recomputes it from now(), which is before M) and B ticks
 /// M + 5 s again: the fire log alone keeps M from being enqueued twice.
@@ -284,7 +284,7 @@ fn the_fire_log_survives_job_pruning() {
     assert_eq!(left, 0);
 }
 
-/// Field case Q24, compressed: `*/10 * * * *` over two hours, passes every 30 s, and six
+/// A timer across restarts, compressed: `*/10 * * * *` over two hours, passes every 30 s, and six
 /// restarts, each stopping the scheduler at hh:m9:50 and starting it at hh:(m+1)0:40, after
 /// the due time, from a new connection that first calls jq.schedule again as an application
 /// does on start. Every due time fires exactly once, none is skipped, the timer never resets.
@@ -491,7 +491,7 @@ fn broken_schedules_are_flagged_and_the_others_keep_firing() {
     assert_eq!(err, None);
 }
 
-/// Q22 with passes, in a session whose TimeZone is Asia/Tokyo (server UTC): a: 07:54 US/Central
+/// Time zones with passes, in a session whose TimeZone is Asia/Tokyo (server UTC): a: 07:54 US/Central
 /// fires at 13:54Z in January and 12:54Z in July; b, c, d across next year's DST changes in
 /// America/New_York (spring forward on the second Sunday of March, fall back on the first
 /// Sunday of November), passes every 10 minutes.

@@ -24,6 +24,7 @@ const WORKERS: usize = 10;
 
 const CLAIM: &str = "jq.claim(text,text,integer,interval,interval,bigint)";
 const CLAIM_BATCH: &str = "jq._claim_batch(text,text,integer,interval,boolean,bigint,boolean)";
+const CLAIM_GATE: &str = "jq._claim_gate(text,integer,boolean,integer,integer)";
 
 /// The broken variants of jq.claim used by the tests below. The claiming statement has four
 /// copies (the hinted claim and the full claim, each with LIMIT 1 for n = 1 in jq.claim and a
@@ -41,11 +42,10 @@ fn apply_breaks(c: &mut Client) {
     if broken("cap_no_queue_lock") {
         // A capped claim counts running jobs without holding the queue row exclusively (both
         // of its row locks, waiting and SKIP LOCKED, become shared ones).
-        sabotage(c, CLAIM, "FOR NO KEY UPDATE", "FOR KEY SHARE", 2);
+        sabotage(c, CLAIM_GATE, "FOR NO KEY UPDATE", "FOR KEY SHARE", 2);
     }
     if broken("claim_advisory_leak") {
-        // Field case X03: a session-level advisory lock taken on each candidate row and never
-        // released.
+        // A session-level advisory lock taken on each candidate row and never released.
         sabotage(
             c,
             CLAIM,
@@ -225,7 +225,7 @@ fn assert_each_completed_exactly_once(c: &mut Client, queue: &str, ids: &[i64], 
 // state fence and the picked ids are not re-read, so a claimer that waited for another's row
 // lock re-claims the row) made this test (the LIMIT 1 copy) fail with "jobs handed to more than
 // one worker" (2,688 duplicate hand-outs for 10,000 jobs). It still does since the one-job copy
-// updates by ctid (2026-12-02): a claimer that lost a row updates nothing there (see the hammer
+// updates by ctid: a claimer that lost a row updates nothing there (see the hammer
 // test below) and its fallback by id, unlocked too, then hands out duplicates.
 #[test]
 fn ten_workers_claiming_one_at_a_time_complete_each_of_10k_jobs_exactly_once() {
@@ -368,8 +368,8 @@ fn run_capped(db: &TestDb, queue: &str, jobs: i64, claim_fn: CappedClaimFn) -> P
 }
 
 // Negative controls: the permanent one below (count then claim without the queue-row lock).
-// Breaking jq.claim itself (JQ_TEST_BREAK=cap_no_queue_lock: "FOR NO KEY UPDATE" removed from
-// its queue-row read, so counting and claiming no longer serialise) made this test fail with
+// Breaking the claim's gate (JQ_TEST_BREAK=cap_no_queue_lock: "FOR NO KEY UPDATE" removed from
+// jq._claim_gate's queue-row read, so counting and claiming no longer serialise) made this test fail with
 // "workers held 7 jobs at once, cap 3" (7 or 8 sampled running in jq.jobs and
 // jq.queue_stats, over three runs). Correct runs peak at 3.
 #[test]
@@ -424,11 +424,11 @@ fn hammer_one_job(db: &TestDb, queue: &str, claimers: usize, tries: usize, claim
     handles.into_iter().flat_map(|h| h.join().expect("claimer thread")).collect()
 }
 
-// Field case X09 (a unique job executed by several nodes). Negative controls: the permanent
+// Scenario (a unique job executed by several nodes). Negative controls: the permanent
 // one below (the broken two-statement claim wins the same job several times). Breaking jq.claim
 // (JQ_TEST_BREAK=claim_no_row_lock) made this test fail in its first round in each of six runs:
 // 2 to 8 of the 8 claimers got the one job while its lease held (attempt counting up to 8).
-// Since the one-job copy updates by ctid (2026-12-02) that control no longer fails this test:
+// Since the one-job copy updates by ctid that control no longer fails this test:
 // the claimers that lost the one job's row update nothing, because PostgreSQL (15.20 here)
 // re-checks a Tid Scan's condition against the newer row version it waited for, and their
 // fallback by id then finds the job running. The row lock still decides which claimer skips
@@ -484,7 +484,7 @@ fn hammer_catches_a_claim_without_row_locks_taking_one_job_twice() {
     panic!("50 rounds of 8 claimers never caught the broken claim taking a job twice");
 }
 
-// Field case X03 (advisory locks leaked by a claim whose CTE the planner inlined). Negative
+// Scenario (advisory locks leaked by a claim whose CTE the planner inlined). Negative
 // control: JQ_TEST_BREAK=claim_advisory_leak makes jq.claim (and jq._claim_batch) take
 // pg_try_advisory_lock(id) on each candidate row in the picking sub-select of every claim copy
 // and never release it; this
@@ -540,7 +540,7 @@ fn claiming_and_completing_10k_jobs_leaves_no_advisory_locks_and_claim_of_one_lo
     assert!(complete(&mut w, &got[0]));
 }
 
-/// One-job claims update their row by ctid (sql/work.sql, jq.claim). A row that a transaction
+/// One-job claims update their row by ctid (sql/claim.sql, jq.claim). A row that a transaction
 /// committed after the claim's snapshot updated and left ready is locked by the claim in that
 /// newer version, whose ctid the claim's UPDATE (same snapshot) does not see; jq.claim then
 /// claims the same range again by id. Here a "releaser" keeps claiming the head job and
@@ -550,7 +550,7 @@ fn claiming_and_completing_10k_jobs_leaves_no_advisory_locks_and_claim_of_one_lo
 /// without claim-start hints (the full claim's copy) and with them (the hinted copy: all jobs
 /// have one priority, so nothing is below the hint's and a hinted claim that came back empty
 /// would end empty).
-/// Negative controls, seen failing (2026-12-02): `JQ_TEST_BREAK=ctid_claim_no_fallback` (the
+/// Negative controls, seen failing: `JQ_TEST_BREAK=ctid_claim_no_fallback` (the
 /// full claim's fallback by id removed): 40, 42, 47 and 50 of 2,400 claims came back empty with
 /// more than 2,600 jobs ready (four runs, hints off); `JQ_TEST_BREAK=ctid_hinted_claim_no_fallback`
 /// (the hinted claim's): 11, 11 and 14 of 2,400 (three runs, hints on). The last run of each

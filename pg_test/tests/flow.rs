@@ -124,7 +124,7 @@ fn enqueue_key(c: &mut Client, key: Option<&str>, priority: i32, max_attempts: i
     .get(0)
 }
 
-/// Field case Q09: k1's head fails permanently; k1#2, k1#3 (higher priority), k2#1..5 and
+/// k1's head fails permanently; k1#2, k1#3 (higher priority), k2#1..5 and
 /// plain jobs are enqueued; repeated claims of 10 drain everything: k2 and the plain jobs flow,
 /// within k1 #2 starts before #3 although #3 has the higher priority, and across keys priority
 /// order holds.
@@ -302,6 +302,38 @@ fn a_key_slot_freeing_wakes_a_waiting_claim() {
     eprintln!("woken {lag:?} after the key's job completed");
     assert_eq!(ids, vec![b]);
     assert!(lag < Duration::from_secs(2), "woken {lag:?} after the slot freed");
+}
+
+/// A batch completion (jq.complete_many) passes each completed job's key slot to the key's next
+/// blocked job, as jq.complete does: the statement must read the CTE that calls
+/// jq._key_fill_many, or PostgreSQL never runs it (sql/finish.sql, jq._keys_passed_on).
+///
+/// Negative control: JQ_TEST_BREAK=complete_many_keys_unread (the final SELECT no longer reads
+/// that CTE) fails: the keys' next jobs stay blocked.
+#[test]
+fn a_batch_completion_passes_each_keys_slot_on() {
+    let db = TestDb::new("flow_many");
+    let mut c = db.connect();
+    if broken("complete_many_keys_unread") {
+        sabotage(&mut c, "jq.complete_many(bigint[],uuid[],jsonb[])", "(SELECT jq._keys_passed_on(k.moved) FROM keyed k)", "true", 1);
+    }
+    c.batch_execute("SELECT jq.create_queue('q')").unwrap();
+    let heads = [enqueue_key(&mut c, Some("k1"), 0, 25), enqueue_key(&mut c, Some("k2"), 0, 25)];
+    let next = [enqueue_key(&mut c, Some("k1"), 0, 25), enqueue_key(&mut c, Some("k2"), 0, 25)];
+    let plain = enqueue_key(&mut c, None, 0, 25);
+    let jobs = claim(&mut c, "q", "w", 10, None);
+    let mut claimed: Vec<i64> = jobs.iter().map(|j| j.id).collect();
+    claimed.sort();
+    assert_eq!(claimed, vec![heads[0], heads[1], plain], "only the keys' heads and the plain job are ready");
+    let ids: Vec<i64> = jobs.iter().map(|j| j.id).collect();
+    let tokens: Vec<uuid::Uuid> = jobs.iter().map(|j| j.token).collect();
+    let done = c.query("SELECT * FROM jq.complete_many($1, $2)", &[&ids, &tokens]).unwrap().len();
+    assert_eq!(done, 3);
+    let states: Vec<String> = next
+        .iter()
+        .map(|id| c.query_one("SELECT state::text FROM jq.jobs WHERE id = $1", &[id]).unwrap().get(0))
+        .collect();
+    assert_eq!(states, vec!["ready", "ready"], "the keys' next jobs after their heads completed in one batch");
 }
 
 /// Snooze: the running job goes back to scheduled at now + delay with its attempt refunded and
@@ -559,7 +591,7 @@ fn aging_raises_a_waiting_job_above_fresh_higher_priority_jobs() {
     assert_eq!(max, 5);
 }
 
-/// Priority aging stops at its cap (review finding, session 28). A job waiting so long that the
+/// Priority aging stops at its cap. A job waiting so long that the
 /// step count (2^31-1) or the priority (2^31-1) is capped has nothing left to gain: the aging
 /// pass must take it out of jobs_aging_idx (next_age_at NULL). Otherwise its next_age_at stays
 /// in the past, every pass picks it again first (oldest next_age_at), and a batch of such jobs

@@ -1,6 +1,6 @@
 //! Idempotency keys with real connections: concurrent enqueues of one key make one job; an
 //! uncommitted holder of the key makes the second enqueue wait, and its rollback or commit
-//! decides what the second one gets (field case Q06); finished jobs free their key; keys in
+//! decides what the second one gets; finished jobs free their key; keys in
 //! jq.enqueue_many.
 //!
 //! Negative controls: `JQ_TEST_BREAK=<name>` makes a test replace one jq function in its own
@@ -191,7 +191,7 @@ fn ten_connections_enqueueing_one_key_at_once_get_the_same_id_and_make_one_job()
     }
 }
 
-// Field case Q06 (the dedupe lock holder rolled back, so no job existed). Negative controls:
+// Scenario (the dedupe lock holder rolled back, so no job existed). Negative controls:
 // JQ_TEST_BREAK=enqueue_advisory_dedupe (Oban's advisory-lock dedupe) made this test fail: S2
 // did not wait and returned NULL while S1 was uncommitted, so after S1's rollback no job had
 // the key. JQ_TEST_BREAK=enqueue_check_then_insert made it fail the same way it fails the
@@ -219,7 +219,7 @@ fn enqueue_waiting_on_an_uncommitted_key_that_rolls_back_inserts_a_new_job() {
     assert_eq!(unfinished_with_key(&mut c, "q", "k"), vec![id2], "exactly one unfinished job with the key");
 }
 
-// Field case Q06, commit variant. Negative control: JQ_TEST_BREAK=enqueue_check_then_insert
+// Scenario, commit variant. Negative control: JQ_TEST_BREAK=enqueue_check_then_insert
 // made this test fail: S2 did not wait for S1 and inserted a second job with the key.
 #[test]
 fn enqueue_waiting_on_an_uncommitted_key_that_commits_returns_the_committed_id() {
@@ -263,7 +263,7 @@ fn repeatable_read_outcome(s2: &mut Client, got: EnqueueResult, want: i64) -> En
     got
 }
 
-// Field case Q06, REPEATABLE READ variant (a snapshot that cannot see the conflicting row).
+// Scenario, REPEATABLE READ variant (a snapshot that cannot see the conflicting row).
 // Negative control: JQ_TEST_BREAK=enqueue_advisory_dedupe made this test fail: S2 did not wait
 // for S1 and returned NULL (a "duplicate" pointing to no row it could see).
 // JQ_TEST_BREAK=enqueue_check_then_insert made it fail: S2 did not wait and inserted a second

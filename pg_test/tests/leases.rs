@@ -27,7 +27,7 @@ fn apply_breaks(c: &mut Client) {
         sabotage(c, COMPLETE, "AND j.lease_token OPERATOR(pg_catalog.=) complete.lease_token", "AND true", 1);
     }
     if broken("reap_no_lock_no_fence") {
-        // A reaper that picks without locking and updates by id alone (River #1302): the
+        // A reaper that picks without locking and updates by id alone: the
         // picking sub-select loses FOR UPDATE SKIP LOCKED, the UPDATE its state and lease fence.
         sabotage(
             c,
@@ -231,7 +231,7 @@ fn claim_then_kill_session(db: &TestDb, admin: &mut Client, queue: &str, worker:
     j
 }
 
-// Field case Q01 (a job stuck running forever once its worker died). Negative control:
+// Scenario (a job stuck running forever once its worker died). Negative control:
 // JQ_TEST_BREAK=reap_needs_live_worker (the reaper only recovers jobs whose worker still has a
 // session, the way stalled-job detection joined on a worker registry) made this test fail: the
 // killed worker's job stayed 'running' and the reap returned 0.
@@ -265,7 +265,7 @@ fn killed_workers_job_is_claimable_again_once_its_lease_expires() {
     assert_eq!(executions(&mut c, id), vec![ex(1, 1, "lease_expired"), ex(2, 1, "completed")]);
 }
 
-// Field case X08 (a serialised named queue locked for good once its job hit its limit during a
+// Scenario (a serialised named queue locked for good once its job hit its limit during a
 // connection drop). A queue capped at one running job whose jobs share a concurrency key: the
 // holder's session is killed, and its job may not outlive one more lease expiry
 // (max_lease_expiries 0), so the reaper ends it dead. The cap and the key's slot must both be
@@ -300,7 +300,7 @@ fn x08_a_capped_keyed_queue_unlocks_when_its_crashed_holders_lease_expires() {
     assert_eq!(got, vec![second, plain]);
 }
 
-// Field case Q01, variant b (a restarted pod under the same worker name makes its
+// Scenario, variant b (a restarted pod under the same worker name makes its
 // predecessor's job look alive). Negative control: JQ_TEST_BREAK=reap_skips_live_worker_name
 // (the reaper skips a job while another running job of the same worker name holds a live
 // lease) made this test fail: the killed session's job stayed 'running' and the reap returned 0.
@@ -342,7 +342,7 @@ fn new_session_under_a_killed_workers_name_does_not_keep_its_old_job_running() {
     assert_eq!((again.id, again.attempt), (first, 1));
 }
 
-// Field case Q02 (the reaper overwrote a job completed while it was deciding). Negative control:
+// Scenario (the reaper overwrote a job completed while it was deciding). Negative control:
 // JQ_TEST_BREAK=reap_no_lock_no_fence (reaper scans without FOR UPDATE SKIP LOCKED and updates
 // by id alone) made this test fail: the reaper waited for the worker's row lock instead of
 // skipping the row, and once the completion committed it re-ran its update on the completed
@@ -377,7 +377,7 @@ fn reaper_skips_a_job_whose_completion_is_in_flight_and_the_job_stays_completed(
     assert_eq!(reap(&mut c, "now() + interval '1 hour'"), 0, "a completed job is not reaped");
 }
 
-// Field case Q02, variant: the job was re-claimed by w2 (in a transaction that reaped it and
+// Scenario, variant: the job was re-claimed by w2 (in a transaction that reaped it and
 // claimed it again) while another reaper pass was deciding. Negative control:
 // JQ_TEST_BREAK=reap_no_lock_no_fence made this test fail: the second reaper waited for w2's
 // row lock and, once w2 committed, overwrote w2's fresh claim back to 'ready' (attempt 0,
@@ -434,7 +434,7 @@ fn reaper_leaves_a_job_reclaimed_in_flight_by_another_worker_running_under_the_n
     assert_eq!(executions(&mut c, id), vec![ex(1, 1, "lease_expired"), ex(2, 1, "completed")]);
 }
 
-// Field case Q03 (a batch shared one visibility deadline; late completes of redelivered jobs).
+// Scenario (a batch shared one visibility deadline; late completes of redelivered jobs).
 // Negative control: JQ_TEST_BREAK=complete_no_token made this test fail: w1's late complete
 // of a job redelivered to w2 returned true.
 #[test]
@@ -500,7 +500,7 @@ fn each_job_of_a_claimed_batch_has_its_own_lease_and_only_heartbeated_jobs_survi
     assert_eq!(done, 10);
 }
 
-// Field case Q04 (shutdown stopped the heartbeat first; jobs ended both completed and failed).
+// Scenario (shutdown stopped the heartbeat first; jobs ended both completed and failed).
 // Negative control: JQ_TEST_BREAK=complete_no_token made this test fail: w1's complete after
 // losing its lease returned true ("w1 finishes after losing its lease: complete must be
 // rejected"), completing w2's execution.
@@ -586,7 +586,7 @@ fn heartbeat_reports_a_cancel_request_and_release_then_ends_the_job_cancelled() 
     assert!(!again, "jq.cancel of a finished job returns false");
 }
 
-// Field case X05 (a rescuer discarded jobs of kinds it did not know). Negative control:
+// Scenario (a rescuer discarded jobs of kinds it did not know). Negative control:
 // JQ_TEST_BREAK=reap_discards (the reaper ends expired jobs dead instead of ready) made this
 // test fail: the job was 'dead' after the reap.
 #[test]
@@ -621,7 +621,7 @@ fn expired_lease_on_a_queue_without_live_workers_is_retried_not_dropped() {
     assert_eq!((again.id, again.attempt), (id, 1));
 }
 
-/// Field case Q13, step 6: a real 0x00 byte bound as the error of jq.fail is refused by the
+/// A real 0x00 byte bound as the error of jq.fail is refused by the
 /// server (text cannot hold NUL) before anything changes; the job is not stranded: its lease
 /// expires, it comes back, and a worker can fail it again with a sanitised message. (The reap
 /// path it relies on is the one the broken variants above were seen failing against.)

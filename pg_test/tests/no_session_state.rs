@@ -1,4 +1,4 @@
-//! Field case Q12 ("no session state"): every jq call is correct when each transaction runs on
+//! No session state: every jq call is correct when each transaction runs on
 //! whichever pooled connection is free, as behind a transaction-mode pooler, and leaves nothing
 //! behind in the session: no advisory locks, no LISTEN, no temporary objects, no settings.
 

@@ -1,5 +1,5 @@
 //! Tests that need a cluster of their own, because they crash it or start it differently:
-//! a postmaster crash-restart (field case Q18) and jq without `shared_preload_libraries`.
+//! a postmaster crash-restart and jq without `shared_preload_libraries`.
 //! Each starts a throwaway cluster with pg_test/cluster.sh on JQ_TEST_PGPORT + 1 or + 2 (as
 //! the `postgres` user, like the main test cluster) and stops it at the end.
 //!
@@ -184,7 +184,7 @@ fn without_preloading_everything_works_and_waiting_claims_poll() {
     assert_eq!(promoted, 1);
 }
 
-/// Issue 6's crash test: `pg_ctl stop -m immediate` in the middle of a 16-worker drain with a
+/// The crash test: `pg_ctl stop -m immediate` in the middle of a 16-worker drain with a
 /// cron schedule firing every second, then a restart: no job lost, none completed twice, every
 /// cron fire time enqueued at most once. Negative control: `JQ_TEST_BREAK=crash_no_reap` (the
 /// worker's reap duty does nothing, so jobs the crash left running are never handed back):

@@ -3,11 +3,11 @@
 //! jobs_running_idx, retention to jobs_finished_idx / jobs_dead_idx and the idempotency lookup to
 //! jobs_idempotency_idx. A partial index serves a query only while the query's predicate implies
 //! the index predicate and a descending column only while its NULLS placement matches the ORDER
-//! BY; nothing warns when they drift apart (seed A, ADR-006 and ADR-016). These tests read the
+//! BY; nothing warns when they drift apart. These tests read the
 //! plans.
 //!
 //! Two views of every hot path:
-//! * The statement itself, copied from sql/work.sql or sql/maintenance.sql (`HotPath`). The copy
+//! * The statement itself, copied from sql/claim.sql, sql/finish.sql or sql/maintenance.sql (`HotPath`). The copy
 //!   is checked against the function's body in the catalogue first, so an edit of the function
 //!   fails here until the copy is updated. Its plpgsql variables become $n parameters; it is
 //!   PREPAREd and run with EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE under
@@ -372,11 +372,11 @@ const CLAIM_PICK_ONE: HotPath = HotPath {
 };
 
 const CLAIM_RUNNING_COUNT: HotPath = HotPath {
-    label: "jq.claim: running count for max_concurrency",
-    function: "jq.claim(text,text,integer,interval,interval,bigint)",
+    label: "jq._claim_gate: running count for max_concurrency",
+    function: "jq._claim_gate(text,integer,boolean,integer,integer)",
     source: "SELECT pg_catalog.count(*) INTO v_running FROM jq.jobs j
-             WHERE j.queue OPERATOR(pg_catalog.=) claim.queue AND j.state OPERATOR(pg_catalog.=) 'running'",
-    subst: &[("INTO v_running ", ""), ("claim.queue", "$1")],
+             WHERE j.queue OPERATOR(pg_catalog.=) _claim_gate.queue AND j.state OPERATOR(pg_catalog.=) 'running'",
+    subst: &[("INTO v_running ", ""), ("_claim_gate.queue", "$1")],
     types: "text",
 };
 
@@ -463,7 +463,7 @@ impl Mode {
 /// locks and anything else go with it).
 fn explain(c: &mut Client, path: &HotPath, args: &str, mode: Mode) -> Explained {
     let mut tx = c.transaction().expect("BEGIN");
-    // The function's own settings (ALTER FUNCTION ... SET, sql/security.sql), as when it runs.
+    // The function's own settings (the SET clauses of its CREATE FUNCTION), as when it runs.
     let config: Vec<String> = tx
         .query_one("SELECT coalesce(proconfig, '{}') FROM pg_catalog.pg_proc WHERE oid = $1::text::regprocedure",
                    &[&path.function])
@@ -947,7 +947,7 @@ fn maintenance_statements_read_one_batch_not_the_backlog() {
     f.finish();
 }
 
-/// Field case Q10 (graphile-worker #147/#333, pg-boss #228): a claim that gets slow as running,
+/// A claim that gets slow as running,
 /// finished and unclaimable rows pile up, because its plan scans or sorts them. Here: 200,000
 /// running jobs with live leases spread over 50 polled queues, 1,000 ready jobs over those 50
 /// queues (20 each), 300,000 ready jobs of higher priority in a queue no worker polls; ANALYZE.
@@ -956,7 +956,7 @@ fn maintenance_statements_read_one_batch_not_the_backlog() {
 ///
 /// Full scale, not scaled down: the whole test takes about 7 s on the 2-core development machine,
 /// far below the ~60 s of building after which scaling the data down by 4 would have been
-/// acceptable. (The field case's 1,000,000 finished and 500,000 scheduled rows are left out: they
+/// acceptable. (The scenario's 1,000,000 finished and 500,000 scheduled rows are left out: they
 /// are outside jobs_claim_idx just like the running rows, and the base data set of the other
 /// tests covers finished and scheduled rows.)
 #[test]
@@ -1046,7 +1046,7 @@ fn claim_from_small_queue_stays_on_claim_index_beside_deep_queue_and_many_leases
 
 /// Every descending column of jq's indexes is DESC NULLS FIRST, the placement a plain
 /// ORDER BY ... DESC asks for; for jobs_claim_idx that is read straight from pg_indexes and
-/// pg_index (seed A, ADR-016: "verify index shape with pg_indexes, not with the ORM source").
+/// pg_index (the index's shape as the catalog has it, not as the SQL source says).
 fn check_index_shape(c: &mut Client) -> Result<(), String> {
     let def: String = c
         .query_one("SELECT indexdef FROM pg_catalog.pg_indexes
@@ -1084,7 +1084,7 @@ fn check_index_shape(c: &mut Client) -> Result<(), String> {
 /// priority DESC NULLS LAST (DROP INDEX + CREATE INDEX). That is a schema change made to show the
 /// checks can fail, not a change of any job's state, and nothing else sees that database. Both
 /// the catalogue check and the plan check must then fail: the claim sorts the queue (or leaves
-/// the index), which is exactly ADR-016's silent regression.
+/// the index), which is exactly the silent regression this test exists for.
 #[test]
 fn claim_index_keeps_nulls_first_and_nulls_last_loses_the_ordered_claim() {
     let db = TestDb::new("plans_nulls");
@@ -1289,7 +1289,7 @@ fn worker_calls_find_the_job_by_primary_key_after_an_idle_analyze() {
 /// plan_cache_mode = auto plpgsql found every custom plan cheaper and planned those statements
 /// again on every call (pg_stat_statements with track_planning counted as many plans as calls;
 /// the benchmark's batch-10 drain spent a fifth of its database CPU on it). The statements live
-/// in jq._claim_batch, which pins plan_cache_mode = force_generic_plan (sql/security.sql; jq.claim
+/// in jq._claim_batch, which pins plan_cache_mode = force_generic_plan (sql/claim.sql; jq.claim
 /// itself has no SET clause); the generic plans are the same index walks (the tests above check
 /// both modes). Checked through auto_explain: a custom plan has the queue's name folded into
 /// its scan of jobs_claim_idx, the generic plan compares with a parameter ($1). (Until the
@@ -1299,7 +1299,7 @@ fn worker_calls_find_the_job_by_primary_key_after_an_idle_analyze() {
 /// Negative control `JQ_TEST_BREAK=custom_batch_plans` (jq._claim_batch without the setting): seen
 /// failing for all seven calls, "call 7: a custom plan (Limit estimated at Some(10.0) rows),
 /// planned again for this call" (hints on; the message now names the pass); seen failing again
-/// after the move to jq._claim_batch (2026-12-02).
+/// after the move to jq._claim_batch.
 #[test]
 fn batch_claims_reuse_one_generic_plan() {
     let db = TestDb::new("plans_generic");
@@ -1350,7 +1350,7 @@ fn batch_claims_reuse_one_generic_plan() {
 /// planned the statement again on every call: complete_many with one job spent ~200 µs per call
 /// planning against ~40 µs executing (auto_explain and pg_stat_statements with track_planning,
 /// docs/BENCHMARKS.md). Both functions pin plan_cache_mode = force_generic_plan
-/// (sql/security.sql). Checked through auto_explain (verbose): in a generic plan the function
+/// (in their CREATE FUNCTION). Checked through auto_explain (verbose): in a generic plan the function
 /// scan over the array reads a parameter ("unnest($1)"), in a custom plan the array itself.
 /// Negative control `JQ_TEST_BREAK=custom_batch_writes` (both functions without the setting):
 /// seen failing for calls 1 to 7 of both functions, "a custom plan (function scan
@@ -1402,7 +1402,7 @@ fn batch_writes_reuse_one_generic_plan() {
 /// and joins them to the unnested input arrays; the generic plan estimates one job, and the
 /// planner joined them with a nested loop that ran the input's unnest again for every job:
 /// 100 jobs, 10,000 input rows made and 9,900 thrown away per call (at batch 100 the bench
-/// drained 1.37-1.59x faster without it). 100 jobs completed in one call on a table of 20,000,
+/// drained measurably faster without it, docs/BENCHMARKS.md). 100 jobs completed in one call on a table of 20,000,
 /// seven times: no node of its UPDATE may produce more than 2 rows per job over all its loops
 /// or throw away more than one per job in a join filter, and the scans of jq.jobs may read at
 /// most 10 buffers per job.
@@ -1467,13 +1467,13 @@ fn complete_many_reads_its_input_once() {
 /// 17–40 ms until autovacuum analyzed the table (docs/BENCHMARKS.md). The functions that act on
 /// jobs by id are planned by jq's planner hook, which tells the planner jq.jobs has at least
 /// jq.plan_min_pages pages (src/planner.rs), and complete_many names its ids as an index
-/// condition (sql/work.sql). Two small tables: never analyzed (the planner assumes 10 pages) and
+/// condition (sql/finish.sql). Two small tables: never analyzed (the planner assumes 10 pages) and
 /// analyzed at 40 rows (it believes them). Autovacuum is off for jq.jobs here, so nothing
 /// replans behind the test's back. Every scan of jq.jobs after the burst must be an index scan
 /// with an index condition.
 /// Negative controls: `JQ_TEST_BREAK=seqscan_after_growth` (`jq.plan_min_pages = 0` for the
-/// test's database: the planner sees the real size): seen failing again with the hook
-/// (2026-12-02), never analyzed: the one-job claim (hinted), the batch claim, complete_many and
+/// test's database: the planner sees the real size): seen failing again with the hook, never
+/// analyzed: the one-job claim (hinted), the batch claim, complete_many and
 /// the keyed complete's _key_fill ("Seq Scan on jobs"); analyzed: also heartbeat, complete,
 /// fail and release. (Until the hook, the control reset the functions' enable_seqscan = off
 /// pin, and failed the same way.)
@@ -1587,7 +1587,7 @@ fn plans_made_on_a_small_table_stay_index_lookups() {
 /// index).
 /// Negative control `JQ_TEST_BREAK=maintenance_seqscan_after_growth` (`jq.plan_min_pages = 0`
 /// for the test's database, and the duties' by-id rechecks written as plain state tests, as
-/// they were): seen failing in both variants, again with the hook (2026-12-02). Never analyzed: promote's and reap's rechecks walked
+/// they were): seen failing in both variants, again with the hook. Never analyzed: promote's and reap's rechecks walked
 /// jobs_scheduled_idx / jobs_running_idx with the ids as a filter, aging walked all of
 /// jobs_claim_idx, prune deleted by id with a Seq Scan; analyzed: Seq Scans in all four.
 #[test]
@@ -1805,7 +1805,7 @@ fn history_reads_use_indexes_on_the_job_table() {
     // Once vacuum has set the visibility map, its claimable count is an index-only scan of
     // jobs_claim_idx: the index is keyed by the queue's hash and INCLUDEs the name, without
     // which the planner cannot compute the hash expression from the index alone.
-    // Negative control `JQ_TEST_BREAK=claim_idx_without_include`: seen failing (2026-12-04),
+    // Negative control `JQ_TEST_BREAK=claim_idx_without_include`: seen failing,
     // "reads jobs_claim_idx with 0 index-only scans" (an Index Scan reading every ready job's row).
     if jq_pg_test::broken("claim_idx_without_include") {
         c.batch_execute(
@@ -1828,9 +1828,9 @@ fn history_reads_use_indexes_on_the_job_table() {
 /// (jq._claim_batch) only when it claimed nothing but may have locked a row: its transaction
 /// then has a transaction id. An empty claim in a transaction without one runs no second
 /// statement, with claim-start hints on (hinted and full copies) or off; inside a transaction
-/// that already wrote, it does look again (sql/work.sql, jq.claim).
+/// that already wrote, it does look again (sql/claim.sql, jq.claim).
 /// Negative control: `JQ_TEST_BREAK=fallback_without_xid_test` (the fallbacks run on every empty
-/// claim): seen failing (2026-12-02), "hints on: empty claim in a fresh transaction ran the look
+/// claim): seen failing, "hints on: empty claim in a fresh transaction ran the look
 /// by id" (and the same with hints off).
 #[test]
 fn one_job_claims_update_by_ctid_and_look_again_only_after_a_lock() {
@@ -1892,11 +1892,11 @@ fn one_job_claims_update_by_ctid_and_look_again_only_after_a_lock() {
     f.finish();
 }
 
-/// No jq function that carries settings of its own is JIT-compiled (sql/security.sql sets
-/// jit = off on each). A generic plan costs a LIMIT parameter at 10% of the queue, so over a
-/// deep queue (12M ready jobs) the batch claim's plan cost 137,000, past jit_above_cost
-/// (100,000), and every call was compiled: ~140 ms of code emission for a 10-job claim, and the
-/// held-snapshot drain of run 2026-12-04T1811 ran at 1,190 jobs/s instead of ~28,000. Here
+/// No jq function that carries settings of its own is JIT-compiled (each has SET jit = off in
+/// its CREATE FUNCTION). A generic plan costs a LIMIT parameter at 10% of the queue, so over a
+/// deep queue (millions of ready jobs) the batch claim's plan cost passed jit_above_cost, and
+/// every call was compiled: code emission cost far more than the 10-job claim itself, and the
+/// held-snapshot drain slowed by an order of magnitude (docs/BENCHMARKS.md). Here
 /// jit_above_cost = 0 stands for the deep queue. Negative control `jit_allowed` (jit reset on the
 /// batch claim and on complete_many): their statements carried a JIT section (seen failing).
 #[test]

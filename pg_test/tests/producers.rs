@@ -112,7 +112,7 @@ fn a_trigger_enqueues_in_the_same_transaction_as_its_row() {
     assert_eq!(users, 2);
 }
 
-/// Field case Q09 without per-key ordering: priority descending, then enqueue order (stable
+/// Without per-key ordering: priority descending, then enqueue order (stable
 /// for equal priority); a job of one "key" that failed permanently blocks nothing.
 #[test]
 fn claim_order_is_priority_then_enqueue_order_and_a_dead_job_blocks_nothing() {

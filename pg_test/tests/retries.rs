@@ -38,7 +38,7 @@ fn retry_delay(c: &mut Client, id: i64, seq: i32) -> f64 {
     .get(0)
 }
 
-// Field case Q05 (explicit failures never retried). Negative control: JQ_TEST_BREAK=fail_off_by_one
+// Scenario (explicit failures never retried). Negative control: JQ_TEST_BREAK=fail_off_by_one
 // (jq.fail goes dead only once attempt > max_attempts) made this test fail: the third failure
 // returned 'scheduled' instead of 'dead'.
 #[test]
@@ -99,7 +99,7 @@ fn failed_job_is_retried_after_the_fixed_backoff_until_max_attempts_then_dead() 
     assert_eq!(executions(&mut c, id), vec![f(1), f(2), f(3)]);
 }
 
-// Field case Q05, edge probes. Negative controls: JQ_TEST_BREAK=fail_no_fence (jq.fail's
+// Scenario, edge probes. Negative controls: JQ_TEST_BREAK=fail_no_fence (jq.fail's
 // state = 'running' fence removed) made this test fail: jq.fail on a completed job (its lease
 // token is still on the row) rewrote the job ("fail on a completed job": scheduled instead of
 // NULL; seen again after completions stopped writing history rows, which had also made it die

@@ -50,7 +50,7 @@ fn enqueue_under_an_older_snapshot_never_leaves_a_job_in_a_dropped_queue() {
 /// Workers that list the same capped queues in different orders must not deadlock: with two or
 /// more capped queues, jq.claim(text[]) locks their rows up front in name order. Broken variant
 /// `claim_many_no_prelock` (the up-front lock removed, and the claims waiting for the queue rows
-/// they reach): 394 40P01 in 480 calls (session 22; with the up-front lock removed alone the
+/// they reach): 394 40P01 in 480 calls (with the up-front lock removed alone the
 /// control had stopped failing, since the claims take queue rows with SKIP LOCKED).
 #[test]
 fn claims_over_capped_queues_in_different_orders_do_not_deadlock() {
@@ -65,7 +65,7 @@ fn claims_over_capped_queues_in_different_orders_do_not_deadlock() {
     if broken("claim_many_no_prelock") {
         sabotage(&mut c, CLAIM_MANY, "ORDER BY t.name COLLATE \"C\"\n                        FOR NO KEY UPDATE", "ORDER BY t.name COLLATE \"C\"", 1);
         // And the claims wait for the queue rows they reach (without this, SKIP LOCKED on a
-        // queue row never waits, so nothing could deadlock: the control passed, session 22).
+        // queue row never waits, so nothing could deadlock: the control passed).
         sabotage(&mut c, CLAIM_MANY, "PERFORM pg_catalog.set_config('jq.claim_cap_skip_locked', 'on', true);", "", 1);
     }
     let threads = 8;
@@ -255,7 +255,7 @@ fn a_maintenance_pass_left_open_does_not_block_the_next_one() {
 
 /// A queue that finishes more jobs between two maintenance passes than one prune batch (5,000
 /// per queue and kind) must not pile them up: one pass prunes the whole backlog past retention.
-/// Broken variant `prune_one_batch` (one jq._prune call per pass, as until 2026-12-04): 5,000
+/// Broken variant `prune_one_batch` (one jq._prune call per pass): 5,000
 /// of 12,000 pruned, 7,000 left (seen failing). With it, bench/run's steady load at 7,158
 /// jobs/s (1-minute retention, a pass a second) grew jq.jobs from 128 MB to 739 MB in 7 minutes.
 /// And the passes read each index entry about once: a pass that started from the head of
@@ -318,7 +318,7 @@ fn one_maintenance_pass_prunes_a_backlog_larger_than_a_batch() {
 /// leases in passes of 1,000), and each pass must start where the previous one ended: the
 /// entries of the rows the earlier passes moved stay in jobs_scheduled_idx / jobs_running_idx
 /// until vacuum, invisible but read again by a pass that starts from the head. Broken variants
-/// `promote_from_start` and `reap_from_start` (each pass from the head, as until 2026-12-04):
+/// `promote_from_start` and `reap_from_start` (each pass from the head):
 /// 27,000 entries read for 12,000 promoted and 12,000 for 3,000 reaped (seen failing).
 #[test]
 fn promotion_and_reaping_passes_read_each_entry_about_once() {
@@ -782,7 +782,7 @@ fn a_delay_with_a_negative_field_is_refused() {
 /// jq.claim (one queue and several) sleeps only while its transaction has none, and otherwise
 /// returns empty at once. Here the transaction gets an id from an enqueue before the call (the
 /// race itself cannot be timed from outside); a fresh transaction still waits.
-/// Negative controls, seen failing (2026-12-02): `JQ_TEST_BREAK=long_poll_sleeps_with_xid` (the
+/// Negative controls, seen failing: `JQ_TEST_BREAK=long_poll_sleeps_with_xid` (the
 /// test removed from jq.claim(text, ...)), "SELECT count(*) FROM jq.claim('empty', 'w', wait =>
 /// '3 seconds'): a long-poll in a transaction with an id slept 3.0 s";
 /// `JQ_TEST_BREAK=multi_long_poll_sleeps_with_xid` (from jq.claim(text[], ...)), the same for the
@@ -792,9 +792,9 @@ fn a_long_poll_never_sleeps_holding_row_locks() {
     let db = TestDb::new("robust_poll_xid");
     let mut c = db.connect();
     if broken("long_poll_sleeps_with_xid") {
-        sabotage(&mut c, "jq.claim(text,text,integer,interval,interval,bigint)",
-                 "IF v_deadline IS NULL OR pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL\n       OR NOT jq._wait(",
-                 "IF v_deadline IS NULL\n       OR NOT jq._wait(", 1);
+        sabotage(&mut c, "jq._claim_sleep(timestamptz,timestamptz)",
+                 "IF pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL\n       OR NOT jq._wait(",
+                 "IF false\n       OR NOT jq._wait(", 1);
     }
     if broken("multi_long_poll_sleeps_with_xid") {
         sabotage(&mut c, CLAIM_MANY,
@@ -830,7 +830,7 @@ fn a_long_poll_never_sleeps_holding_row_locks() {
 
 /// Queue names share the claim index's key space (pg_catalog.hashtextextended(name, 0), made
 /// unique among queues by queues_name_hash_idx). 'emails' and 'tenant-evil.:ocLqum5eMGI' have
-/// the same hash (found by a birthday search, review of session 27): the second create is
+/// the same hash (found by a birthday search): the second create is
 /// refused with 23505 and a message saying so, with or without if_not_exists, and the first
 /// queue keeps working. A create of a name another session is creating waits for it, then
 /// returns its row (if_not_exists) instead of failing.

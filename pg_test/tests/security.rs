@@ -1,5 +1,5 @@
-//! Least privilege (docs/security.md, sql/security.sql): the three roles, per-queue grants,
-//! SECURITY DEFINER functions with a pinned search_path, and field case Q16.
+//! Least privilege (docs/security.md, sql/grants.sql): the three roles, per-queue grants,
+//! SECURITY DEFINER functions with a pinned search_path, and the low-privilege trigger attack (see below).
 //!
 //! The matrix tests take every function, table, view and sequence of schema jq from the catalog,
 //! not from a list kept here: a new function fails them until it is classified below, and a new
@@ -10,7 +10,7 @@
 //! - `no_queue_check`: jq.pause without its per-queue check; the behaviour matrix fails.
 //! - `invoker_complete`: jq.complete SECURITY INVOKER; the catalog matrix fails.
 //! - `public_execute`: EXECUTE on jq.enqueue granted to PUBLIC; the catalog matrix fails.
-//! - `unpinned_search_path`: jq.enqueue without its search_path; Q16's attack runs as the owner.
+//! - `unpinned_search_path`: jq.enqueue without its search_path; the trigger attack runs as the owner.
 //! - `leaky_view`: jq.queue_stats without security_barrier; a reader's function sees every queue.
 //! - `unqualified_operator`, `unqualified_type`, `unqualified_may`, `unqualified_complete`,
 //!   `unpinned_callees` (the last: two callees without their own search_path):
@@ -52,7 +52,7 @@ impl Drop for Roles {
     }
 }
 
-/// The roles a function's EXECUTE is meant for (sql/security.sql), by function name; `None`:
+/// The roles a function's EXECUTE is meant for (sql/grants.sql), by function name; `None`:
 /// not classified yet.
 const EVERYONE: &[&str] = &["jq_admin", "jq_producer", "jq_worker", "queue_admin"];
 
@@ -87,17 +87,20 @@ fn must_be_definer(proname: &str) -> bool {
     )
 }
 
-/// SECURITY DEFINER functions with no SET clause (sql/security.sql: the settings' save and
-/// restore cost the hot path about 7%): every name in them is schema-qualified, operators included,
+/// SECURITY DEFINER functions with no SET clause (sql/claim.sql's head: the settings' save and
+/// restore cost the hot path, docs/BENCHMARKS.md): every name in them is schema-qualified, operators included,
 /// which [`hot_functions_ignore_the_callers_search_path`] checks with a hostile search_path.
 const UNPINNED_DEFINERS: &[&str] = &[CLAIM, "jq.complete(bigint,uuid,jsonb)"];
 
 /// The plpgsql and non-inlined SQL functions those two call on their slower paths: unqualified
-/// inside, so they must keep their own search_path (sql/security.sql).
+/// inside, so they must keep their own search_path (SET in their CREATE FUNCTION).
 const PINNED_CALLEES: &[&str] = &["jq._wait_deadline(interval)", "jq._unknown_queue(text)",
                                   "jq._rate_tokens(text,timestamp with time zone)", "jq._rate_next_token(text)",
                                   "jq._key_fill(text,text,integer)",
-                                  "jq._claim_batch(text,text,integer,interval,boolean,bigint,boolean)"];
+                                  "jq._claim_batch(text,text,integer,interval,boolean,bigint,boolean)",
+                                  "jq._claim_bad_arguments(integer,text,interval)",
+                                  "jq._claim_gate(text,integer,boolean,integer,integer)",
+                                  "jq._claim_sleep(timestamp with time zone,timestamp with time zone)"];
 
 /// The hot one-queue claim, as sabotage names it.
 const CLAIM: &str = "jq.claim(text,text,integer,interval,interval,bigint)";
@@ -382,7 +385,7 @@ fn every_queue_function_checks_the_callers_grant_on_that_queue() {
 }
 
 /// A queue name under a nondeterministic collation is refused (0A000) by every function that
-/// takes one, before it reads or writes anything (review finding, session 28). PL/pgSQL
+/// takes one, before it reads or writes anything . PL/pgSQL
 /// parameters take the caller's collation, which wins over the column's default in `t.name =
 /// pause.name`: under a case-insensitive ICU collation `jq.pause('acme')` also paused `ACME`,
 /// another tenant's queue, while the grant check looked at `acme` alone. The functions are taken
@@ -538,7 +541,7 @@ fn a_tenant_sees_and_claims_only_its_own_queues_payloads() {
     assert!(!changed, "jq.grant made jq_producer a member of jq_worker");
 }
 
-/// Field case Q16 (pgmq on Supabase): a trigger owned by a low-privilege role enqueues, and a
+/// The trigger attack (as reported against pgmq on Supabase): a trigger owned by a low-privilege role enqueues, and a
 /// caller's search_path cannot shadow what jq's functions call. The attack: a role that may
 /// create schemas defines `evil.>(timestamptz, timestamptz)`, which jq.enqueue uses, and puts
 /// its schema before pg_catalog; an unpinned SECURITY DEFINER function would run it as the
@@ -673,9 +676,9 @@ fn a_schedule_fires_only_while_its_creator_may_enqueue() {
 }
 
 /// jq.claim and jq.complete run as the owner with the caller's search_path (no SET clause:
-/// sql/security.sql), so every name in them, and in the internal SQL functions that run inside
+/// sql/claim.sql's head), so every name in them, and in the internal SQL functions that run inside
 /// them with that search_path (jq._authorize's jq._denial and jq._may,
-/// jq._interval_fields_nonnegative), must be schema-qualified (field case Q16). A worker role
+/// jq._interval_fields_nonnegative), must be schema-qualified. A worker role
 /// that may create schemas shadows every pg_catalog operator of the comparison and arithmetic
 /// families (=, <>, <, >, <=, >=, +, -, *, /, ||, LIKE and regular-expression matches) on
 /// concrete types, and the enum comparisons on jq.job_state, with operators of its own that
@@ -690,7 +693,7 @@ fn a_schedule_fires_only_while_its_creator_may_enqueue() {
 /// lease token. None of the role's objects may run. The internal functions they call on these
 /// paths that are not qualified keep their own search_path (PINNED_CALLEES, checked by the
 /// catalog matrix above).
-/// Negative controls (seen failing, 2026-12-02): `unqualified_operator` (jq.claim's queue-row
+/// Negative controls (each seen failing): `unqualified_operator` (jq.claim's queue-row
 /// join `q.name = claim.queue` unqualified, in its two one-job copies): "evil operator =(text, text)
 /// ran"; `unqualified_type` (jq.claim's v_now declared `timestamptz`): the rate-limited claim
 /// fails assigning a timestamp to the caller's temporary domain; `unqualified_may` (jq._may's

@@ -1,6 +1,6 @@
 -- Bad input: every function rejects it with the documented SQLSTATE and writes nothing.
--- Also the probes of field-failures.md "Timestamp limits", "Negative or zero delay" and
--- "NaN and invalid JSON", and the queue-name cases of Q15 (the names end to end are in
+-- Also probes of timestamp limits, negative or zero delays, NaN and invalid JSON, and the
+-- queue-name cases (the names end to end are in
 -- queue_names). Errors print as their SQLSTATE only; where the message matters (the position
 -- of a bad element) it is echoed from LAST_ERROR_MESSAGE.
 -- (Quiet: the NOTICE for an existing extension depends on which files ran before.)

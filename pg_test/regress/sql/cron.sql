@@ -1,4 +1,4 @@
--- Cron schedules: the pure functions on the vectors of field-failures.md (C01-C11, Q22), the
+-- Cron schedules: the pure functions on known-hard vectors (steps, ranges, zones, DST), the
 -- schedule API, and its errors with their SQLSTATEs. Instants print in UTC.
 -- (Quiet: the NOTICE for an existing extension depends on which files ran before.)
 SET client_min_messages = warning;
@@ -43,10 +43,10 @@ SELECT pg_temp.fires('5 18 13 * +5', '2016-01-01 00:00Z', 1);
 -- Names, ranges, lists, steps; 7 = Sunday.
 SELECT pg_temp.fires('0 9 * JAN-mar Mon-FRI', '2024-03-29 10:00Z', 2);
 SELECT pg_temp.fires('10-20/5,45 3 * * 7', '2024-01-01 00:00Z', 4);
--- Q22 a: 07:54 US/Central (a backward link) is 13:54Z in January, 12:54Z in July.
+-- a: 07:54 US/Central (a backward link) is 13:54Z in January, 12:54Z in July.
 SELECT pg_temp.z(jq.cron_next('54 7 * * *', '2025-01-15 00:00Z', 'US/Central')) AS january,
        pg_temp.z(jq.cron_next('54 7 * * *', '2025-07-15 00:00Z', 'US/Central')) AS july;
--- Q22 b, c, d on 2024-11-03 in America/New_York.
+-- b, c, d on 2024-11-03 in America/New_York.
 SELECT pg_temp.fires('30 2 * * *', '2024-11-02 12:00Z', 2, 'America/New_York') AS b;
 SELECT pg_temp.fires('30 * * * *', '2024-11-03 04:00Z', 4, 'America/New_York') AS c;
 SELECT pg_temp.fires('30 1 * * *', '2024-11-03 04:00Z', 2, 'America/New_York') AS d;

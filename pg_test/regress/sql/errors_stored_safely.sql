@@ -1,4 +1,4 @@
--- Field case Q13: the error text given to jq.fail is stored as text, never spliced into JSON,
+-- The error text given to jq.fail is stored as text, never spliced into JSON,
 -- so a "\u0000" escape, quotes, backslashes, control characters, emoji and a 10 MB message all
 -- record the failure: the job moves on (scheduled for a retry, or dead), the error is kept
 -- verbatim, or cut to jq.max_error_length() characters followed by a marker.
@@ -6,7 +6,7 @@
 -- Negative control (run by hand): with jq._clip_error replaced by a version that builds the
 -- text through JSON, ('{"e": "' || error || '"}')::jsonb ->> 'e', the first jq.fail raises
 -- 22P05 ("\u0000 cannot be converted to text") and the quote/backslash one 22P02, both jobs
--- stay running (the pg-boss / hatchet failure of Q13).
+-- stay running (the failure seen in pg-boss and hatchet).
 -- (Quiet: the NOTICE for an existing extension depends on which files ran before.)
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS jq;

@@ -1,4 +1,4 @@
--- Field case Q15: queue names are plain values in shared tables, so lengths around Postgres'
+-- Queue names are plain values in shared tables, so lengths around Postgres'
 -- 63-byte identifier limit work end to end, names that share a long prefix never collide, and
 -- dropping a queue that still has jobs is refused (55006) unless forced; a forced drop deletes
 -- them, and the late jq.complete of a worker that held one is a harmless false.

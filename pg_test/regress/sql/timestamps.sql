@@ -1,4 +1,4 @@
--- Timestamp limits (field-failures.md, probes "Timestamp limits" and "Negative or zero delay"):
+-- Timestamp limits, and negative or zero delays:
 -- a run_at at the far end of the timestamp range is accepted and simply waits, without getting
 -- in the way of the promotion of other jobs; a past run_at keeps its place in the queue (it is
 -- claimed before jobs that became due later); interval arguments that overflow the timestamp

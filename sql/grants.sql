@@ -1,4 +1,4 @@
--- Security: who may call what, and on which queue (docs/security.md).
+-- Grants: who may call what, and on which queue (docs/security.md).
 --
 -- Two layers, as in PostgreSQL itself (schema USAGE, then object privileges):
 --   * EXECUTE on the functions, held by three roles: jq_producer (enqueue), jq_worker (claim and
@@ -13,6 +13,11 @@
 --   by its lease token: an unguessable capability that only an authorised claim hands out.
 -- pg_test/tests/security.rs enumerates every function of the schema from the catalog and checks
 -- every role against this file.
+--
+-- JIT is off for every jq function that carries settings of its own (SET jit = off in its
+-- CREATE FUNCTION): jq's statements are short index walks that JIT cannot speed up, and a
+-- generic plan's cost on a deep queue can pass jit_above_cost. pg_test/tests/plans.rs,
+-- functions_with_settings_never_jit, fails for a function with settings but without it.
 
 -- jq.queue_grants (sql/schema.sql) is dumped by pg_dump with the other configuration tables.
 SELECT pg_catalog.pg_extension_config_dump('jq.queue_grants', '');
@@ -153,7 +158,11 @@ COMMENT ON FUNCTION jq._settle_admin_execute(regrole) IS
 
 CREATE FUNCTION jq.grant(queue text, role regrole, privilege text,
                          caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
+AS $$
 DECLARE
     -- "grant" is a reserved word, so the parameters cannot be qualified by the function name.
     g_queue     ALIAS FOR $1;
@@ -221,7 +230,11 @@ COMMENT ON FUNCTION jq.grant(text, regrole, text, bigint) IS
 'argument, 22023 unknown privilege or invalid queue name, 42704 unknown queue or role.';
 
 CREATE FUNCTION jq.revoke(queue text, role regrole, privilege text) RETURNS boolean
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
+AS $$
 BEGIN
     IF revoke.queue IS NULL OR revoke.role IS NULL OR revoke.privilege IS NULL THEN
         RAISE EXCEPTION 'queue, role and privilege must not be NULL' USING ERRCODE = '22004';
@@ -257,97 +270,11 @@ COMMENT ON FUNCTION jq.revoke(text, regrole, text) IS
 
 -- ---------------------------------------------------------------------------------------------
 -- The privilege policy. Every function that reads or writes jq's tables on a caller's behalf
--- runs as the owner, with a search_path no caller can shadow (field case Q16).
-DO $$
-DECLARE
-    f regprocedure;
-BEGIN
-    FOREACH f IN ARRAY ARRAY[
-        'jq.enqueue(text, jsonb, text, timestamptz, interval, integer, integer, text, text, bigint)',
-        'jq.enqueue_many(text, jsonb, text, timestamptz, interval, integer, integer, boolean, bigint)',
-        'jq.claim(text[], text, integer, interval, interval, bigint)',
-        'jq.complete_many(bigint[], uuid[], jsonb[])',
-        'jq.fail(bigint, uuid, text, interval)',
-        'jq.heartbeat(bigint, uuid, interval)',
-        'jq.release(bigint, uuid)',
-        'jq.snooze(bigint, uuid, interval)',
-        'jq.create_queue(text, integer, interval, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, interval, interval, integer, integer, boolean, boolean, integer)',
-        'jq.drop_queue(text, boolean, bigint)',
-        'jq.tick()',
-        'jq.cron_tick(timestamptz)',
-        'jq.status()',
-        'jq.grant(text, regrole, text, bigint)',
-        'jq.revoke(text, regrole, text)']::regprocedure[] || jq._queue_admin_functions()
-    LOOP
-        EXECUTE pg_catalog.format('ALTER FUNCTION %s SECURITY DEFINER SET search_path = pg_catalog, jq, pg_temp', f);
-    END LOOP;
-END $$;
--- The two calls of every job's life, jq.claim and jq.complete, run as the owner with no SET
--- clause: PostgreSQL 15 saves and restores the settings around every call of a function that
--- has one (and walks all of them when it returns), which cost about 7% of the drain rate at 64
--- connections (docs/BENCHMARKS.md). Instead every name in them is schema-qualified, operators
--- included, and so are the internal SQL functions that run inside them with the caller's
--- search_path (jq._may and jq._denial through jq._authorize_queue, jq._interval_fields_nonnegative,
--- inlined); the plpgsql and non-inlined ones below get their own SET: they run on the other
--- paths (batch claims, once per batch; capped, rate-limited and keyed queues; long-polls).
--- Field case Q16 for these paths: pg_test/tests/security.rs,
--- hot_functions_ignore_the_callers_search_path.
-ALTER FUNCTION jq.claim(text, text, integer, interval, interval, bigint) SECURITY DEFINER;
-ALTER FUNCTION jq.complete(bigint, uuid, jsonb) SECURITY DEFINER;
-DO $$
-DECLARE
-    f regprocedure;
-BEGIN
-    FOREACH f IN ARRAY ARRAY[
-        'jq._wait_deadline(interval)', 'jq._unknown_queue(text)', 'jq._rate_tokens(text, timestamptz)',
-        'jq._rate_next_token(text)', 'jq._key_fill(text, text, integer)',
-        'jq._claim_batch(text, text, integer, interval, boolean, bigint, boolean)']::regprocedure[]
-    LOOP
-        EXECUTE pg_catalog.format('ALTER FUNCTION %s SET search_path = pg_catalog, jq, pg_temp', f);
-    END LOOP;
-END $$;
--- jq.claim's batch statements, in jq._claim_batch, take LIMIT n as a parameter. A generic plan
--- costs a LIMIT parameter at 10% of the queue, so plpgsql's plan cache judged every custom plan
--- cheaper and planned those statements again on every call (pg_stat_statements with
--- track_planning: as many plans as calls). Its generic plans are the same index walks
--- (pg_test/tests/plans.rs checks both plan modes), so they are forced.
-ALTER FUNCTION jq._claim_batch(text, text, integer, interval, boolean, bigint, boolean)
-    SET plan_cache_mode = force_generic_plan;
--- jq.complete_many and jq.enqueue_many read their arrays through unnest / jq._job_specs: a
--- custom plan sees the array's length, the generic one estimates it, so whenever the batches a
--- caller sends have the same few elements (one job a call, say) every
--- custom plan looks cheaper and the big statement was planned again on every call (about 200 µs
--- for complete_many's one-job UPDATE, five times its execution; enqueue_many's INSERT was
--- planned on every call even with sizes that varied). Their generic plans are the same joins on
--- the primary key and on jq.queues (tests/plans.rs, batch_writes_reuse_one_generic_plan).
-ALTER FUNCTION jq.complete_many(bigint[], uuid[], jsonb[]) SET plan_cache_mode = force_generic_plan;
--- complete_many finds its jobs by j.id = ANY (ids) and joins them to its input arrays. The
--- generic plan estimates one job found, so the planner joined them with a nested loop that ran
--- the input's unnest again for every job: n^2 rows per call (10,000 at 100 jobs; at batch 100,
--- 16 connections, bench/ab_variant.sh drained 1.37-1.59x faster without the ANY). Nested loops
--- are off for it: a hash join, each side read once.
--- Tests: tests/plans.rs, complete_many_reads_its_input_once.
-ALTER FUNCTION jq.complete_many(bigint[], uuid[], jsonb[]) SET enable_nestloop = off;
--- jq._prune_jobs deletes in passes of 5,000, each past the (finished_at, id) key the previous
--- one reached, which only an Index Scan of jobs_finished_idx / jobs_dead_idx in key order
--- keeps linear. When fewer rows are estimated past retention than a batch (stale statistics,
--- a queue that just grew), the planner sorted a bitmap scan of the whole range instead, which
--- every pass then reads again (seen in a CI run of tests/plans.rs, 2,240 estimated for 10,250).
--- Sorts and bitmap scans are off for it: its two selections have the index order, so no chosen
--- plan is a disabled one (whose cost would also make PostgreSQL JIT-compile it), and it calls
--- no other function. Tests: tests/plans.rs, maintenance_and_idempotency_selections_use_their_partial_indexes.
-ALTER FUNCTION jq._prune_jobs(text, timestamptz, timestamptz, integer, integer)
-    SET enable_sort = off SET enable_bitmapscan = off;
-ALTER FUNCTION jq.enqueue_many(text, jsonb, text, timestamptz, interval, integer, integer, boolean, bigint)
-    SET plan_cache_mode = force_generic_plan;
--- A cached plan is kept for the life of a connection (until ANALYZE or VACUUM of the table
--- invalidates it), and one made while jq.jobs held a few rows would find a job by id with a
--- sequential scan after it grew. jq's planner hook plans jq.jobs as at least jq.plan_min_pages
--- pages (src/planner.rs), so no function needs to pin enable_seqscan = off (as 0.2.0 did until
--- its last changes). complete_many also names its ids as an index condition (sql/work.sql), and
--- _key_fill tests state::text so that its lookup by id has no partial index but the primary key
--- (sql/flow.sql). Tests: tests/plans.rs, plans_made_on_a_small_table_stay_index_lookups and
--- maintenance_plans_made_on_a_small_table_stay_index_lookups.
+-- runs as the owner (SECURITY DEFINER), with a search_path no caller can shadow (SET
+-- search_path = pg_catalog, jq, pg_temp), both written in its CREATE FUNCTION; the two hot
+-- calls, jq.claim and jq.complete, have no SET clause and qualify every name instead (see
+-- sql/claim.sql's head). pg_test/tests/security.rs checks both: every function against every
+-- role, and hot_functions_ignore_the_callers_search_path. EXECUTE is granted below.
 
 REVOKE ALL ON SCHEMA jq FROM PUBLIC;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA jq FROM PUBLIC;
@@ -404,22 +331,3 @@ COMMENT ON FUNCTION jq._lease_token() IS
 COMMENT ON FUNCTION jq._redeem(bigint) IS
 'Internal: the role (oid) a caller ticket of this session was issued to; uses the ticket up. '
 'Errors: 42501 unknown, reused or NULL ticket.';
-
--- JIT off for every jq function that carries settings of its own (the batch claims, the batch
--- writes, the maintenance duties; the functions without a SET clause keep none, see jq.claim).
--- A generic plan costs a LIMIT parameter at 10% of the queue: past ~9M ready jobs the batch
--- claim's generic plan cost 137,000, over jit_above_cost (100,000), and PostgreSQL JIT-compiled
--- it on every call (~140 ms of code emission for a 10-job claim, run 2026-12-04T1811: the
--- held-snapshot drain over a 12M-job queue ran at 1,190 jobs/s instead of ~28,000). jq's
--- statements are short index walks that JIT cannot speed up. Tests: tests/plans.rs,
--- functions_with_settings_never_jit.
-DO $$
-DECLARE
-    f regprocedure;
-BEGIN
-    FOR f IN SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
-             WHERE p.pronamespace = 'jq'::regnamespace AND p.proconfig IS NOT NULL
-    LOOP
-        EXECUTE pg_catalog.format('ALTER FUNCTION %s SET jit = off', f);
-    END LOOP;
-END $$;

@@ -1,0 +1,387 @@
+-- Ending a claim: complete, complete_many, fail, heartbeat (while it runs), and the two calls
+-- that hand a running job back without charging the attempt, release and snooze.
+--
+-- Fencing: complete, fail, heartbeat, release and snooze act only on a job that is still
+-- 'running' under the caller's lease token, in the same statement that changes it. A worker
+-- whose lease expired (and whose job may be running again under a new token) changes nothing.
+--
+-- Those lookups by id test `j.state::text = 'running'`, not `j.state = 'running'`: the plain
+-- form implies the predicate of the partial index jobs_running_idx, and when the statistics say
+-- few jobs run (an ANALYZE while the queue was idle) the planner preferred scanning that whole
+-- index over the primary key, which made jq.complete_many take about a second per call. The
+-- cast leaves the primary key as the only index. pg_test/tests/plans.rs,
+-- worker_calls_find_the_job_by_primary_key_after_an_idle_analyze.
+--
+-- A cached plan is kept for the life of a connection, and one made while jq.jobs held a few
+-- rows would find a job by id with a sequential scan after it grew. jq's planner hook plans
+-- jq.jobs as at least jq.plan_min_pages pages (src/planner.rs), so no function pins
+-- enable_seqscan = off. pg_test/tests/plans.rs, plans_made_on_a_small_table_stay_index_lookups.
+
+COMMENT ON FUNCTION jq.backoff_seconds(text, double precision, double precision, integer, text, double precision) IS
+'Retry delay in seconds (float8) for attempt (1-based, the attempt that just failed) under policy '
+'fixed (base), linear (base * attempt) or exponential (base * 2^(attempt-1)), capped at '
+'max_seconds; jitter none uses it as is, full scales it by sample (uniform in [0, 1), pass '
+'random()): "full jitter", Marc Brooker, Exponential Backoff And Jitter, AWS Architecture Blog, '
+'2015. base_seconds and max_seconds are seconds. Pure (IMMUTABLE). Errors: 22023 unknown policy '
+'or jitter mode. Implemented in Rust (src/backoff.rs).';
+
+CREATE FUNCTION jq.max_error_length() RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 16384 $$;
+COMMENT ON FUNCTION jq.max_error_length() IS
+'Longest error text stored by jq.fail: 16,384 characters. Longer errors keep their first '
+'16,384 characters followed by a marker " ...[truncated, N characters in all]".';
+
+CREATE FUNCTION jq._clip_error(error text) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN pg_catalog.length(error) <= jq.max_error_length() THEN error
+                ELSE pg_catalog.left(error, jq.max_error_length()) || ' ...[truncated, '
+                     || pg_catalog.length(error) || ' characters in all]' END
+$$;
+COMMENT ON FUNCTION jq._clip_error(text) IS
+'Internal: error text cut to jq.max_error_length() characters with a truncation marker. Text is '
+'stored as text, never spliced into JSON, so quotes, backslashes and "\u0000" survive verbatim.';
+
+-- The effects of a running job's end that free its slots, named: a capped queue has a free slot
+-- at commit (jq._wake_slot wakes a waiting claim then: pg_test/tests/bgworker.rs,
+-- a_waiting_claim_on_a_full_capped_queue_is_woken_when_a_job_completes), and its concurrency
+-- key's slot passes to the key's next blocked job (jq._key_fill, called only for a job with a
+-- key: pg_test/tests/flow.rs, a_key_slot_freeing_wakes_a_waiting_claim). A plain SQL expression
+-- with no settings, so the planner inlines it into the statement that ends the job.
+CREATE FUNCTION jq._note_slot_freed(queue text, concurrency_key text) RETURNS boolean
+LANGUAGE sql AS $$
+    SELECT jq._wake_slot(queue)
+           AND CASE WHEN concurrency_key IS NULL THEN true
+                    ELSE jq._key_fill(queue, concurrency_key, 1) OPERATOR(pg_catalog.>=) 0 END
+$$;
+COMMENT ON FUNCTION jq._note_slot_freed(text, text) IS
+'Internal: a running job of queue (with concurrency_key, or NULL) ended: wakes a claim waiting for '
+'a free slot of a capped queue at commit and passes the key''s slot to its next blocked job. '
+'Always true. Inlined.';
+
+-- A running job went back (snooze; the reaper, sql/maintenance.sql): if it is ready again, the
+-- queue's waiting claims are woken at commit and the claim-start hint moves back to it
+-- (jq._wake_ready), else (scheduled, dead, cancelled) a capped queue has a free slot at commit
+-- (jq._wake_slot). Called in the statement that records the execution, once per job that went
+-- back, so that nothing is woken for a job that did not. Exercised by pg_test/tests/flow.rs,
+-- snooze_refunds_the_attempt_records_the_execution_and_is_fenced, and pg_test/tests/leases.rs.
+CREATE FUNCTION jq._note_back(queue text, state jq.job_state, priority integer, run_at timestamptz)
+RETURNS boolean
+LANGUAGE sql AS $$
+    SELECT CASE WHEN state OPERATOR(pg_catalog.=) 'ready' THEN jq._wake_ready(queue, priority, run_at)
+                ELSE jq._wake_slot(queue) END
+$$;
+COMMENT ON FUNCTION jq._note_back(text, jq.job_state, integer, timestamptz) IS
+'Internal: a running job of queue went back to state (at priority, run_at): wakes claims at commit '
+'(ready: and moves the claim-start hint back to it; else: a capped queue''s slot is free). Always '
+'true. Inlined.';
+
+-- A failed attempt (jq.fail): a job ready again at once wakes the queue's waiting claims at
+-- commit (jq._wake); a scheduled, dead or cancelled one frees a capped queue's slot
+-- (jq._wake_slot). In the statement that records the failed execution, which finds the job
+-- only if the fenced update changed it. Exercised by pg_test/tests/retries.rs.
+CREATE FUNCTION jq._note_failed(queue text, state jq.job_state) RETURNS boolean
+LANGUAGE sql AS $$
+    SELECT CASE WHEN state OPERATOR(pg_catalog.=) 'ready' THEN jq._wake(queue) ELSE jq._wake_slot(queue) END
+$$;
+COMMENT ON FUNCTION jq._note_failed(text, jq.job_state) IS
+'Internal: a failed attempt of a job of queue left it in state: wakes claims at commit (ready: the '
+'job is claimable; else: a capped queue''s slot is free). Always true. Inlined.';
+
+-- One of the two hot calls: as the owner with no SET clause, every name schema-qualified,
+-- operators too (see sql/claim.sql's head).
+CREATE FUNCTION jq.complete(id bigint, lease_token uuid, result jsonb DEFAULT NULL) RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+AS $$
+DECLARE
+    v_done boolean;  -- jq._note_slot_freed's result (always true); FOUND tells whether the job completed
+BEGIN
+    -- The job row is the record of a completed execution (sql/schema.sql, jq.executions): no
+    -- history row is written here. The slot's effects sit in RETURNING, which runs once for the
+    -- row updated (only if the fenced update found the job), in the statement itself: a second
+    -- statement or an outer count(*) over a CTE cost more per call (docs/BENCHMARKS.md).
+    UPDATE jq.jobs j SET
+        state = 'completed',
+        finished_at = pg_catalog.clock_timestamp(),
+        result = complete.result
+    WHERE j.id OPERATOR(pg_catalog.=) complete.id
+      AND j.lease_token OPERATOR(pg_catalog.=) complete.lease_token
+      AND j.state::pg_catalog.text OPERATOR(pg_catalog.=) 'running'
+    RETURNING jq._note_slot_freed(j.queue, j.concurrency_key)
+    INTO v_done;
+    RETURN FOUND;
+END $$;
+COMMENT ON FUNCTION jq.complete(bigint, uuid, jsonb) IS
+'Marks a running job completed and stores result (any JSON, optional); the job row then records '
+'the execution (jq.executions). Fenced: true only if the job is still running under this '
+'lease_token; otherwise (lease expired and reaped, claimed again, cancelled, dropped, unknown id) '
+'false and nothing changes.';
+
+CREATE FUNCTION jq._keys_passed_on(moved integer) RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$ SELECT true $$;
+COMMENT ON FUNCTION jq._keys_passed_on(integer) IS
+'Internal: true, whatever moved (the count jq._key_fill_many returned). jq.complete_many reads it '
+'from the CTE that passes the keys'' slots on, so that the CTE runs. Inlined.';
+
+-- jq.complete_many reads its arrays through unnest: a custom plan sees the array's length, the
+-- generic one estimates it, so whenever the batches a caller sends have the same few elements
+-- (one job a call, say) every custom plan looks cheaper and the big statement was planned again
+-- on every call, several times its execution for a one-job UPDATE. Its generic plans are the
+-- same joins on the primary key and on jq.queues, so they are forced (pg_test/tests/plans.rs,
+-- batch_writes_reuse_one_generic_plan).
+-- It finds its jobs by j.id = ANY (ids) and joins them to its input arrays. The generic plan
+-- estimates one job found, so the planner joined them with a nested loop that ran the input's
+-- unnest again for every job: n^2 rows per call, a drain measurably slower at batch 100
+-- (bench/ab_variant.sh). Nested loops are off for it: a hash join, each side read once
+-- (pg_test/tests/plans.rs, complete_many_reads_its_input_once). JIT off, as every function
+-- with settings (pg_test/tests/plans.rs, functions_with_settings_never_jit).
+CREATE FUNCTION jq.complete_many(ids bigint[], lease_tokens uuid[], results jsonb[] DEFAULT NULL)
+RETURNS SETOF bigint
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, jq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_nestloop = off
+SET jit = off
+AS $$
+BEGIN
+    IF pg_catalog.cardinality(complete_many.ids) IS DISTINCT FROM pg_catalog.cardinality(complete_many.lease_tokens)
+       OR (complete_many.results IS NOT NULL
+           AND pg_catalog.cardinality(complete_many.results) <> pg_catalog.cardinality(complete_many.ids)) THEN
+        RAISE EXCEPTION 'ids, lease_tokens and results must have the same length' USING ERRCODE = '22023';
+    END IF;
+    RETURN QUERY
+    WITH input AS (
+        SELECT u.id, u.token, u.result
+        FROM ROWS FROM (pg_catalog.unnest(complete_many.ids),
+                        pg_catalog.unnest(complete_many.lease_tokens),
+                        pg_catalog.unnest(complete_many.results)) AS u(id, token, result)
+    ), done AS (
+        UPDATE jq.jobs j SET
+            state = 'completed',
+            finished_at = pg_catalog.clock_timestamp(),
+            result = input.result
+        FROM input
+        WHERE j.id = input.id AND j.lease_token = input.token AND j.state::text = 'running'
+          -- an index condition of its own: a join alone may be planned as a full scan of
+          -- jobs_pkey under a hash join (src/planner.rs); the jobs it finds
+          -- are hash-joined to the input (enable_nestloop = off, above)
+          AND j.id = ANY (complete_many.ids)
+        RETURNING j.id, j.queue, j.concurrency_key
+    ), keyed AS (
+        -- Keys whose slot is freed, all at once in key order (jq._key_fill_many); one row.
+        SELECT CASE WHEN count(*) > 0 THEN
+                   jq._key_fill_many(pg_catalog.array_agg(d.queue), pg_catalog.array_agg(d.concurrency_key),
+                                     pg_catalog.array_agg(1)) END AS moved
+        FROM done d WHERE d.concurrency_key IS NOT NULL
+    )
+    -- As in jq.complete, the job rows record the executions. The statement must read keyed,
+    -- or PostgreSQL never runs it (a SELECT in WITH runs only as far as it is read), and the
+    -- keys' slots would not pass on (pg_test/tests/flow.rs,
+    -- per_key_jobs_never_overlap_and_start_in_enqueue_order_under_ten_claimers, which completes
+    -- in batches): jq._keys_passed_on names that read. keyed (one row) as a sub-select, not
+    -- joined: with nested loops off a join of it would be a disabled nested loop, whose cost
+    -- (10^10) makes PostgreSQL JIT-compile the statement on every call.
+    SELECT d.id FROM done d WHERE jq._wake_slot(d.queue) AND (SELECT jq._keys_passed_on(k.moved) FROM keyed k)
+    ORDER BY d.id;
+END $$;
+COMMENT ON FUNCTION jq.complete_many(bigint[], uuid[], jsonb[]) IS
+'Batch form of jq.complete: ids[i] with lease_tokens[i] (and results[i], optional). Returns the '
+'ids that were completed, ascending; the others were not running under that token and are '
+'unchanged. Errors: 22023 arrays of different lengths.';
+
+CREATE FUNCTION jq.fail(id bigint, lease_token uuid, error text, retry_in interval DEFAULT NULL)
+RETURNS jq.job_state
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
+AS $$
+DECLARE
+    v_job   record;
+    v_now   timestamptz := pg_catalog.clock_timestamp();
+    v_delay interval;
+    v_state jq.job_state;
+    v_error text := jq._clip_error(fail.error);
+BEGIN
+    SELECT j.attempt, j.max_attempts, j.cancel_requested, q.backoff, q.backoff_base,
+           q.backoff_max, q.jitter, j.queue, j.concurrency_key
+    INTO v_job
+    FROM jq.jobs j LEFT JOIN jq.queues q ON q.name = j.queue
+    WHERE j.id = fail.id AND j.lease_token = fail.lease_token AND j.state::text = 'running'
+    FOR UPDATE OF j;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF fail.retry_in > interval '100 years'
+       OR (fail.retry_in > interval '0' AND NOT jq._interval_fields_nonnegative(fail.retry_in)) THEN
+        RAISE EXCEPTION 'retry_in must be at most 100 years, with no negative field, got %', fail.retry_in
+            USING ERRCODE = '22023';
+    END IF;
+
+    IF v_job.cancel_requested THEN
+        v_state := 'cancelled';
+    ELSIF v_job.attempt >= v_job.max_attempts THEN
+        v_state := 'dead';
+    ELSE
+        v_delay := coalesce(fail.retry_in,
+            jq.backoff_seconds(
+                v_job.backoff::text,
+                extract(epoch FROM v_job.backoff_base)::float8,
+                extract(epoch FROM v_job.backoff_max)::float8,
+                v_job.attempt, v_job.jitter::text, pg_catalog.random()) * interval '1 second');
+        v_state := CASE WHEN v_delay > interval '0' THEN 'scheduled' ELSE 'ready' END;
+    END IF;
+
+    UPDATE jq.jobs j SET
+        state = v_state,
+        last_error = v_error,
+        run_at = CASE WHEN v_state = 'scheduled' THEN v_now + v_delay
+                      WHEN v_state = 'ready' THEN v_now ELSE j.run_at END,
+        finished_at = CASE WHEN v_state IN ('dead', 'cancelled') THEN v_now END
+    WHERE j.id = fail.id AND j.lease_token = fail.lease_token AND j.state::text = 'running';
+
+    INSERT INTO jq.execution_log (job_id, seq, attempt, outcome, started_at, lease_expires_at,
+                               finished_at, queue, worker, error)
+    SELECT j.id, j.claims, j.attempt,
+           CASE WHEN v_state = 'cancelled' THEN 'cancelled' ELSE 'failed' END::jq.execution_outcome,
+           j.started_at, j.lease_expires_at, v_now, j.queue, j.worker, v_error
+    FROM jq.jobs j WHERE j.id = fail.id
+      AND jq._note_failed(j.queue, v_state);
+    -- A retrying job keeps its key's slot (it stays the key's head); a finished one frees it.
+    IF v_job.concurrency_key IS NOT NULL AND v_state IN ('dead', 'cancelled') THEN
+        PERFORM jq._key_fill(v_job.queue, v_job.concurrency_key, 1);
+    END IF;
+    RETURN v_state;
+END $$;
+COMMENT ON FUNCTION jq.fail(bigint, uuid, text, interval) IS
+'Records a failed attempt of a running job and returns its new state: scheduled (retry at now + '
+'backoff; ready when the delay is zero) while attempt < max_attempts, else dead; cancelled if a '
+'cancellation was requested. The delay is retry_in (interval, overrides the policy) or the '
+'queue''s policy via jq.backoff_seconds: fixed/linear/exponential from backoff_base, capped at '
+'backoff_max, full jitter by default. error: any text (quotes, backslashes, "\u0000" kept '
+'verbatim; longer than jq.max_error_length() is truncated with a marker). Fenced: NULL and no '
+'change unless the job is running under this lease_token. Errors: 22023 retry_in over 100 years '
+'or positive with a negative field (a zero or negative retry_in means now).';
+
+CREATE FUNCTION jq.heartbeat(id bigint, lease_token uuid, extend interval DEFAULT NULL,
+                             OUT lease_expires_at timestamptz, OUT cancel_requested boolean)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
+AS $$
+BEGIN
+    IF heartbeat.extend IS NOT NULL
+       AND (heartbeat.extend <= interval '0' OR heartbeat.extend > interval '100 years'
+            OR NOT jq._interval_fields_nonnegative(heartbeat.extend)) THEN
+        RAISE EXCEPTION 'extend must be greater than zero and at most 100 years, got %',
+            heartbeat.extend USING ERRCODE = '22023';
+    END IF;
+    UPDATE jq.jobs j SET
+        lease_expires_at = pg_catalog.clock_timestamp() + coalesce(heartbeat.extend, j.lease),
+        lease = coalesce(heartbeat.extend, j.lease)
+    WHERE j.id = heartbeat.id AND j.lease_token = heartbeat.lease_token AND j.state::text = 'running'
+    RETURNING j.lease_expires_at, j.cancel_requested
+    INTO heartbeat.lease_expires_at, heartbeat.cancel_requested;
+END $$;
+COMMENT ON FUNCTION jq.heartbeat(bigint, uuid, interval) IS
+'Extends the lease of a running job to now + extend (interval; default the lease length of the '
+'current claim) and returns (lease_expires_at, cancel_requested): a true cancel_requested asks '
+'the handler to stop (jq.cancel). Fenced: both NULL and no change unless the job is running '
+'under this lease_token, so a stale worker cannot extend a newer claim. Errors: 22023 extend <= 0, '
+'over 100 years or with a negative field.';
+
+CREATE FUNCTION jq.release(id bigint, lease_token uuid) RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
+AS $$
+BEGIN
+    WITH back AS (
+        UPDATE jq.jobs j SET
+            state = CASE WHEN j.cancel_requested THEN 'cancelled' ELSE 'ready' END::jq.job_state,
+            attempt = j.attempt - 1,
+            finished_at = CASE WHEN j.cancel_requested THEN pg_catalog.clock_timestamp() END
+        WHERE j.id = release.id AND j.lease_token = release.lease_token AND j.state::text = 'running'
+        RETURNING j.id, j.claims, j.attempt, j.state, j.started_at, j.lease_expires_at, j.queue,
+                  j.worker, j.concurrency_key, j.priority, j.run_at
+    )
+    INSERT INTO jq.execution_log (job_id, seq, attempt, outcome, started_at, lease_expires_at,
+                               finished_at, queue, worker)
+    SELECT b.id, b.claims, b.attempt + 1,
+           CASE WHEN b.state = 'cancelled' THEN 'cancelled' ELSE 'released' END::jq.execution_outcome,
+           b.started_at, b.lease_expires_at, pg_catalog.clock_timestamp(), b.queue, b.worker
+    FROM back b
+    WHERE jq._wake_ready(b.queue, b.priority, b.run_at)
+      AND CASE WHEN b.concurrency_key IS NULL OR b.state <> 'cancelled' THEN true
+               ELSE jq._key_fill(b.queue, b.concurrency_key, 1) >= 0 END;
+    RETURN FOUND;
+END $$;
+COMMENT ON FUNCTION jq.release(bigint, uuid) IS
+'Hands a running job back without charging the attempt (graceful shutdown: a handler stopped by '
+'shutdown has not failed). The job is ready again at its old place in the queue, or cancelled if '
+'a cancellation was requested. Fenced: false and no change unless the job is running under this '
+'lease_token.';
+
+CREATE FUNCTION jq.snooze(id bigint, lease_token uuid, delay interval) RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
+AS $$
+DECLARE
+    v_now timestamptz := pg_catalog.clock_timestamp();
+    v_job record;
+BEGIN
+    IF snooze.delay IS NULL THEN
+        RAISE EXCEPTION 'delay must not be NULL (use interval ''0'' to snooze until now)'
+            USING ERRCODE = '22004';
+    END IF;
+    IF snooze.delay > interval '100 years'
+       OR (snooze.delay > interval '0' AND NOT jq._interval_fields_nonnegative(snooze.delay)) THEN
+        RAISE EXCEPTION 'delay must be at most 100 years, with no negative field, got %', snooze.delay
+            USING ERRCODE = '22023';
+    END IF;
+    -- Fenced like jq.complete: only the current claim (lease token, running) can snooze. The
+    -- attempt is refunded; the job keeps its key slot (it is still the key's head) unless a
+    -- cancellation was requested, which ends it as cancelled, as jq.release does.
+    WITH back AS (
+        UPDATE jq.jobs j SET
+            state = CASE WHEN j.cancel_requested THEN 'cancelled'
+                         WHEN snooze.delay > interval '0' THEN 'scheduled'
+                         ELSE 'ready' END::jq.job_state,
+            attempt = j.attempt - 1,
+            run_at = CASE WHEN j.cancel_requested THEN j.run_at
+                          ELSE v_now + pg_catalog.interval_larger(snooze.delay, interval '0') END,
+            finished_at = CASE WHEN j.cancel_requested THEN v_now END
+        WHERE j.id = snooze.id AND j.lease_token = snooze.lease_token AND j.state::text = 'running'
+        RETURNING j.id, j.claims, j.attempt, j.state, j.started_at, j.lease_expires_at, j.queue,
+                  j.worker, j.concurrency_key, j.priority, j.run_at
+    ), hist AS (
+        INSERT INTO jq.execution_log (job_id, seq, attempt, outcome, started_at, lease_expires_at,
+                                   finished_at, queue, worker)
+        SELECT b.id, b.claims, b.attempt + 1,
+               CASE WHEN b.state = 'cancelled' THEN 'cancelled' ELSE 'snoozed' END::jq.execution_outcome,
+               b.started_at, b.lease_expires_at, v_now, b.queue, b.worker
+        FROM back b
+        WHERE jq._note_back(b.queue, b.state, b.priority, b.run_at)
+        RETURNING job_id
+    )
+    SELECT b.state, b.queue, b.concurrency_key INTO v_job FROM back b;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF v_job.concurrency_key IS NOT NULL AND v_job.state = 'cancelled' THEN
+        PERFORM jq._key_fill(v_job.queue, v_job.concurrency_key, 1);
+    END IF;
+    RETURN true;
+END $$;
+COMMENT ON FUNCTION jq.snooze(bigint, uuid, interval) IS
+'Puts a running job back to scheduled at now + delay (interval; zero or negative = ready now) '
+'without charging the attempt: the handler says "not yet". Records an execution with outcome '
+'snoozed (attempt refunded); the job keeps its place as its concurrency key''s head (the slot '
+'stays taken). A job with a cancellation request ends cancelled instead. Fenced: true only if '
+'the job is running under this lease_token; otherwise false and nothing changes. Errors: 22004 '
+'NULL delay, 22023 delay over 100 years or positive with a negative field.';
