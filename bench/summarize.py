@@ -465,7 +465,7 @@ if soak:
                f"'during' and 'after' are the same seconds of that drain. Per-second rates from pgbench's --progress lines since "
                f"2026-12-04T20; a row marked void is no measurement.)\n")
 
-out.append("## Targets (issue 5)\n")
+out.append("## Targets\n")
 
 
 n_rounds = max((int(x["round"]) for x in rows), default=0)  # every cell numbers its rounds (steady and soak: 1)
@@ -731,7 +731,7 @@ if any(k[1] == "jq" for k in soak):
 # or no usable rate in any round) reads "not measured" and counts in the tally (a line that
 # vanished would let a run that skipped a cell tally 0 not measured). Connection counts from
 # machine.txt.
-t0 = out.index("## Targets (issue 5)\n")
+t0 = out.index("## Targets\n")
 _mt = open(f"{d}/machine.txt").read() if os.path.exists(f"{d}/machine.txt") else ""
 _m = re.search(r"concs=([\d ]+?) [a-z_]+=", _mt)
 _concs = _m.group(1).split() if _m else ["1", "4", "16", "64"]

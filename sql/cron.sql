@@ -1,80 +1,16 @@
 -- Cron schedules: jq.schedule / jq.alter_schedule / jq.unschedule, the fire log jq.cron_runs
 -- and the cron duty jq.cron_tick(at). The expression arithmetic (parse, time zones, DST) is Rust:
--- jq.cron_next, jq.cron_fires, jq._cron_check, jq._cron_latest, jq._cron_count (src/cron.rs,
--- src/cron_sql.rs). See docs/cron.md.
+-- jq.cron_next, jq.cron_fires, jq._cron_check, jq._cron_latest, jq._cron_count (src/cron/sql.rs).
+-- See docs/cron.md.
 --
 -- Exactly once per (schedule, fire time): the fire log's primary key. jq.cron_tick writes the
 -- fire-log row, the job (through jq.enqueue) and the schedule's new next_run_at in one
--- subtransaction, so they commit together or not at all (field case X02), and a second pass for
+-- subtransaction, so they commit together or not at all, and a second pass for
 -- the same fire time, from another session, a restarted worker, a promoted replica or after a
--- clock step, finds the row and enqueues nothing (Q25). The log is pruned by its own retention
+-- clock step, finds the row and enqueues nothing (pg_test/tests/cron.rs,
+-- two_passes_for_the_same_minute_enqueue_one_job_even_after_a_clock_step and
+-- concurrent_passes_at_the_same_instant_enqueue_each_fire_time_once). The log is pruned by its own retention
 -- (jq.cron_log_retention()), never with the jobs.
-
-CREATE TABLE jq.schedules (
-    name          text PRIMARY KEY
-                  CONSTRAINT schedule_name_valid CHECK (name ~ '^[A-Za-z0-9_.:-]{1,128}$'),
-    cron          text NOT NULL,
-    timezone      text NOT NULL DEFAULT 'UTC',
-    queue         text NOT NULL,
-    payload       jsonb NOT NULL DEFAULT '{}',
-    kind          text,
-    priority      integer NOT NULL DEFAULT 0,
-    max_attempts  integer CHECK (max_attempts BETWEEN 1 AND 1000000),
-    misfire       text NOT NULL DEFAULT 'fire_once'
-                  CHECK (misfire IN ('fire_once', 'skip', 'fire_all')),
-    overlap       text NOT NULL DEFAULT 'allow' CHECK (overlap IN ('allow', 'skip_if_running')),
-    enabled       boolean NOT NULL DEFAULT true,
-    next_run_at   timestamptz,
-    next_run_from timestamptz NOT NULL DEFAULT now(),
-    last_fired_at timestamptz,
-    last_job_id   bigint,
-    fired_count   bigint NOT NULL DEFAULT 0,
-    skipped_count bigint NOT NULL DEFAULT 0,
-    last_error    text,
-    last_error_at timestamptz,
-    created_at    timestamptz NOT NULL DEFAULT now(),
-    updated_at    timestamptz NOT NULL DEFAULT now(),
-    created_by    regrole
-);
-COMMENT ON TABLE jq.schedules IS
-'One row per cron schedule. Write it through jq.schedule / jq.alter_schedule / jq.unschedule. '
-'next_run_at: the next fire time (NULL: none before year 5000); next_run_from: the instant '
-'next_run_at was computed from (a pass at an earlier instant means the clock went back: it '
-'recomputes next_run_at from its own instant); last_fired_at: the fire time of '
-'the last job enqueued (last_job_id); fired_count: jobs enqueued; skipped_count: fire times that '
-'enqueued nothing (misfire policy, overlap, failures); last_error / last_error_at: the most '
-'recent failure of a pass (cleared by the next pass that succeeds); created_by: the role that last '
-'defined it with jq.schedule, whose right to enqueue to the queue every fire checks (a dropped or '
-'revoked role makes the fires fail, logged; NULL for schedules made before jq 0.2.0: not checked). '
-'See docs/cron.md.';
-
--- jq.cron_tick: WHERE enabled AND next_run_at <= $at ORDER BY next_run_at.
-CREATE INDEX schedules_due_idx ON jq.schedules (next_run_at) WHERE enabled;
--- jq.cron_tick's clock guard: WHERE enabled AND next_run_from > $at (normally no row).
-CREATE INDEX schedules_clock_idx ON jq.schedules (next_run_from) WHERE enabled;
-
-CREATE TABLE jq.cron_runs (
-    schedule  text NOT NULL,
-    fire_time timestamptz NOT NULL,
-    outcome   text NOT NULL
-              CHECK (outcome IN ('enqueued', 'skipped_misfire', 'skipped_overlap', 'failed')),
-    job_id    bigint,
-    fired_at  timestamptz NOT NULL,
-    error     text,
-    CONSTRAINT cron_runs_pkey PRIMARY KEY (schedule, fire_time)
-);
-COMMENT ON TABLE jq.cron_runs IS
-'The cron fire log: at most one row per (schedule, fire_time) (primary key), written in the same '
-'transaction as the job it enqueued, so a fire time is never enqueued twice. outcome: enqueued '
-'(job_id), skipped_misfire (the latest due fire time was outside the skip policy''s grace), '
-'skipped_overlap (the previous job was still unfinished), failed (error). fired_at: the pass '
-'instant. Kept for jq.cron_log_retention() after fire_time, independently of job retention.';
--- Retention: WHERE fire_time < $cutoff. Workers find the fire time of their job by job_id.
-CREATE INDEX cron_runs_fire_time_idx ON jq.cron_runs (fire_time);
-CREATE INDEX cron_runs_job_idx ON jq.cron_runs (job_id) WHERE job_id IS NOT NULL;
-
-SELECT pg_catalog.pg_extension_config_dump('jq.schedules', '');
-SELECT pg_catalog.pg_extension_config_dump('jq.cron_runs', '');
 
 COMMENT ON FUNCTION jq.cron_next(text, timestamptz, text) IS
 'cron_next(cron, after, timezone => ''UTC''): the first fire time of the cron expression strictly '

@@ -132,7 +132,7 @@ COMMENT ON FUNCTION jq._keys_passed_on(integer) IS
 -- It finds its jobs by j.id = ANY (ids) and joins them to its input arrays. The generic plan
 -- estimates one job found, so the planner joined them with a nested loop that ran the input's
 -- unnest again for every job: n^2 rows per call, a drain measurably slower at batch 100
--- (bench/ab_variant.sh). Nested loops are off for it: a hash join, each side read once
+-- (bench/experiments/ab_variant.sh). Nested loops are off for it: a hash join, each side read once
 -- (pg_test/tests/plans.rs, complete_many_reads_its_input_once). JIT off, as every function
 -- with settings (pg_test/tests/plans.rs, functions_with_settings_never_jit).
 CREATE FUNCTION jq.complete_many(ids bigint[], lease_tokens uuid[], results jsonb[] DEFAULT NULL)

@@ -604,7 +604,7 @@ COMMENT ON VIEW jq.table_health IS
 'the longest-open transaction holding a snapshot. A growing dead_tuples with a large '
 'oldest_xact_age means a long transaction keeps the queue''s dead rows alive.';
 
--- The functions written in Rust (src/wakeup.rs, src/claim_hint.rs, src/bgworker.rs).
+-- The functions written in Rust (src/wakeup.rs, src/claim_hint.rs, src/bgworker/).
 COMMENT ON FUNCTION jq._wake(text) IS
 'Internal: notes that this transaction made one job of queue claimable (call once per job); at '
 'commit, one more claim waiting on it (jq.claim with wait) is woken through shared memory, the '

@@ -153,7 +153,7 @@ COMMENT ON TABLE jq.jobs IS
 -- has a fixed width, so PostgreSQL finds priority, run_at and id at a cached offset in each
 -- index entry instead of walking past the variable-width name (nocache_index_getattr), in
 -- every comparison of the descent and of the scan, a cost seen both in a claim's CPU profile
--- (perf) and in the batch-1 drain rate (bench/ab_variant.sh; docs/BENCHMARKS.md).
+-- (perf) and in the batch-1 drain rate (bench/experiments/ab_variant.sh; docs/BENCHMARKS.md).
 -- The hash is a queue's key: no two queues share one (queues_name_hash_idx), and a dropped
 -- queue's jobs go with it, so the jobs with a queue's hash are exactly that queue's. Queries
 -- compare the hash alone: with the name compared too, the planner multiplied the two
@@ -238,47 +238,6 @@ COMMENT ON TABLE jq.execution_log IS
 'ended as failed, lease_expired, released, snoozed or cancelled, kept for the queue''s '
 'history_retention (a completed execution is its job row). Written only by jq functions; read '
 'jq.executions, which adds the completed executions.';
-
--- The log has no completed row of a job that is still there, except one restored from a dump of
--- 0.1.0 (whose history table held every outcome; see the trigger below): the view shows such a
--- row once, from the job.
-CREATE VIEW jq.executions AS
-SELECT l.job_id, l.seq, l.attempt, l.outcome, l.started_at, l.lease_expires_at, l.finished_at,
-       l.queue, l.worker, l.error
-FROM jq.execution_log l
-WHERE l.outcome <> 'completed'
-   OR NOT EXISTS (SELECT FROM jq.jobs d WHERE d.id = l.job_id AND d.claims = l.seq AND d.state = 'completed')
-UNION ALL
-SELECT j.id, j.claims, j.attempt, 'completed'::jq.execution_outcome, j.started_at,
-       j.lease_expires_at, j.finished_at, j.queue, j.worker, NULL::text
-FROM jq.jobs j
-WHERE j.state = 'completed';
-COMMENT ON VIEW jq.executions IS
-'Execution history: one row per execution once it has ended (job_id, seq = the job''s claims '
-'count when it started, attempt = the attempt number it ran as, outcome, started_at, '
-'lease_expires_at, finished_at, queue, worker, error). Completed executions come from the job '
-'rows of completed jobs, so they are kept as long as the job (the queue''s retention); the '
-'other outcomes from jq.execution_log, kept for history_retention. For outcomes lease_expired, '
-'released and snoozed the attempt was refunded. A running execution is visible in its jq.jobs '
-'row (started_at, worker, lease_expires_at).';
-
--- A dump taken under 0.1.0, when jq.executions was the history table, restores its rows with
--- COPY jq.executions: they go to the log (docs/upgrades.md, "Dump and restore").
-CREATE FUNCTION jq._executions_insert() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO jq.execution_log (job_id, seq, attempt, outcome, started_at, lease_expires_at,
-                                  finished_at, queue, worker, error)
-    VALUES (NEW.job_id, NEW.seq, NEW.attempt, NEW.outcome, NEW.started_at, NEW.lease_expires_at,
-            NEW.finished_at, NEW.queue, NEW.worker, NEW.error);
-    RETURN NEW;
-END $$;
-COMMENT ON FUNCTION jq._executions_insert() IS
-'Internal: INSTEAD OF INSERT trigger of the view jq.executions; writes the row to '
-'jq.execution_log. For restoring dumps taken under jq 0.1.0 (COPY jq.executions); jq itself '
-'never inserts into the view.';
-CREATE TRIGGER executions_insert INSTEAD OF INSERT ON jq.executions
-    FOR EACH ROW EXECUTE FUNCTION jq._executions_insert();
 
 -- Per-key slot counts: one row per (queue, concurrency_key) with a job holding a slot (ready,
 -- running, or scheduled for a retry or after a snooze). Every change of a key's slots locks
@@ -367,4 +326,70 @@ COMMENT ON TABLE jq.queue_grants IS
 '(pause, resume, alter, drop, cancel, retry, schedule; implies enqueue and work) queue; queue '
 '''*'' means every queue, present and future. Superusers and members of jq_admin need no row. '
 'Rows of a dropped queue are deleted with it; rows of a dropped role are pruned by maintenance.';
--- Registered for pg_dump in sql/security.sql (last, where 0.1.0's upgrade script registers it too).
+-- Registered for pg_dump in sql/grants.sql (last, where 0.1.0's upgrade script registers it too).
+
+CREATE TABLE jq.schedules (
+    name          text PRIMARY KEY
+                  CONSTRAINT schedule_name_valid CHECK (name ~ '^[A-Za-z0-9_.:-]{1,128}$'),
+    cron          text NOT NULL,
+    timezone      text NOT NULL DEFAULT 'UTC',
+    queue         text NOT NULL,
+    payload       jsonb NOT NULL DEFAULT '{}',
+    kind          text,
+    priority      integer NOT NULL DEFAULT 0,
+    max_attempts  integer CHECK (max_attempts BETWEEN 1 AND 1000000),
+    misfire       text NOT NULL DEFAULT 'fire_once'
+                  CHECK (misfire IN ('fire_once', 'skip', 'fire_all')),
+    overlap       text NOT NULL DEFAULT 'allow' CHECK (overlap IN ('allow', 'skip_if_running')),
+    enabled       boolean NOT NULL DEFAULT true,
+    next_run_at   timestamptz,
+    next_run_from timestamptz NOT NULL DEFAULT now(),
+    last_fired_at timestamptz,
+    last_job_id   bigint,
+    fired_count   bigint NOT NULL DEFAULT 0,
+    skipped_count bigint NOT NULL DEFAULT 0,
+    last_error    text,
+    last_error_at timestamptz,
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    updated_at    timestamptz NOT NULL DEFAULT now(),
+    created_by    regrole
+);
+COMMENT ON TABLE jq.schedules IS
+'One row per cron schedule. Write it through jq.schedule / jq.alter_schedule / jq.unschedule. '
+'next_run_at: the next fire time (NULL: none before year 5000); next_run_from: the instant '
+'next_run_at was computed from (a pass at an earlier instant means the clock went back: it '
+'recomputes next_run_at from its own instant); last_fired_at: the fire time of '
+'the last job enqueued (last_job_id); fired_count: jobs enqueued; skipped_count: fire times that '
+'enqueued nothing (misfire policy, overlap, failures); last_error / last_error_at: the most '
+'recent failure of a pass (cleared by the next pass that succeeds); created_by: the role that last '
+'defined it with jq.schedule, whose right to enqueue to the queue every fire checks (a dropped or '
+'revoked role makes the fires fail, logged; NULL for schedules made before jq 0.2.0: not checked). '
+'See docs/cron.md.';
+
+-- jq.cron_tick: WHERE enabled AND next_run_at <= $at ORDER BY next_run_at.
+CREATE INDEX schedules_due_idx ON jq.schedules (next_run_at) WHERE enabled;
+-- jq.cron_tick's clock guard: WHERE enabled AND next_run_from > $at (normally no row).
+CREATE INDEX schedules_clock_idx ON jq.schedules (next_run_from) WHERE enabled;
+
+CREATE TABLE jq.cron_runs (
+    schedule  text NOT NULL,
+    fire_time timestamptz NOT NULL,
+    outcome   text NOT NULL
+              CHECK (outcome IN ('enqueued', 'skipped_misfire', 'skipped_overlap', 'failed')),
+    job_id    bigint,
+    fired_at  timestamptz NOT NULL,
+    error     text,
+    CONSTRAINT cron_runs_pkey PRIMARY KEY (schedule, fire_time)
+);
+COMMENT ON TABLE jq.cron_runs IS
+'The cron fire log: at most one row per (schedule, fire_time) (primary key), written in the same '
+'transaction as the job it enqueued, so a fire time is never enqueued twice. outcome: enqueued '
+'(job_id), skipped_misfire (the latest due fire time was outside the skip policy''s grace), '
+'skipped_overlap (the previous job was still unfinished), failed (error). fired_at: the pass '
+'instant. Kept for jq.cron_log_retention() after fire_time, independently of job retention.';
+-- Retention: WHERE fire_time < $cutoff. Workers find the fire time of their job by job_id.
+CREATE INDEX cron_runs_fire_time_idx ON jq.cron_runs (fire_time);
+CREATE INDEX cron_runs_job_idx ON jq.cron_runs (job_id) WHERE job_id IS NOT NULL;
+
+SELECT pg_catalog.pg_extension_config_dump('jq.schedules', '');
+SELECT pg_catalog.pg_extension_config_dump('jq.cron_runs', '');

@@ -64,7 +64,8 @@ pub extern "C-unwind" fn _PG_init() {
 }
 
 extension_sql_file!("../sql/schema.sql", name = "schema", bootstrap);
-extension_sql_file!("../sql/queues.sql", name = "queues", requires = ["schema", security::_ticket, security::_redeem]);
+extension_sql_file!("../sql/history.sql", name = "history", requires = ["schema"]);
+extension_sql_file!("../sql/queues.sql", name = "queues", requires = ["history", security::_ticket, security::_redeem]);
 extension_sql_file!(
     "../sql/enqueue.sql",
     name = "enqueue",

@@ -81,7 +81,7 @@ fn is_jq_admin(role: pg_sys::Oid) -> bool {
 
 /// `jq._authorize(caller_ticket bigint, queues text[], privilege text) RETURNS oid`: redeems the
 /// ticket ([`_redeem`]) and raises 42501 unless that role may exercise `privilege` (enqueue,
-/// work, admin) on every queue in `queues` (`jq._denial`, sql/security.sql). Superusers and
+/// work, admin) on every queue in `queues` (`jq._denial`, sql/grants.sql). Superusers and
 /// members of `jq_admin` pass without a query and without decoding `queues`, so the hot path
 /// costs two syscache lookups. The error is raised here, not inside the query, so that it
 /// carries no Rust backtrace. Returns the calling role. One queue: [`_authorize_queue`].

@@ -33,7 +33,7 @@ PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 env -u PG_CONFIG bash .ci/setup
 mkdir -p "$run"
 echo "== building and installing jq into $("$PG_CONFIG" --sharedir) (release)"
-cargo pgrx install --release --pg-config "$PG_CONFIG" >"$run/install.log" 2>&1 \
+tools/install --release --pg-config "$PG_CONFIG" >"$run/install.log" 2>&1 \
     || { tail -40 "$run/install.log"; exit 1; }
 echo "== building jqctl (release)"
 cargo build --release -q -p worker-client --bin jqctl 2>"$run/build.log" || { tail -40 "$run/build.log"; exit 1; }

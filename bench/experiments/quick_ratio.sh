@@ -6,7 +6,7 @@
 # A development aid; bench/run is the benchmark.
 #
 # Usage: bench/experiments/quick_ratio.sh [ROUNDS] [SECONDS]      (defaults: 3 rounds of 8 s per cell)
-# Needs jq installed in the system PostgreSQL 15 (cargo pgrx install --release).
+# Needs jq installed in the system PostgreSQL 15 (tools/install --release).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds=${1:-3}; secs=${2:-8}; clients=8

@@ -10,7 +10,7 @@
 //! * `JQ_TEST_BREAK=no_reap`: the worker's reap duty does nothing → the lease test fails.
 //! * `JQ_TEST_BREAK=no_cron_duty`: the worker never runs jq.cron_tick → the cron test fails.
 //! * The restart tests were seen failing with the launcher's respawn of exited workers removed
-//!   (a manual edit of `launcher_pass` in src/bgworker.rs: `slot_state::EXITED => false`).
+//!   (a manual edit of `launcher_pass` in src/bgworker/launcher.rs: `SlotState::Exited => false`).
 
 use jq_pg_test::*;
 use postgres::fallible_iterator::FallibleIterator;
@@ -603,7 +603,7 @@ fn a_refused_drop_database_does_not_suspend_maintenance() {
 
 /// The worker sends its table statistics: autovacuum decides when to vacuum jq.jobs from the
 /// rows counted dead there, and at load the worker's prune deletes a job row for every job
-/// finished. Seen failing without the worker's pgstat_report_stat call (src/bgworker.rs): n_tup_del of jq.jobs stayed 0 after the worker had pruned all 500 jobs;
+/// finished. Seen failing without the worker's pgstat_report_stat call (src/bgworker/worker.rs): n_tup_del of jq.jobs stayed 0 after the worker had pruned all 500 jobs;
 /// the statistics were sent only when the worker exited.
 #[test]
 fn the_workers_deletes_reach_the_statistics_autovacuum_reads() {

@@ -4,7 +4,7 @@
 //! the `postgres` user, like the main test cluster) and stops it at the end.
 //!
 //! Negative control: the crash test was seen failing with the launcher's respawn of exited
-//! workers removed (see bgworker.rs); the fallback test fails if `jq._wait` does not bound its
+//! workers removed (see src/bgworker/); the fallback test fails if `jq._wait` does not bound its
 //! sleep by `jq.poll_interval` when not preloaded (seen by making it sleep the full wait).
 
 use jq_pg_test::{Client, NoTls};

@@ -22,11 +22,7 @@ use std::time::{Duration, Instant};
 /// jq.cancel(bigint) FROM PUBLIC`, `ALTER TABLE jq.schedules ADD COLUMN note text`) it reported
 /// five differences: the function definition as a line diff, jq.cancel's ACL, its pg_init_privs
 /// row, the extra column, and jq.schedules' column order (counted: jq.schedule returns the row).
-/// Against the real 0.1.0 -> 0.2.0 script (main 370efd4) with two statements taken out — the
-/// `PERFORM jq._authorize_job(…)` of jq.cancel's new body and its `COMMENT ON FUNCTION` — it
-/// reported exactly those two: jq.cancel(bigint,bigint)'s definition (a one-line diff) and its
-/// comment. JQ_TEST_BREAK=upgrade_misses_function reproduces the first kind without replacing
-/// files.
+/// JQ_TEST_BREAK=upgrade_misses_function reproduces the first kind without replacing files.
 #[test]
 fn fresh_install_equals_upgraded_install() {
     let versions = released_versions();
@@ -214,9 +210,8 @@ fn upgrade_of_a_populated_database_while_workers_hold_leases() {
         )
         .unwrap();
     } else {
-        // The upgrade script without its cancel loop for jq.executions' lock (bfbb0c1)
-        // deadlocked with a worker's jq.complete here in 1 of 10 runs and once in CI
-        // (docs/upgrades.md); with it, 15 of 15 passed.
+        // Without the cancel loop for jq.executions' lock in the upgrade's stateful part, this
+        // could deadlock with a worker's jq.complete (docs/upgrades.md, "One transaction").
         u.batch_execute("ALTER EXTENSION jq UPDATE").expect("ALTER EXTENSION jq UPDATE");
     }
     let took = t.elapsed();

@@ -1,5 +1,5 @@
 -- Cells of bench/experiments/decompose/run: the floor's two statements inside minimal plpgsql functions
--- (database floor), and jq's own claim and complete statements, copied from sql/work.sql
+-- (database floor), and jq's own claim and complete statements, copied from sql/claim.sql and sql/finish.sql
 -- without the parts that make them a product (authorisation, argument checks, the pause and
 -- cap gate, the full claimed_job row, wakeups, per-key slots), inside minimal plpgsql
 -- functions (database jq). Only these cells call them; nothing of jq uses them.

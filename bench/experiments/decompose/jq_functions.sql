@@ -1,4 +1,4 @@
--- See functions.sql. jq's claim and complete statements (sql/work.sql) in minimal functions;
+-- See functions.sql. jq's claim and complete statements (sql/claim.sql, sql/finish.sql) in minimal functions;
 -- p_history: a completion that also writes a history row, as jq's did before completions
 -- were recorded in the job row.
 CREATE FUNCTION public.bare_claim(p_queue text, p_worker text) RETURNS TABLE (id bigint, lease_token uuid)

@@ -1,0 +1,246 @@
+-- The stateful part of the upgrade jq 0.1.0 -> 0.2.0, written by hand: what changes in the
+-- objects of sql/schema.sql (tables, indexes, sequences, types, roles, pg_dump registrations) and
+-- the data they hold. tools/upgrade-script runs it after dropping 0.1.0's functions and views and
+-- before creating 0.2.0's from the install script (docs/upgrades.md). So it sees only tables and
+-- types: no view or function of either version exists while it runs.
+--
+-- pg_test/tests/upgrade.rs checks that 0.1.0 + the assembled script has exactly the catalog of a
+-- fresh 0.2.0 install (a change to sql/schema.sql needs its counterpart here) and that a
+-- populated database keeps every row and lease.
+--
+-- What changes:
+--   * roles jq_admin, jq_producer, jq_worker; table jq.queue_grants;
+--   * queues are keyed by the hash of their name (queues_name_hash_idx);
+--   * jq.schedules.created_by, checked by every cron fire;
+--   * privileges that roles other than the owner held on jq's tables are taken back;
+--   * jq.jobs is rebuilt with its columns in a new order (less WAL per claim and completion);
+--   * a completion writes no history row: the completed job row records its execution. The
+--     table jq.executions becomes jq.execution_log (the other outcomes); jq.executions becomes a
+--     view over both (sql/history.sql).
+-- Jobs, leases and history are kept: a worker holding a lease completes it after the upgrade
+-- with the same token.
+
+-- Roles and per-queue grants (as in sql/schema.sql).
+-- Security (docs/security.md). The three roles are cluster-wide, so they are created only if
+-- missing (another database's jq, or an earlier install, may have made them) and outlive
+-- DROP EXTENSION. They carry EXECUTE on jq's functions (sql/grants.sql); queue rights come
+-- from jq.queue_grants, except that members of jq_admin (and superusers) may do everything.
+DO $$
+DECLARE
+    r text;
+BEGIN
+    FOREACH r IN ARRAY ARRAY['jq_admin', 'jq_producer', 'jq_worker'] LOOP
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = r) THEN
+            BEGIN
+                EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', r);
+            EXCEPTION WHEN duplicate_object OR unique_violation THEN
+                NULL;  -- CREATE EXTENSION jq in another database made it meanwhile
+            END;
+        END IF;
+    END LOOP;
+END $$;
+
+-- Per-queue grants: which role may enqueue to, work (claim from) or administer which queue.
+-- Written through jq.grant / jq.revoke.
+CREATE TABLE jq.queue_grants (
+    queue      text NOT NULL
+               CONSTRAINT queue_grants_queue_valid CHECK (queue = '*' OR queue ~ '^[A-Za-z0-9_.:-]{1,128}$'),
+    grantee    regrole NOT NULL,
+    privilege  text NOT NULL CHECK (privilege IN ('enqueue', 'work', 'admin')),
+    granted_by regrole,
+    granted_at timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT queue_grants_pkey PRIMARY KEY (queue, grantee, privilege)
+);
+
+COMMENT ON TABLE jq.queue_grants IS
+'Per-queue privileges (jq.grant / jq.revoke): grantee (and every role that has its privileges '
+'through membership) may enqueue to, work (claim from, and so read the payloads of) or administer '
+'(pause, resume, alter, drop, cancel, retry, schedule; implies enqueue and work) queue; queue '
+'''*'' means every queue, present and future. Superusers and members of jq_admin need no row. '
+'Rows of a dropped queue are deleted with it; rows of a dropped role are pruned by maintenance.';
+
+SELECT pg_catalog.pg_extension_config_dump('jq.queue_grants', '');
+
+-- Queues are keyed by the hash of their name in jobs_claim_idx (as in sql/schema.sql).
+-- A queue's key in jobs_claim_idx is the 64-bit hash of its name (see there), so no two queues
+-- may share one. Two names with the same hash are about 2^-64 apart by chance; a second queue
+-- whose name collides with an existing one is refused with 23505 (unique_violation).
+CREATE UNIQUE INDEX queues_name_hash_idx ON jq.queues (pg_catalog.hashtextextended(name, 0));
+
+-- Schedules remember who defined them (as in sql/cron.sql).
+ALTER TABLE jq.schedules ADD COLUMN created_by regrole;
+
+COMMENT ON TABLE jq.schedules IS
+'One row per cron schedule. Write it through jq.schedule / jq.alter_schedule / jq.unschedule. '
+'next_run_at: the next fire time (NULL: none before year 5000); next_run_from: the instant '
+'next_run_at was computed from (a pass at an earlier instant means the clock went back: it '
+'recomputes next_run_at from its own instant); last_fired_at: the fire time of '
+'the last job enqueued (last_job_id); fired_count: jobs enqueued; skipped_count: fire times that '
+'enqueued nothing (misfire policy, overlap, failures); last_error / last_error_at: the most '
+'recent failure of a pass (cleared by the next pass that succeeds); created_by: the role that last '
+'defined it with jq.schedule, whose right to enqueue to the queue every fire checks (a dropped or '
+'revoked role makes the fires fail, logged; NULL for schedules made before jq 0.2.0: not checked). '
+'See docs/cron.md.';
+
+-- 0.1.0 granted nothing and told DBAs to give their roles USAGE on jq and privileges on its
+-- tables. In 0.2.0 the tables change only through the functions and payloads are visible only
+-- per queue: take back every privilege a role other than the owner holds on jq's tables, views
+-- and sequences (sql/grants.sql grants jq_admin's SELECT again). Give those roles queues with
+-- jq.grant (docs/upgrades.md).
+DO $$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT DISTINCT c.oid::regclass AS rel, pg_catalog.format('jq.%I', c.relname) AS label,
+                    c.relkind, a.grantee::regrole AS grantee
+             FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+             WHERE c.relnamespace = 'jq'::regnamespace AND c.relkind IN ('r', 'S', 'v')
+               AND a.grantee <> c.relowner AND a.grantee <> 0
+    LOOP
+        -- WARNING, not NOTICE: PostgreSQL raises client_min_messages to WARNING while it runs
+        -- an extension script, so a NOTICE would never reach the DBA.
+        RAISE WARNING 'jq 0.2.0: revoking the privileges of role % on %; give it queues with jq.grant', r.grantee, r.label;
+        EXECUTE pg_catalog.format('REVOKE ALL ON %s %s FROM %s',
+            CASE r.relkind WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END, r.rel, r.grantee);
+    END LOOP;
+END $$;
+
+-- jq.jobs is rebuilt with its columns in 0.2.0's order (sql/schema.sql says why: a claim or a
+-- completion logs only the columns it writes). Every row is copied with its id, state, lease
+-- token and lease; the id sequence is kept. Workers and producers wait on the table's lock
+-- for as long as the copy takes.
+LOCK TABLE jq.jobs IN ACCESS EXCLUSIVE MODE;
+-- History: the table keeps the executions that did not complete their job; a completed one is
+-- its job row (sql/schema.sql). The rows of completions whose job row is still there go (the
+-- view jq.executions shows them from the job); those of pruned jobs stay, until
+-- history_retention.
+-- The rename needs jq.executions' ACCESS EXCLUSIVE lock while this holds jq.jobs'. A 0.1.0
+-- jq.complete running a cached plan locks jq.executions first and then waits for jq.jobs,
+-- behind this script: waiting for it would be a deadlock, and the deadlock check would as
+-- likely abort the upgrade as the worker (seen in a test run). So the upgrade cancels the
+-- statements of exactly those sessions (they hold a lock on jq.executions and wait for this
+-- one; their calls fail with 57014 and their clients retry) and queues its own lock request at
+-- once, before their retries, which then wait behind it. It waits 200 ms per round for the
+-- sessions that were not waiting for it to finish.
+DO $$
+DECLARE
+    v_rel     regclass := 'jq.executions'::regclass;
+    v_timeout text := pg_catalog.current_setting('lock_timeout');
+BEGIN
+    FOR i IN 1 .. 50 LOOP
+        PERFORM pg_catalog.pg_cancel_backend(l.pid)
+        FROM pg_catalog.pg_locks l
+        WHERE l.relation = v_rel AND l.granted AND l.pid <> pg_catalog.pg_backend_pid()
+          AND pg_catalog.pg_backend_pid() = ANY (pg_catalog.pg_blocking_pids(l.pid));
+        BEGIN
+            PERFORM pg_catalog.set_config('lock_timeout', '200ms', true);
+            LOCK TABLE jq.executions IN ACCESS EXCLUSIVE MODE;
+            PERFORM pg_catalog.set_config('lock_timeout', v_timeout, true);
+            RETURN;
+        EXCEPTION WHEN lock_not_available THEN
+            NULL;  -- the setting is rolled back with the block
+        END;
+    END LOOP;
+    LOCK TABLE jq.executions IN ACCESS EXCLUSIVE MODE;  -- after ~10 s: wait like any DDL
+END $$;
+ALTER TABLE jq.executions RENAME TO execution_log;
+ALTER INDEX jq.executions_pkey RENAME TO execution_log_pkey;
+ALTER INDEX jq.executions_finished_brin RENAME TO execution_log_finished_brin;
+DELETE FROM jq.execution_log e USING jq.jobs j
+WHERE e.outcome = 'completed' AND j.id = e.job_id AND j.claims = e.seq AND j.state = 'completed';
+ALTER SEQUENCE jq.jobs_id_seq OWNED BY NONE;
+ALTER TABLE jq.jobs RENAME TO jobs_0_1_0;
+-- Free the names the new table's constraints take (constraint names are unique per schema).
+ALTER TABLE jq.jobs_0_1_0 DROP CONSTRAINT jobs_pkey, DROP CONSTRAINT jobs_max_attempts_check;
+DROP INDEX jq.jobs_claim_idx, jq.jobs_scheduled_idx, jq.jobs_running_idx, jq.jobs_idempotency_idx,
+           jq.jobs_blocked_idx, jq.jobs_aging_idx, jq.jobs_finished_idx, jq.jobs_dead_idx;
+
+-- The new jq.jobs, its indexes and statistics, exactly as in sql/schema.sql (which says why each is
+-- there).
+CREATE TABLE jq.jobs (
+    id               bigint PRIMARY KEY DEFAULT nextval('jq.jobs_id_seq'),
+    priority         integer NOT NULL DEFAULT 0,
+    max_attempts     integer NOT NULL,
+    run_at           timestamptz NOT NULL,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    lease_expiries   integer NOT NULL DEFAULT 0,
+    cancel_requested boolean NOT NULL DEFAULT false,
+    base_priority    integer,
+    next_age_at      timestamptz,
+    queue            text NOT NULL,
+    kind             text NOT NULL,
+    idempotency_key  text,
+    concurrency_key  text,
+    payload          jsonb NOT NULL,
+    attempt          integer NOT NULL DEFAULT 0,
+    claims           bigint NOT NULL DEFAULT 0,
+    started_at       timestamptz,
+    lease_expires_at timestamptz,
+    lease            interval,
+    lease_token      uuid,
+    worker           text,
+    state            jq.job_state NOT NULL,
+    finished_at      timestamptz,
+    last_error       text,
+    result           jsonb
+) WITH (
+    fillfactor = 70,
+    autovacuum_vacuum_scale_factor = 0.02,
+    autovacuum_vacuum_threshold = 1000,
+    autovacuum_vacuum_insert_scale_factor = 0.05,
+    autovacuum_analyze_scale_factor = 0.05,
+    autovacuum_vacuum_cost_delay = 2
+);
+
+INSERT INTO jq.jobs (id, priority, max_attempts, run_at, created_at, lease_expiries, cancel_requested, base_priority, next_age_at, queue, kind, idempotency_key, concurrency_key, payload, attempt, claims, started_at, lease_expires_at, lease, lease_token, worker, state, finished_at, last_error, result)
+SELECT id, priority, max_attempts, run_at, created_at, lease_expiries, cancel_requested, base_priority, next_age_at, queue, kind, idempotency_key, concurrency_key, payload, attempt, claims, started_at, lease_expires_at, lease, lease_token, worker, state, finished_at, last_error, result
+FROM jq.jobs_0_1_0;
+-- Out of the extension first: that also takes the old table out of pg_extension.extconfig (the
+-- list pg_dump reads), which DROP TABLE alone would leave pointing at a dropped table.
+ALTER EXTENSION jq DROP TABLE jq.jobs_0_1_0;
+DROP TABLE jq.jobs_0_1_0;
+
+ALTER SEQUENCE jq.jobs_id_seq OWNED BY jq.jobs.id;
+
+COMMENT ON TABLE jq.jobs IS
+'One row per job. Change it only through jq functions: every transition is fenced on the state '
+'(and lease token) it read. claims counts executions started (the seq of the current one); '
+'attempt counts executions charged (lease expiries and releases are refunded); lease is the '
+'length of the current lease, reused by jq.heartbeat when no extension is given. '
+'concurrency_key: jobs sharing it in one queue run at most key_concurrency at a time, in '
+'(run_at, id) order (docs/flow-control.md). base_priority / next_age_at: set only in queues with '
+'priority_aging: the priority given at enqueue, and when the aging pass next raises priority.';
+
+CREATE INDEX jobs_claim_idx ON jq.jobs (pg_catalog.hashtextextended(queue, 0), priority DESC NULLS FIRST, run_at, id)
+    INCLUDE (queue) WHERE state = 'ready';
+
+CREATE STATISTICS jq.jobs_queue_hash_stats ON (pg_catalog.hashtextextended(queue, 0)) FROM jq.jobs;
+
+CREATE INDEX jobs_scheduled_idx ON jq.jobs (run_at, id) WHERE state = 'scheduled';
+
+CREATE INDEX jobs_running_idx ON jq.jobs (lease_expires_at) WHERE state = 'running';
+
+CREATE UNIQUE INDEX jobs_idempotency_idx ON jq.jobs (queue, idempotency_key)
+    WHERE idempotency_key IS NOT NULL AND state IN ('scheduled', 'blocked', 'ready', 'running');
+
+CREATE INDEX jobs_blocked_idx ON jq.jobs (queue, concurrency_key, run_at, id)
+    WHERE state = 'blocked';
+
+CREATE INDEX jobs_aging_idx ON jq.jobs (next_age_at)
+    WHERE state = 'ready' AND next_age_at IS NOT NULL;
+
+CREATE INDEX jobs_finished_idx ON jq.jobs (queue, finished_at, id)
+    WHERE state IN ('completed', 'cancelled');
+
+CREATE INDEX jobs_dead_idx ON jq.jobs (queue, finished_at, id)
+    WHERE state = 'dead';
+
+SELECT pg_catalog.pg_extension_config_dump('jq.jobs', '');
+
+ANALYZE jq.jobs;
+
+COMMENT ON TABLE jq.execution_log IS
+'Append-only history of the executions that did not complete their job: one row per claim that '
+'ended as failed, lease_expired, released, snoozed or cancelled, kept for the queue''s '
+'history_retention (a completed execution is its job row). Written only by jq functions; read '
+'jq.executions, which adds the completed executions.';
