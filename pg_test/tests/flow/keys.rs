@@ -139,7 +139,7 @@ fn a_dead_head_blocks_no_other_key_and_priority_does_not_reorder_a_key() {
 
 /// Thousands of blocked keys cost the claim nothing: 3,000 keys each with a running head and
 /// 5 blocked jobs behind it, and 20 plain ready jobs. EXPLAIN ANALYZE of the claim's selection
-/// (as jq.claim runs it, copied and checked in pg_test/tests/plans.rs) reads only the ready
+/// (as jq.claim runs it, copied and checked in pg_test/tests/plans/statements.rs) reads only the ready
 /// jobs it returns from jobs_claim_idx; the fill's selection reads one key's blocked jobs from
 /// jobs_blocked_idx. The blocked jobs are in no index the claim walks, by construction (state
 /// 'blocked'), so there is no broken variant that keeps the function and loses this; the

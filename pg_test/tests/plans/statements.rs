@@ -35,7 +35,7 @@ impl HotPath {
             .get(0);
         assert!(norm(&body).contains(&norm(self.source)),
                 "{}: {} no longer contains the statement this test explains; update the copy in \
-                 pg_test/tests/plans.rs.\n  copy: {}\n  body: {}",
+                 pg_test/tests/plans/.\n  copy: {}\n  body: {}",
                 self.label, self.function, norm(self.source), norm(&body));
     }
 }

@@ -143,7 +143,7 @@ fn promotion_and_reaping_passes_read_each_entry_about_once() {
          SELECT count(*) FROM jq.claim('leased', 'w', 1000, lease => '1 second');
          SELECT count(*) FROM jq.claim('leased', 'w', 1000, lease => '1 second');
          -- As autovacuum would: never analyzed, the planner sorted a bitmap scan of every due row
-         -- in each pass (an index-order scan is checked by pg_test/tests/plans.rs).
+         -- in each pass (an index-order scan is checked by pg_test/tests/plans/maintenance.rs).
          ANALYZE jq.jobs;",
     )
     .unwrap();

@@ -99,7 +99,7 @@ fn every_function_and_relation_grants_exactly_what_sql_security_says() {
         let (sig, name, secdef, config, public): (String, String, bool, String, bool) =
             (f.get(0), f.get(1), f.get(2), f.get(3), f.get(4));
         let Some(expected) = expected_execute(&name) else {
-            problems.push(format!("{sig}: not classified in expected_execute (tests/security.rs)"));
+            problems.push(format!("{sig}: not classified in expected_execute (tests/security/catalog.rs)"));
             continue;
         };
         if public {

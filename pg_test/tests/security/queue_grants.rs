@@ -144,7 +144,7 @@ fn every_queue_function_checks_the_callers_grant_on_that_queue() {
     for f in &functions {
         for queue in ["qa", "qb"] {
             let Some((sql, privilege)) = queue_call(f, queue, &ids) else {
-                problems.push(format!("{f}: no call in queue_call (tests/security.rs)"));
+                problems.push(format!("{f}: no call in queue_call (tests/security/queue_grants.rs)"));
                 break;
             };
             for short in &shorts {
