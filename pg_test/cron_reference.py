@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reference fire times for pg_test/tests/cron.rs (cron_next_agrees_with_croniter).
+"""Reference fire times for pg_test/tests/cron/calendar.rs (cron_next_agrees_with_croniter).
 
 Reads one JSON object per line, {"cron": "...", "tz": "Area/City", "after": <epoch seconds>},
 and prints per line the first fire time strictly after `after` according to croniter (pinned in

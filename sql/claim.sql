@@ -10,7 +10,7 @@
 -- OPERATOR(pg_catalog.=). The internal SQL functions inlined into them are qualified too; the
 -- plpgsql and non-inlined ones they call have their own SET search_path. Those run only on the
 -- other paths (batch claims, once per batch; capped, rate-limited and keyed queues; long-polls;
--- argument errors). pg_test/tests/security.rs, hot_functions_ignore_the_callers_search_path.
+-- argument errors). pg_test/tests/security/search_path.rs, hot_functions_ignore_the_callers_search_path.
 --
 -- No DECLARE defaults and few plpgsql expressions on the hot path: plpgsql prepares each
 -- expression again in every transaction, and a worker's claim is usually its transaction's
@@ -32,7 +32,7 @@
 -- claim always looks again. If a job that sorts first became claimable between the two
 -- statements, the look by id claims that one and the locked row waits for this transaction to
 -- end (then the next full claim, within about a second, finds it).
--- pg_test/tests/exactly_once.rs, one_job_claims_find_rows_updated_since_their_snapshot.
+-- pg_test/tests/exactly_once/one_job.rs, one_job_claims_find_rows_updated_since_their_snapshot.
 -- The queue row gates it (unpaused, and uncapped unless we hold the cap lock) and gives the
 -- default lease, so the common case costs one statement. Written as ctid (or id) = ANY
 -- (ARRAY(...)), not as a join against a CTE, whose cached generic plan was a hash join over the
@@ -47,7 +47,7 @@
 -- hinted and the full batch copies (a parameter LIMIT and an outer SELECT for the ORDER BY).
 -- Their SET and RETURNING lists must stay the same: pg_test/tests/catalog.rs,
 -- the_four_claim_statements_set_and_return_the_same_columns.
--- pg_test/tests/plans.rs checks the selections in both plan modes.
+-- pg_test/tests/plans/claim.rs checks the selections in both plan modes.
 
 CREATE FUNCTION jq.max_claim_batch() RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 1000 $$;
@@ -55,7 +55,7 @@ COMMENT ON FUNCTION jq.max_claim_batch() IS 'Largest n accepted by jq.claim: 1,0
 
 -- The per-row effects of a claim, named. Each claimed row must, in the statement that claims
 -- it, (1) ask for the queue's waiters to be woken if this claim rolls back (it hands its jobs
--- back: pg_test/tests/bgworker.rs, a_claim_rolled_back_to_a_savepoint_wakes_a_waiter) and
+-- back: pg_test/tests/bgworker/long_poll.rs, a_claim_rolled_back_to_a_savepoint_wakes_a_waiter) and
 -- (2) move the claim-start hint past it (src/claim_hint.rs; pg_test/tests/claim_hint.rs).
 -- They run once per row actually claimed: in the one-job copies' RETURNING, in the batch
 -- copies' outer SELECT over the claimed rows, never in the UPDATE's WHERE, where the planner
@@ -302,14 +302,14 @@ COMMENT ON FUNCTION jq.claim(text, text, integer, interval, interval, bigint) IS
 -- One call per batch (two when a hinted batch takes the rest from a full claim) pays the
 -- settings' save and restore here, not every one-job claim: those stay in jq.claim, whose
 -- constant LIMIT 1 makes both plans cost the same few units whatever the table's size. Its
--- generic plans are the same index walks (pg_test/tests/plans.rs checks the full claim's
+-- generic plans are the same index walks (pg_test/tests/plans/ checks the full claim's
 -- selection in both plan modes and, in batch_claims_reuse_one_generic_plan, the batch claims'
 -- cached generic plan).
 --
 -- JIT off, as for every function with settings of its own: a generic plan costs a LIMIT
 -- parameter at 10% of the queue, so on a deep enough queue (millions of ready jobs) the batch
 -- claim's generic plan cost passed jit_above_cost and PostgreSQL JIT-compiled it on every call,
--- which cost far more than the short index walk itself. pg_test/tests/plans.rs,
+-- which cost far more than the short index walk itself. pg_test/tests/plans/generic_plans.rs,
 -- functions_with_settings_never_jit.
 CREATE FUNCTION jq._claim_batch(queue text, worker text, n integer, lease interval, hinted boolean,
                                 below bigint, locked boolean)
@@ -430,11 +430,11 @@ COMMENT ON FUNCTION jq._claim_bad_arguments(integer, text, interval) IS
 
 -- A capped queue: serialise its claims on the queue row, since counting and claiming must not
 -- interleave with another claimer's, or ten claimers each see room for the cap
--- (pg_test/tests/exactly_once.rs, the cap tests; negative control cap_no_queue_lock). The count
+-- (pg_test/tests/exactly_once/cap.rs, the cap tests; negative control cap_no_queue_lock). The count
 -- is a separate statement so that its snapshot is taken after the lock; an older snapshot
 -- (REPEATABLE READ, SERIALIZABLE) would let the cap be exceeded, so those are refused. A
 -- rate-limited queue's token bucket is read and written under the same lock, so claims across
--- all workers share it (docs/flow-control.md; pg_test/tests/flow.rs).
+-- all workers share it (docs/flow-control.md; pg_test/tests/flow/rate_limits.rs).
 CREATE FUNCTION jq._claim_wait_start(queue text, wait interval) RETURNS timestamptz
 LANGUAGE plpgsql
 SET search_path = pg_catalog, jq, pg_temp
@@ -548,7 +548,7 @@ COMMENT ON FUNCTION jq._claim_gate(text, integer, boolean, integer, integer) IS
 -- reaper, for up to wait. A row lock needs a transaction id, so with none there is nothing to
 -- hold; with one (also: the caller's transaction wrote or locked rows before the call) the claim
 -- returns what it found, nothing, instead of sleeping, and the caller's next call, in a new
--- transaction, waits. pg_test/tests/robustness.rs, a_long_poll_never_sleeps_holding_row_locks.
+-- transaction, waits. pg_test/tests/robustness/lock_order.rs, a_long_poll_never_sleeps_holding_row_locks.
 CREATE FUNCTION jq._claim_sleep(deadline timestamptz, token_at timestamptz) RETURNS boolean
 LANGUAGE plpgsql
 SET search_path = pg_catalog, jq, pg_temp
@@ -672,7 +672,7 @@ BEGIN
     -- held the row returned empty with jobs and free slots there; locking it up front made the
     -- earlier queues wait for it). With jobs already claimed it is taken only if free: waiting
     -- would shorten their leases, and a queue capped since may hold a row taken out of order.
-    -- pg_test/tests/robustness.rs, a_multi_queue_claim_waits_for_a_busy_capped_queue_row.
+    -- pg_test/tests/robustness/lock_order.rs, a_multi_queue_claim_waits_for_a_busy_capped_queue_row.
     SELECT count(*), min(t.name) INTO v_ncapped, v_one_capped FROM jq.queues t
     WHERE t.name = ANY (claim.queues) AND (t.max_concurrency IS NOT NULL OR t.rate_limit IS NOT NULL);
     IF v_ncapped > 1 THEN
@@ -703,7 +703,7 @@ BEGIN
     -- Nothing claimable now (or the jobs the look saw are locked by an unfinished claim, which
     -- wakes us if it rolls back): sleep until a wakeup, the deadline or the next rate token of
     -- a listed rate-limited queue that has ready jobs and room (a token arriving is no commit,
-    -- so nothing wakes us for it; as jq.claim(text, ...); pg_test/tests/flow.rs,
+    -- so nothing wakes us for it; as jq.claim(text, ...); pg_test/tests/flow/rate_limits.rs,
     -- a_multi_queue_long_poll_wakes_for_the_next_rate_token), then look again. A token that
     -- fell due since the look: _wait returns at once and the next look claims (it sees what
     -- this query saw, plus the token), so no spin. Only the deadline ends the wait. Not

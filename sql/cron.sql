@@ -7,7 +7,7 @@
 -- fire-log row, the job (through jq.enqueue) and the schedule's new next_run_at in one
 -- subtransaction, so they commit together or not at all, and a second pass for
 -- the same fire time, from another session, a restarted worker, a promoted replica or after a
--- clock step, finds the row and enqueues nothing (pg_test/tests/cron.rs,
+-- clock step, finds the row and enqueues nothing (pg_test/tests/cron/firing.rs,
 -- two_passes_for_the_same_minute_enqueue_one_job_even_after_a_clock_step and
 -- concurrent_passes_at_the_same_instant_enqueue_each_fire_time_once). The log is pruned by its own retention
 -- (jq.cron_log_retention()), never with the jobs.
@@ -89,7 +89,7 @@ COMMENT ON FUNCTION jq._check_schedule_name(text) IS
 -- The target queue must exist; FOR KEY SHARE holds off a concurrent jq.drop_queue until this
 -- transaction ends (drop_queue then sees the schedule and refuses, or deletes it with force).
 -- jq.jobs is locked first, the order of jq.drop_queue: with the queue row alone, a transaction
--- that scheduled and then wrote jobs deadlocked with a drop (pg_test/tests/robustness.rs).
+-- that scheduled and then wrote jobs deadlocked with a drop (pg_test/tests/robustness/drops.rs).
 CREATE FUNCTION jq._lock_schedule_queue(queue text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN

@@ -243,7 +243,7 @@ COMMENT ON FUNCTION jq.enqueue(text, jsonb, text, timestamptz, interval, integer
 -- jq.enqueue_many reads its array through jq._job_specs: a custom plan sees the array's length,
 -- the generic one estimates it, so its INSERT was planned again on every call (even with sizes
 -- that varied). Its generic plan is the same join on jq.queues, so it is forced
--- (pg_test/tests/plans.rs, batch_writes_reuse_one_generic_plan).
+-- (pg_test/tests/plans/generic_plans.rs, batch_writes_reuse_one_generic_plan).
 CREATE FUNCTION jq.enqueue_many(
     queue        text,
     payloads     jsonb,

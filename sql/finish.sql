@@ -9,13 +9,13 @@
 -- form implies the predicate of the partial index jobs_running_idx, and when the statistics say
 -- few jobs run (an ANALYZE while the queue was idle) the planner preferred scanning that whole
 -- index over the primary key, which made jq.complete_many take about a second per call. The
--- cast leaves the primary key as the only index. pg_test/tests/plans.rs,
+-- cast leaves the primary key as the only index. pg_test/tests/plans/finish.rs,
 -- worker_calls_find_the_job_by_primary_key_after_an_idle_analyze.
 --
 -- A cached plan is kept for the life of a connection, and one made while jq.jobs held a few
 -- rows would find a job by id with a sequential scan after it grew. jq's planner hook plans
 -- jq.jobs as at least jq.plan_min_pages pages (src/planner.rs), so no function pins
--- enable_seqscan = off. pg_test/tests/plans.rs, plans_made_on_a_small_table_stay_index_lookups.
+-- enable_seqscan = off. pg_test/tests/plans/growth.rs, plans_made_on_a_small_table_stay_index_lookups.
 
 COMMENT ON FUNCTION jq.backoff_seconds(text, double precision, double precision, integer, text, double precision) IS
 'Retry delay in seconds (float8) for attempt (1-based, the attempt that just failed) under policy '
@@ -42,10 +42,10 @@ COMMENT ON FUNCTION jq._clip_error(text) IS
 'stored as text, never spliced into JSON, so quotes, backslashes and "\u0000" survive verbatim.';
 
 -- The effects of a running job's end that free its slots, named: a capped queue has a free slot
--- at commit (jq._wake_slot wakes a waiting claim then: pg_test/tests/bgworker.rs,
+-- at commit (jq._wake_slot wakes a waiting claim then: pg_test/tests/bgworker/long_poll.rs,
 -- a_waiting_claim_on_a_full_capped_queue_is_woken_when_a_job_completes), and its concurrency
 -- key's slot passes to the key's next blocked job (jq._key_fill, called only for a job with a
--- key: pg_test/tests/flow.rs, a_key_slot_freeing_wakes_a_waiting_claim). A plain SQL expression
+-- key: pg_test/tests/flow/keys.rs, a_key_slot_freeing_wakes_a_waiting_claim). A plain SQL expression
 -- with no settings, so the planner inlines it into the statement that ends the job.
 CREATE FUNCTION jq._note_slot_freed(queue text, concurrency_key text) RETURNS boolean
 LANGUAGE sql AS $$
@@ -62,8 +62,8 @@ COMMENT ON FUNCTION jq._note_slot_freed(text, text) IS
 -- queue's waiting claims are woken at commit and the claim-start hint moves back to it
 -- (jq._wake_ready), else (scheduled, dead, cancelled) a capped queue has a free slot at commit
 -- (jq._wake_slot). Called in the statement that records the execution, once per job that went
--- back, so that nothing is woken for a job that did not. Exercised by pg_test/tests/flow.rs,
--- snooze_refunds_the_attempt_records_the_execution_and_is_fenced, and pg_test/tests/leases.rs.
+-- back, so that nothing is woken for a job that did not. Exercised by pg_test/tests/flow/rate_limits.rs,
+-- snooze_refunds_the_attempt_records_the_execution_and_is_fenced, and pg_test/tests/leases/.
 CREATE FUNCTION jq._note_back(queue text, state jq.job_state, priority integer, run_at timestamptz)
 RETURNS boolean
 LANGUAGE sql AS $$
@@ -127,14 +127,14 @@ COMMENT ON FUNCTION jq._keys_passed_on(integer) IS
 -- generic one estimates it, so whenever the batches a caller sends have the same few elements
 -- (one job a call, say) every custom plan looks cheaper and the big statement was planned again
 -- on every call, several times its execution for a one-job UPDATE. Its generic plans are the
--- same joins on the primary key and on jq.queues, so they are forced (pg_test/tests/plans.rs,
+-- same joins on the primary key and on jq.queues, so they are forced (pg_test/tests/plans/generic_plans.rs,
 -- batch_writes_reuse_one_generic_plan).
 -- It finds its jobs by j.id = ANY (ids) and joins them to its input arrays. The generic plan
 -- estimates one job found, so the planner joined them with a nested loop that ran the input's
 -- unnest again for every job: n^2 rows per call, a drain measurably slower at batch 100
 -- (bench/experiments/ab_variant.sh). Nested loops are off for it: a hash join, each side read once
--- (pg_test/tests/plans.rs, complete_many_reads_its_input_once). JIT off, as every function
--- with settings (pg_test/tests/plans.rs, functions_with_settings_never_jit).
+-- (pg_test/tests/plans/finish.rs, complete_many_reads_its_input_once). JIT off, as every function
+-- with settings (pg_test/tests/plans/generic_plans.rs, functions_with_settings_never_jit).
 CREATE FUNCTION jq.complete_many(ids bigint[], lease_tokens uuid[], results jsonb[] DEFAULT NULL)
 RETURNS SETOF bigint
 LANGUAGE plpgsql
@@ -177,7 +177,7 @@ BEGIN
     )
     -- As in jq.complete, the job rows record the executions. The statement must read keyed,
     -- or PostgreSQL never runs it (a SELECT in WITH runs only as far as it is read), and the
-    -- keys' slots would not pass on (pg_test/tests/flow.rs,
+    -- keys' slots would not pass on (pg_test/tests/flow/keys.rs,
     -- per_key_jobs_never_overlap_and_start_in_enqueue_order_under_ten_claimers, which completes
     -- in batches): jq._keys_passed_on names that read. keyed (one row) as a sub-select, not
     -- joined: with nested loops off a join of it would be a disabled nested loop, whose cost

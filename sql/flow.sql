@@ -9,7 +9,7 @@
 -- the key has free slots: after an enqueue or promotion puts a job in 'blocked', and after a
 -- job that held a slot ends. A job holds a slot of its key while it is ready, running, or
 -- scheduled again after a claim (retry backoff, snooze): a key's head that is retrying keeps
--- the key's order; a dead, cancelled or completed head frees it (pg_test/tests/flow.rs,
+-- the key's order; a dead, cancelled or completed head frees it (pg_test/tests/flow/keys.rs,
 -- a_dead_head_blocks_no_other_key_and_priority_does_not_reorder_a_key).
 
 CREATE FUNCTION jq._key_fill(queue text, concurrency_key text, freed integer DEFAULT 0)
@@ -59,7 +59,7 @@ BEGIN
                 FOR UPDATE))
               -- ::text: the plain form implies jobs_blocked_idx's predicate, whose columns end
               -- in id, and a plan made while few jobs were blocked walked that whole index
-              -- instead of the primary key (sql/finish.sql's head; tests/plans.rs)
+              -- instead of the primary key (sql/finish.sql's head; tests/plans/growth.rs)
               AND j.state::text = 'blocked'
             RETURNING j.queue, j.priority, j.run_at
         )

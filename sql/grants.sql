@@ -11,12 +11,12 @@
 --     owner, so the caller's role travels in the default of the last parameter, caller_ticket.
 --   Calls that act on a claimed job (complete, fail, heartbeat, release, snooze) are authorised
 --   by its lease token: an unguessable capability that only an authorised claim hands out.
--- pg_test/tests/security.rs enumerates every function of the schema from the catalog and checks
+-- pg_test/tests/security/catalog.rs enumerates every function of the schema from the catalog and checks
 -- every role against this file.
 --
 -- JIT is off for every jq function that carries settings of its own (SET jit = off in its
 -- CREATE FUNCTION): jq's statements are short index walks that JIT cannot speed up, and a
--- generic plan's cost on a deep queue can pass jit_above_cost. pg_test/tests/plans.rs,
+-- generic plan's cost on a deep queue can pass jit_above_cost. pg_test/tests/plans/generic_plans.rs,
 -- functions_with_settings_never_jit, fails for a function with settings but without it.
 
 -- jq.queue_grants (sql/schema.sql) is dumped by pg_dump with the other configuration tables.
@@ -273,7 +273,7 @@ COMMENT ON FUNCTION jq.revoke(text, regrole, text) IS
 -- runs as the owner (SECURITY DEFINER), with a search_path no caller can shadow (SET
 -- search_path = pg_catalog, jq, pg_temp), both written in its CREATE FUNCTION; the two hot
 -- calls, jq.claim and jq.complete, have no SET clause and qualify every name instead (see
--- sql/claim.sql's head). pg_test/tests/security.rs checks both: every function against every
+-- sql/claim.sql's head). pg_test/tests/security/ checks both: every function against every
 -- role, and hot_functions_ignore_the_callers_search_path. EXECUTE is granted below.
 
 REVOKE ALL ON SCHEMA jq FROM PUBLIC;

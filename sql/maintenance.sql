@@ -1,7 +1,7 @@
 -- Maintenance duties, each a function of `now` so that tests pass fixed instants and the
 -- background worker passes now(). The rows of a batch are picked by an uncorrelated
 -- ARRAY(SELECT ... LIMIT batch FOR UPDATE SKIP LOCKED) and written by id: a join against a CTE
--- let the planner hash-join the whole backlog for every batch (pg_test/tests/plans.rs). Each locks its rows with FOR UPDATE SKIP LOCKED in bounded
+-- let the planner hash-join the whole backlog for every batch (pg_test/tests/plans/maintenance.rs). Each locks its rows with FOR UPDATE SKIP LOCKED in bounded
 -- batches and writes only rows still in the state it read, so passes from several sessions at
 -- once partition the work instead of repeating it, and a late pass changes nothing.
 --
@@ -11,7 +11,7 @@
 -- connection) found the batch's rows through that index with the ids as a filter, walking every
 -- due row for every batch. The cast leaves the primary key as the only index for it, and jq's
 -- planner hook keeps a plan made on a small jq.jobs an index plan (src/planner.rs). Test:
--- pg_test/tests/plans.rs,
+-- pg_test/tests/plans/growth.rs,
 -- maintenance_plans_made_on_a_small_table_stay_index_lookups.
 
 CREATE FUNCTION jq._promote(now timestamptz, batch integer DEFAULT 5000, budget integer DEFAULT NULL)
@@ -202,7 +202,7 @@ COMMENT ON FUNCTION jq._reap(timestamptz, integer, integer) IS
 -- then reads again. Sorts and bitmap scans are off for it: its two selections have the index
 -- order, so no chosen plan is a disabled one (whose cost would also make PostgreSQL JIT-compile
 -- it; JIT is off too, as for every function with settings), and it calls no other function.
--- pg_test/tests/plans.rs, maintenance_and_idempotency_selections_use_their_partial_indexes.
+-- pg_test/tests/plans/maintenance.rs, maintenance_and_idempotency_selections_use_their_partial_indexes.
 CREATE FUNCTION jq._prune_jobs(queue text, finished_before timestamptz, dead_before timestamptz,
                                batch integer, budget integer) RETURNS integer
 LANGUAGE plpgsql
@@ -225,7 +225,7 @@ BEGIN
     -- transaction cannot mark them dead, so a pass from the start of the range walked them
     -- all again, a heap visit each: n passes cost n(n-1)/2 batches of visits, and under a
     -- steady load the prune duty fell behind (jq.jobs grew without bound; pg_test/tests/
-    -- robustness.rs, negative control prune_from_start).
+    -- robustness/maintenance.rs, negative control prune_from_start).
     v_at := '-infinity';
     v_id := 0;
     LOOP
@@ -387,7 +387,7 @@ BEGIN
         -- In passes of 5,000, each from where the last one ended: one per queue, then the rest of
         -- 100,000 shared among the queues with more (jq._prune). One pass per tick would cap
         -- what a queue can finish per second, with a finite retention, at 5,000 jobs per tick:
-        -- above that its finished jobs pile up without bound (pg_test/tests/robustness.rs,
+        -- above that its finished jobs pile up without bound (pg_test/tests/robustness/maintenance.rs,
         -- negative control prune_one_batch).
         v_total := jq._prune(_maintain.now, 5000, 100000);
     ELSE

@@ -51,7 +51,7 @@ COMMENT ON FUNCTION jq.cancel(bigint, bigint) IS
 -- A retried job without a concurrency key is ready: the queue's waiting claims are woken at
 -- commit. One with a key goes through its key (jq._key_fill, which wakes them for the jobs it
 -- makes ready). In the UPDATE's WHERE, after the state test, so it runs for the job retried.
--- Exercised by pg_test/tests/retries.rs and flow.rs, key_concurrency_slots_follow_cancel_retry_and_alter.
+-- Exercised by pg_test/tests/retries.rs and flow/keys.rs, key_concurrency_slots_follow_cancel_retry_and_alter.
 CREATE FUNCTION jq._note_retried(queue text, concurrency_key text) RETURNS boolean
 LANGUAGE sql AS $$
     SELECT CASE WHEN concurrency_key IS NULL THEN jq._wake(queue) ELSE true END

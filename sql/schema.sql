@@ -2,7 +2,7 @@
 --
 -- Every index below is coupled to one query. A partial index is used only when the query's
 -- predicate implies the index predicate, and a descending column only when its NULLS placement
--- matches the ORDER BY; nothing warns when they drift apart, so pg_test/tests/plans.rs checks
+-- matches the ORDER BY; nothing warns when they drift apart, so pg_test/tests/plans/ checks
 -- each hot path with EXPLAIN. Change a predicate here and there together.
 
 COMMENT ON SCHEMA jq IS
@@ -102,7 +102,7 @@ CREATE TABLE jq.jobs (
     -- table's CHECK constraints from their stored text and compiles them again in every INSERT
     -- and UPDATE statement, and every claim and completion updates this table: a measurable
     -- share of a backend's CPU per claimed and completed job (perf; docs/BENCHMARKS.md). jq.jobs
-    -- keeps no CHECK constraints (pg_test/tests/plans.rs, hot_tables_have_no_check_constraints).
+    -- keeps no CHECK constraints (pg_test/tests/plans/tables.rs, hot_tables_have_no_check_constraints).
     max_attempts     integer NOT NULL,
     run_at           timestamptz NOT NULL,
     created_at       timestamptz NOT NULL DEFAULT now(),
@@ -158,9 +158,9 @@ COMMENT ON TABLE jq.jobs IS
 -- queue's jobs go with it, so the jobs with a queue's hash are exactly that queue's. Queries
 -- compare the hash alone: with the name compared too, the planner multiplied the two
 -- selectivities, estimated a deep queue at a few rows, and chose a sorted bitmap scan of the
--- whole queue for its custom plans (pg_test/tests/plans.rs).
+-- whole queue for its custom plans (pg_test/tests/plans/).
 -- NULLS FIRST is what a plain DESC means; pinned so that nobody "fixes" it into NULLS LAST,
--- which silently turns the claim into a sort of the whole queue (pg_test/tests/plans.rs,
+-- which silently turns the claim into a sort of the whole queue (pg_test/tests/plans/claim.rs,
 -- claim_index_keeps_nulls_first_and_nulls_last_loses_the_ordered_claim).
 -- INCLUDE (queue), after the fixed-width key, keeps jq.queue_stats' count of claimable jobs an
 -- index-only scan.
@@ -168,7 +168,7 @@ CREATE INDEX jobs_claim_idx ON jq.jobs (pg_catalog.hashtextextended(queue, 0), p
     INCLUDE (queue) WHERE state = 'ready';
 -- The planner ignores the statistics of a partial index's expressions (they describe only the
 -- index's rows), so without these it estimated every queue at 0.5% of the table and planned a
--- deep queue's batch claim as a sorted bitmap scan of all of it (pg_test/tests/plans.rs).
+-- deep queue's batch claim as a sorted bitmap scan of all of it (pg_test/tests/plans/).
 -- ANALYZE keeps them for the whole table, as it does for the column.
 CREATE STATISTICS jq.jobs_queue_hash_stats ON (pg_catalog.hashtextextended(queue, 0)) FROM jq.jobs;
 -- Promotion: WHERE state = 'scheduled' AND (run_at, id) > $last AND run_at <= $now ORDER BY
@@ -177,7 +177,7 @@ CREATE INDEX jobs_scheduled_idx ON jq.jobs (run_at, id) WHERE state = 'scheduled
 -- Reaping: WHERE state = 'running' AND lease_expires_at >= $last AND lease_expires_at < $now
 -- ORDER BY lease_expires_at (jq._reap). Without id: a wider key tipped the running count of a
 -- capped queue's claim (queue = $1 AND state = 'running', filtered from this index) into a
--- sequential scan (pg_test/tests/plans.rs).
+-- sequential scan (pg_test/tests/plans/claim.rs).
 CREATE INDEX jobs_running_idx ON jq.jobs (lease_expires_at) WHERE state = 'running';
 -- Idempotency: one unfinished job per (queue, key); enqueue uses INSERT ... ON CONFLICT with
 -- exactly this predicate as its arbiter.
@@ -212,7 +212,7 @@ CREATE INDEX jobs_dead_idx ON jq.jobs (queue, finished_at, id)
 -- (docs/BENCHMARKS.md). jq.executions, the view below, reads both as one history.
 --
 -- The log's primary key makes (job_id, seq) unique: seq comes from jobs.claims and is never
--- reused, even when the attempt is refunded (pg_test/tests/flow.rs,
+-- reused, even when the attempt is refunded (pg_test/tests/flow/rate_limits.rs,
 -- snooze_refunds_the_attempt_records_the_execution_and_is_fenced). The BRIN index serves pruning at
 -- almost no insert cost because rows arrive in finished_at order (autosummarize keeps new
 -- ranges from being read on every pass).

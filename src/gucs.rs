@@ -29,7 +29,7 @@ pub static NOTIFY: GucSetting<bool> = GucSetting::<bool>::new(true);
 /// make its jobs claimable. Off, no waiting claim is woken for those jobs: they are found by the
 /// next look (a wakeup for another job, a waiting claim's last look at its deadline, or the next
 /// claim); nothing is lost (`a_session_with_wakeups_off_wakes_nobody_and_loses_nothing` in
-/// pg_test/tests/bgworker.rs). For measuring what the wakeup path costs and for producers that
+/// pg_test/tests/bgworker/long_poll.rs). For measuring what the wakeup path costs and for producers that
 /// want no wakeup work at all.
 pub static WAKEUPS: GucSetting<bool> = GucSetting::<bool>::new(true);
 

@@ -6,7 +6,7 @@
 //! connection for days. A plan made on a table of a page or two finds a job by id with a
 //! sequential scan, which costs less there than an index lookup; after a burst of jobs every
 //! call of that connection then scans the whole table until autovacuum analyzes it
-//! (docs/BENCHMARKS.md; pg_test/tests/plans.rs checks the plans). Pinning
+//! (docs/BENCHMARKS.md; pg_test/tests/plans/growth.rs checks the plans). Pinning
 //! `SET enable_seqscan = off` on the functions that act on jobs is no answer: a function with
 //! any `SET` clause makes every call save and restore the settings (PostgreSQL 15 walks all of
 //! them when it returns), a cost the hot path measurably pays (docs/BENCHMARKS.md).

@@ -13,7 +13,7 @@
 //! A waiting claim registers *before* it looks for jobs and resets its latch before each look,
 //! so a commit either is visible to the look or sets the latch after it: no lost wakeup
 //! (`a_waiting_claim_returns_right_after_the_enqueue_commits_and_not_before` in
-//! pg_test/tests/bgworker.rs). Wakeups are hints: a woken claim re-runs the claim, and polling
+//! pg_test/tests/bgworker/long_poll.rs). Wakeups are hints: a woken claim re-runs the claim, and polling
 //! (`wait` running out) remains the correctness path. Without `shared_preload_libraries = 'jq'`
 //! waiting falls back to sleeping `jq.poll_interval` between looks.
 
@@ -209,7 +209,7 @@ struct Budget {
 /// as jobs became claimable (`ready`), plus as many waiting on it as a capped queue as running
 /// jobs ended (`slot`). Waking every waiter of a queue for each job would make N waiters run N
 /// claims per job, a thundering herd (`one_job_wakes_one_of_many_waiters` in
-/// pg_test/tests/bgworker.rs). A waiter that was woken but leaves without claiming passes the
+/// pg_test/tests/bgworker/long_poll.rs). A waiter that was woken but leaves without claiming passes the
 /// wakeup on ([`stop_waiting`]).
 fn set_latches(mut budget: Vec<Budget>) {
     let Some(sh) = AREA.get() else { return };

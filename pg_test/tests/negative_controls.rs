@@ -4,11 +4,12 @@
 //! of text in one jq function's definition. When the function is rewritten the pattern may no
 //! longer occur, and the control then fails for the wrong reason (the sabotage's own assertion)
 //! instead of showing that its test catches the bug: nine had gone stale that way before this
-//! test existed. So this test reads every test file under `tests/`, finds each
+//! test existed. So this test reads every test file under `tests/` (subdirectories included: a
+//! test target split into modules is a directory `tests/<name>/` with a `main.rs`), finds each
 //! `sabotage(client, function, pattern, replacement, times)` call (with `syn`; the function and
-//! pattern may be string literals or `const` items of that file), and checks against the
-//! installed extension that the pattern occurs exactly `times` times in the function, on every
-//! run, not only when someone runs that control.
+//! pattern may be string literals or `const` items of that file or of another file of the same
+//! test target), and checks against the installed extension that the pattern occurs exactly
+//! `times` times in the function, on every run, not only when someone runs that control.
 //!
 //! Negative control of this test: `JQ_TEST_BREAK=stale_pattern_guard` adds a call with a
 //! pattern that occurs nowhere; the test must then fail naming it (seen failing).
@@ -30,6 +31,7 @@ struct Call {
 
 /// Collects the `sabotage` calls of one file, resolving `const NAME: &str = "..."` items.
 struct Finder<'a> {
+    /// The file's path relative to `tests/`, e.g. `plans/claim.rs`.
     file: String,
     consts: &'a HashMap<String, String>,
     control: Option<String>,
@@ -88,7 +90,7 @@ impl<'ast> Visit<'ast> for Finder<'_> {
                 }),
                 _ => self.problems.push(format!(
                     "{}: a sabotage call (control {:?}) whose function, pattern or count is not a literal \
-                     or a const of the file; this test cannot check it",
+                     or a const of its test target; this test cannot check it",
                     self.file, self.control
                 )),
             }
@@ -97,33 +99,74 @@ impl<'ast> Visit<'ast> for Finder<'_> {
     }
 }
 
+fn tests_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests")
+}
+
+/// Every `.rs` file under `dir`, subdirectories included.
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("read {}: {e}", dir.display())) {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|x| x == "rs") {
+            out.push(path);
+        }
+    }
+}
+
 fn test_files() -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("read pg_test/tests")
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "rs"))
-        .collect();
+    let mut files = Vec::new();
+    rust_files(&tests_dir(), &mut files);
     files.sort();
     files
 }
 
+/// The `const NAME: &str = "..."` items of a file.
+fn consts_of(file: &syn::File) -> HashMap<String, String> {
+    file.items
+        .iter()
+        .filter_map(|item| match item {
+            syn::Item::Const(c) => string_of(&c.expr, &HashMap::new()).map(|v| (c.ident.to_string(), v)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The test target a file belongs to: `plans` for `plans/claim.rs` (the directory `tests/plans/`
+/// is the target `plans`), the file itself for a one-file target such as `wal.rs`.
+fn target_of(file: &str) -> &str {
+    file.split('/').next().unwrap_or(file)
+}
+
 fn find_calls() -> (Vec<Call>, Vec<String>) {
     let (mut calls, mut problems) = (Vec::new(), Vec::new());
-    for path in test_files() {
-        let src = std::fs::read_to_string(&path).expect("read a test file");
-        let file: syn::File = syn::parse_file(&src).unwrap_or_else(|e| panic!("parse {}: {e}", path.display()));
-        let consts: HashMap<String, String> = file
-            .items
+    let dir = tests_dir();
+    let files: Vec<(String, syn::File)> = test_files()
+        .into_iter()
+        .map(|path| {
+            let src = std::fs::read_to_string(&path).expect("read a test file");
+            let file = syn::parse_file(&src).unwrap_or_else(|e| panic!("parse {}: {e}", path.display()));
+            (path.strip_prefix(&dir).unwrap().display().to_string(), file)
+        })
+        .collect();
+    // A call may name a const of another file of its test target (its main.rs, say). A name
+    // that two files of one target define differently resolves only in those files (None).
+    let mut target_consts: HashMap<&str, HashMap<String, Option<String>>> = HashMap::new();
+    for (name, file) in &files {
+        let consts = target_consts.entry(target_of(name)).or_default();
+        for (k, v) in consts_of(file) {
+            consts.entry(k).and_modify(|old| if old.as_ref() != Some(&v) { *old = None }).or_insert(Some(v));
+        }
+    }
+    for (name, file) in &files {
+        let mut consts: HashMap<String, String> = target_consts[target_of(name)]
             .iter()
-            .filter_map(|item| match item {
-                syn::Item::Const(c) => string_of(&c.expr, &HashMap::new()).map(|v| (c.ident.to_string(), v)),
-                _ => None,
-            })
+            .filter_map(|(k, v)| v.clone().map(|v| (k.clone(), v)))
             .collect();
-        let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        let mut finder = Finder { file: name, consts: &consts, control: None, calls: Vec::new(), problems: Vec::new() };
-        finder.visit_file(&file);
+        consts.extend(consts_of(file));
+        let mut finder = Finder { file: name.clone(), consts: &consts, control: None, calls: Vec::new(), problems: Vec::new() };
+        finder.visit_file(file);
         calls.append(&mut finder.calls);
         problems.append(&mut finder.problems);
     }

@@ -2,7 +2,7 @@
 //! `ALTER DATABASE … RENAME` and `CREATE DATABASE … TEMPLATE x`: each refuses to run while
 //! another session is connected to that database, so jq's maintenance worker there is stopped
 //! first and not restarted for [`super::SUSPEND_SECS`] s
-//! (`drop_database_and_template_use_are_not_blocked_by_the_worker` in pg_test/tests/bgworker.rs).
+//! (`drop_database_and_template_use_are_not_blocked_by_the_worker` in pg_test/tests/bgworker/launcher.rs).
 
 use super::process::{now_ts, terminate, USECS_PER_SEC};
 use super::slots::{self, SlotState};

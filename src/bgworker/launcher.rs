@@ -4,7 +4,7 @@
 //!
 //! It exits non-zero, so the postmaster restarts it after a second unless the server is
 //! shutting down: terminating it (`pg_terminate_backend`) pauses maintenance for about a second
-//! (`terminated_workers_and_launcher_come_back_within_seconds` in pg_test/tests/bgworker.rs).
+//! (`terminated_workers_and_launcher_come_back_within_seconds` in pg_test/tests/bgworker/launcher.rs).
 
 use super::process::{die_on_sigterm, now_ts, process_alive, reload_config_if_asked, terminate, USECS_PER_SEC};
 use super::slots::{self, Databases, DbSlot, SlotState, SlotStatus, MAX_DATABASES};

@@ -217,7 +217,7 @@ fn run_pass() -> Option<([i64; 5], Option<String>)> {
 /// statistics, which autovacuum reads to decide when jq.jobs needs a vacuum. A background worker
 /// has no idle loop that sends them (PostgresMain's does before it waits for a command), so
 /// without this call they would be sent only when the worker exits
-/// (`the_workers_deletes_reach_the_statistics_autovacuum_reads` in pg_test/tests/bgworker.rs).
+/// (`the_workers_deletes_reach_the_statistics_autovacuum_reads` in pg_test/tests/bgworker/duties.rs).
 /// PostgreSQL sends at most once a second (force = false).
 fn report_stats() {
     // SAFETY: outside any transaction, as PostgresMain calls it.

@@ -2,7 +2,7 @@
 //! `jq.tick()`), are run by another worker, and the lost attempt is refunded.
 //!
 //! No client-side negative control: what is checked here (expiry, refund, rerun elsewhere) is
-//! jq's reaper plus ordinary claims, and the reaper's controls are in pg_test/tests/leases.rs.
+//! jq's reaper plus ordinary claims, and the reaper's controls are in pg_test/tests/leases/.
 //! The test shows the pieces work together through real processes and a real SIGKILL.
 
 mod common;

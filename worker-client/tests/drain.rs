@@ -2,7 +2,7 @@
 //!
 //! No negative control of its own: the client has no step that could run a claimed job
 //! twice without also breaking the lease tests (tests/shutdown.rs `no_heartbeat_on_shutdown`
-//! makes jobs run twice), and claim exclusivity is jq's (pg_test/tests/exactly_once.rs).
+//! makes jobs run twice), and claim exclusivity is jq's (pg_test/tests/exactly_once/).
 //! What this adds is the whole path through real processes at volume: `jqctl enqueue` in
 //! batches, batched claims, one child process per job, batched `jq.complete_many`.
 

@@ -1,0 +1,165 @@
+//! `jq-bench latency`: pickup latency at a fixed arrival rate.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{connect, pct, Res};
+use super::args::Consumers;
+
+type Seen = Vec<(i64, Instant)>;
+
+pub(crate) async fn latency(url: String, queue: String, rate: f64, secs: f64, consumers: Consumers, samples: Option<String>) -> Res<()> {
+    let producers = ((rate / 200.0).ceil() as usize).clamp(1, 16);
+    let warm = Duration::from_secs(1);
+    let start = Instant::now() + Duration::from_millis(300);
+    let end = start + Duration::from_secs_f64(secs);
+    let stop = Arc::new(AtomicBool::new(false));
+    let claimed_n = Arc::new(AtomicUsize::new(0));
+
+    let mut cons: Vec<tokio::task::JoinHandle<Res<Seen>>> = Vec::new();
+    let n_consumers = match consumers {
+        Consumers::Sql(n) => n,
+        Consumers::Client { workers, .. } => workers,
+    };
+    if let Consumers::Client { workers, concurrency } = consumers {
+        let config = worker_client::config_from_env(Some(&url))?;
+        for w in 0..workers {
+            let seen = Arc::new(std::sync::Mutex::new(Seen::new()));
+            let (seen_h, n_h) = (seen.clone(), claimed_n.clone());
+            let worker = worker_client::Worker::builder(config.clone())
+                .queue(queue.clone())
+                .fallback(queue.clone(), move |job: worker_client::Job| {
+                    // the handler's start: the first thing it does
+                    seen_h.lock().unwrap().push((job.id, Instant::now()));
+                    n_h.fetch_add(1, Ordering::Relaxed);
+                    async move { Ok(None) }
+                })
+                .concurrency(concurrency)
+                .worker_name(format!("lat{w}"))
+                .build()?;
+            let stop = stop.clone();
+            cons.push(tokio::spawn(async move {
+                worker
+                    .run_until(async move {
+                        while !stop.load(Ordering::Relaxed) {
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                    })
+                    .await?;
+                let v = std::mem::take(&mut *seen.lock().unwrap());
+                Res::Ok(v)
+            }));
+        }
+    }
+    for c in 0..(if let Consumers::Sql(n) = consumers { n } else { 0 }) {
+        let client = connect(&url).await?;
+        let (queue, stop, claimed_n) = (queue.clone(), stop.clone(), claimed_n.clone());
+        cons.push(tokio::spawn(async move {
+            let claim = client
+                .prepare("SELECT id, lease_token FROM jq.claim($1, $2, 10, NULL, interval '1 second')")
+                .await?;
+            let complete = client.prepare("SELECT count(*) FROM jq.complete_many($1, $2)").await?;
+            let name = format!("lat{c}");
+            let mut seen = Seen::new();
+            while !stop.load(Ordering::Relaxed) {
+                let rows = client.query(&claim, &[&queue, &name]).await?;
+                let t = Instant::now();
+                let mut ids: Vec<i64> = Vec::with_capacity(rows.len());
+                let mut toks: Vec<uuid::Uuid> = Vec::with_capacity(rows.len());
+                for r in &rows {
+                    let id: i64 = r.get(0);
+                    seen.push((id, t));
+                    ids.push(id);
+                    toks.push(r.get(1));
+                }
+                if !ids.is_empty() {
+                    claimed_n.fetch_add(ids.len(), Ordering::Relaxed);
+                    client.query_one(&complete, &[&ids, &toks]).await?;
+                }
+            }
+            Res::Ok(seen)
+        }));
+    }
+
+    let mut prods = Vec::new();
+    let interval = Duration::from_secs_f64(producers as f64 / rate);
+    for p in 0..producers {
+        let client = connect(&url).await?;
+        let queue = queue.clone();
+        prods.push(tokio::spawn(async move {
+            let enq = client.prepare("SELECT jq.enqueue($1, '{\"n\":1}'::jsonb)").await?;
+            let mut sent: Vec<(i64, Instant, bool, Instant)> = Vec::new();
+            let mut due = start + interval.mul_f64(p as f64 / producers as f64);
+            while due < end {
+                tokio::time::sleep_until(due.into()).await;
+                let at = Instant::now();
+                let id: i64 = client.query_one(&enq, &[&queue]).await?.get(0);
+                sent.push((id, Instant::now(), due >= start + warm, at));
+                due += interval;
+            }
+            Res::Ok(sent)
+        }));
+    }
+    let mut sent = Vec::new();
+    for p in prods {
+        sent.extend(p.await??);
+    }
+    // Let the consumers take the last jobs (at most 5 s), then stop them.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while claimed_n.load(Ordering::Relaxed) < sent.len() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut claimed = std::collections::HashMap::new();
+    for c in cons {
+        for (id, t) in c.await?? {
+            if claimed.insert(id, t).is_some() {
+                return Err(format!("job {id} claimed twice").into());
+            }
+        }
+    }
+    let mut lat: Vec<f64> = Vec::new();
+    let mut lat_send: Vec<f64> = Vec::new();
+    let mut lines = String::new();
+    let mut missing = 0usize;
+    let mut measured = 0usize;
+    for (id, committed, counted, sent_at) in &sent {
+        if !counted {
+            continue;
+        }
+        measured += 1;
+        match claimed.get(id) {
+            // A claim can return before the producer has read its answer: that is 0 ms.
+            Some(t) => {
+                let (a, b) = (
+                    t.saturating_duration_since(*committed).as_secs_f64() * 1000.0,
+                    t.saturating_duration_since(*sent_at).as_secs_f64() * 1000.0,
+                );
+                lat.push(a);
+                lat_send.push(b);
+                lines.push_str(&format!("{a:.3},{b:.3}\n"));
+            }
+            None => {
+                missing += 1;
+                lines.push_str("missing\n");
+            }
+        }
+    }
+    if let Some(path) = samples {
+        std::fs::write(path, lines)?;
+    }
+    lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    lat_send.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let achieved = measured as f64 / (secs - warm.as_secs_f64());
+    println!(
+        "{{\"rate\":{rate},\"achieved\":{achieved:.1},\"producers\":{producers},\"consumers\":{n_consumers},\"handler_start\":{},\"n\":{measured},\"missing\":{missing},\"p50_ms\":{:.3},\"p95_ms\":{:.3},\"p99_ms\":{:.3},\"max_ms\":{:.3},\"p99_from_send_ms\":{:.3}}}",
+        matches!(consumers, Consumers::Client { .. }),
+        pct(&lat, 50.0),
+        pct(&lat, 95.0),
+        pct(&lat, 99.0),
+        lat.last().copied().unwrap_or(f64::NAN),
+        pct(&lat_send, 99.0)
+    );
+    Ok(())
+}

@@ -1,0 +1,242 @@
+//! The long-poll: a waiting claim is woken by the commit that makes a job claimable, and only then.
+
+use jq_pg_test::*;
+use std::time::{Duration, Instant};
+use postgres::fallible_iterator::FallibleIterator;
+
+use super::waiting_claim;
+
+#[test]
+fn a_waiting_claim_returns_right_after_the_enqueue_commits_and_not_before() {
+    // A database no maintenance worker serves ("bgw_" is the served prefix): its once-a-second
+    // pass would also wake the claim, so the negative control JQ_TEST_BREAK=no_wake (enqueue
+    // wakes nobody) failed only when the pass came more than 500 ms after the commit (seen
+    // once: "woken 546ms after the commit"). Here only the enqueue's own wakeup can end the
+    // wait early.
+    let db = TestDb::new("longpoll");
+    let mut c = db.connect();
+    if broken("no_wake") {
+        sabotage(&mut c, "jq.enqueue(text,jsonb,text,timestamptz,interval,integer,integer,text,text,bigint)",
+                 "jq._wake_ready(t.name, coalesce(enqueue.priority, 0), v_run_at)", "true", 2);
+    }
+    c.batch_execute("SELECT jq.create_queue('q')").unwrap();
+    let waiter = waiting_claim(&db, "SELECT id FROM jq.claim('q', 'w', wait => '10 s')");
+    std::thread::sleep(Duration::from_millis(500));
+    // The producer's transaction stays open for 1 s after the enqueue: nothing may be claimed
+    // before its commit.
+    let mut p = db.connect();
+    let mut tx = p.transaction().unwrap();
+    tx.execute("SELECT jq.enqueue('q', '{}')", &[]).unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(!waiter.is_finished(), "the claim returned before the enqueue committed");
+    tx.commit().unwrap();
+    let committed = Instant::now();
+    let (returned, n) = waiter.join().unwrap();
+    assert_eq!(n, 1);
+    let lag = returned.saturating_duration_since(committed);
+    eprintln!("long-poll returned {lag:?} after the commit");
+    assert!(lag < Duration::from_millis(500), "woken {lag:?} after the commit");
+}
+
+#[test]
+fn a_rolled_back_enqueue_wakes_nobody_into_a_claim() {
+    let db = TestDb::new("bgw_rollback");
+    let mut c = db.connect();
+    c.batch_execute("SELECT jq.create_queue('q')").unwrap();
+    let name = db.name.clone();
+    let waiter = std::thread::spawn(move || {
+        let mut w = Client::connect(&conninfo(&name), NoTls).unwrap();
+        let t = Instant::now();
+        let rows = w.query("SELECT id FROM jq.claim('q', 'w', wait => '2 s')", &[]).unwrap();
+        (t.elapsed(), rows.len())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let mut p = db.connect();
+    p.batch_execute("BEGIN; SELECT jq.enqueue('q', '{}'); ROLLBACK;").unwrap();
+    let (took, n) = waiter.join().unwrap();
+    assert_eq!(n, 0);
+    assert!(took >= Duration::from_millis(1900), "returned after {took:?}");
+}
+
+/// `jq.wakeups = off` in the producer's session: its transactions note nothing for the wakeup
+/// path, so neither a waiting claim's latch nor the maintenance worker's `NOTIFY jq_ready` hears
+/// of its job (the NOTIFY is the deterministic witness: a latch can also be set by PostgreSQL
+/// itself, and a woken claim looks again). The job is not lost: the next look claims it. The
+/// same enqueue with the setting back on is NOTIFYed (the channel works in this database).
+/// Negative control `JQ_TEST_BREAK=nowake_ignored` (the SET left out, as if the GUC were
+/// ignored): seen failing with "a job enqueued with jq.wakeups = off was announced".
+#[test]
+fn a_session_with_wakeups_off_wakes_nobody_and_loses_nothing() {
+    let db = TestDb::new("bgw_nowake");
+    let mut c = db.connect();
+    c.batch_execute("SELECT jq.create_queue('q')").unwrap();
+    let mut l = db.connect();
+    l.batch_execute("LISTEN jq_ready").unwrap();
+    let mut p = db.connect();
+    if !jq_pg_test::broken("nowake_ignored") {
+        p.batch_execute("SET jq.wakeups = off").unwrap();
+    }
+    p.batch_execute("SELECT jq.enqueue('q', '{}')").unwrap();
+    {
+        let mut n = l.notifications();
+        let mut it = n.timeout_iter(Duration::from_millis(2500));  // two maintenance passes
+        assert!(
+            matches!(it.next(), Ok(None)),
+            "a job enqueued with jq.wakeups = off was announced"
+        );
+    }
+    p.batch_execute("SET jq.wakeups = on; SELECT jq.enqueue('q', '{}')").unwrap();
+    {
+        let mut n = l.notifications();
+        let mut it = n.timeout_iter(Duration::from_secs(4));
+        assert!(matches!(it.next(), Ok(Some(_))), "no NOTIFY with jq.wakeups = on");
+    }
+    assert_eq!(c.query("SELECT id FROM jq.claim('q', 'w', 10)", &[]).unwrap().len(), 2);
+}
+
+#[test]
+fn a_waiting_multi_queue_claim_is_woken_by_any_of_its_queues() {
+    let db = TestDb::new("bgw_multi");
+    let mut c = db.connect();
+    c.batch_execute("SELECT jq.create_queue('a'); SELECT jq.create_queue('b')").unwrap();
+    let name = db.name.clone();
+    let waiter = std::thread::spawn(move || {
+        let mut w = Client::connect(&conninfo(&name), NoTls).unwrap();
+        let rows = w
+            .query("SELECT queue FROM jq.claim(ARRAY['a', 'b'], 'w', wait => '10 s')", &[])
+            .unwrap();
+        (Instant::now(), rows.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>())
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    c.batch_execute("SELECT jq.enqueue('b', '{}')").unwrap();
+    let committed = Instant::now();
+    let (returned, queues) = waiter.join().unwrap();
+    assert_eq!(queues, vec!["b".to_string()]);
+    assert!(returned.saturating_duration_since(committed) < Duration::from_millis(500));
+}
+
+#[test]
+fn a_waiting_claim_on_a_full_capped_queue_is_woken_when_a_job_completes() {
+    let db = TestDb::new("bgw_capped");
+    let mut c = db.connect();
+    c.batch_execute("SELECT jq.create_queue('q', max_concurrency => 1)").unwrap();
+    c.batch_execute("SELECT jq.enqueue('q', '{}'); SELECT jq.enqueue('q', '{}')").unwrap();
+    let first = claim(&mut c, "q", "w1", 1, None).pop().unwrap();
+    let waiter = waiting_claim(&db, "SELECT id FROM jq.claim('q', 'w2', wait => '10 s')");
+    std::thread::sleep(Duration::from_millis(500));
+    // The waiter holds no lock on the queue row while it waits: pausing does not block.
+    c.batch_execute("SET lock_timeout = '1s'; SELECT jq.pause('q'); SELECT jq.resume('q')").unwrap();
+    assert!(complete(&mut c, &first));
+    let done = Instant::now();
+    let (returned, n) = waiter.join().unwrap();
+    assert_eq!(n, 1);
+    assert!(returned.saturating_duration_since(done) < Duration::from_millis(500));
+}
+
+#[test]
+fn waiting_validates_its_arguments() {
+    let db = TestDb::new("bgw_args");
+    let mut c = db.connect();
+    c.batch_execute("SELECT jq.create_queue('q')").unwrap();
+    assert_eq!(sqlstate(c.query("SELECT * FROM jq.claim('q', 'w', wait => '-1 s')", &[])), "22023");
+    assert_eq!(sqlstate(c.query("SELECT * FROM jq.claim('q', 'w', wait => '2 hours')", &[])), "22023");
+    c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ").unwrap();
+    assert_eq!(sqlstate(c.query("SELECT * FROM jq.claim('q', 'w', wait => '1 s')", &[])), "25000");
+    c.batch_execute("ROLLBACK").unwrap();
+    // wait => 0 returns at once; a query cancel interrupts a wait.
+    assert!(c.query("SELECT * FROM jq.claim('q', 'w', wait => '0')", &[]).unwrap().is_empty());
+    c.batch_execute("SET statement_timeout = '300ms'").unwrap();
+    let t = Instant::now();
+    assert_eq!(sqlstate(c.query("SELECT * FROM jq.claim('q', 'w', wait => '10 s')", &[])), "57014");
+    assert!(t.elapsed() < Duration::from_secs(2));
+    // The registration ended with the cancelled transaction; a later enqueue commits normally.
+    c.batch_execute("RESET statement_timeout; SELECT jq.enqueue('q', '{}')").unwrap();
+}
+
+#[test]
+fn a_waiting_claim_on_an_empty_capped_queue_waits() {
+    let db = TestDb::new("bgw_capidle");
+    let mut c = db.connect();
+    c.batch_execute("SELECT jq.create_queue('q', max_concurrency => 5)").unwrap();
+    let t = Instant::now();
+    let n = c.query("SELECT id FROM jq.claim('q', 'w', wait => '1500 ms')", &[]).unwrap().len();
+    assert_eq!(n, 0);
+    assert!(t.elapsed() >= Duration::from_millis(1400), "returned after {:?}", t.elapsed());
+    // And it is woken by an enqueue.
+    let waiter = waiting_claim(&db, "SELECT id FROM jq.claim('q', 'w', wait => '10 s')");
+    std::thread::sleep(Duration::from_millis(500));
+    c.batch_execute("SELECT jq.enqueue('q', '{}')").unwrap();
+    let committed = Instant::now();
+    let (returned, n) = waiter.join().unwrap();
+    assert_eq!(n, 1);
+    assert!(returned.saturating_duration_since(committed) < Duration::from_millis(500));
+}
+
+/// No thundering herd: one job wakes one of many waiters, not all of them. Broken variant
+/// `JQ_TEST_BREAK=wake_all` (enqueue wakes every waiter): seen failing.
+#[test]
+fn one_job_wakes_one_of_many_waiters() {
+    let db = TestDb::new("bgw_herd");
+    let mut c = db.connect();
+    if broken("wake_all") {
+        sabotage(&mut c, "jq.enqueue(text,jsonb,text,timestamptz,interval,integer,integer,text,text,bigint)",
+                 "jq._wake_ready(t.name, coalesce(enqueue.priority, 0), v_run_at)", "jq._wake_n(t.name, 1000)", 2);
+    }
+    c.batch_execute("SELECT jq.create_queue('q')").unwrap();
+    let waiters: Vec<_> = (0..12)
+        .map(|_| {
+            let name = db.name.clone();
+            std::thread::spawn(move || {
+                let mut w = Client::connect(&conninfo(&name), NoTls).unwrap();
+                w.query("SELECT id FROM jq.claim('q', 'w', wait => '3 s')", &[]).unwrap().len()
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(800));
+    let before: i64 = c.query_one("SELECT jq._wakeups()", &[]).unwrap().get(0);
+    c.batch_execute("SELECT jq.enqueue('q', '{}')").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let after: i64 = c.query_one("SELECT jq._wakeups()", &[]).unwrap().get(0);
+    let claimed: usize = waiters.into_iter().map(|h| h.join().unwrap()).sum();
+    assert_eq!(claimed, 1);
+    // Other tests run in parallel and wake their own waiters: allow a little slack.
+    assert!(after - before <= 3, "one job woke {} waiters", after - before);
+}
+
+/// A claim rolled back to a savepoint hands its job back at once. Before the subtransaction
+/// callback existed the waiter only got the job when its wait ran out (seen with the same
+/// sequence in psql against that build: 8.0 s for an 8 s wait).
+#[test]
+fn a_claim_rolled_back_to_a_savepoint_wakes_a_waiter() {
+    let db = TestDb::new("bgw_savepoint");
+    let mut c = db.connect();
+    c.batch_execute("SELECT jq.create_queue('q'); SELECT jq.enqueue('q', '{}')").unwrap();
+    c.batch_execute("BEGIN; SAVEPOINT s").unwrap();
+    assert_eq!(claim(&mut c, "q", "s", 1, None).len(), 1);
+    let waiter = waiting_claim(&db, "SELECT id FROM jq.claim('q', 'w', wait => '8 s')");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!waiter.is_finished(), "the waiter got a job that is claimed");
+    let rolled_back = Instant::now();
+    c.batch_execute("ROLLBACK TO SAVEPOINT s").unwrap();
+    let (returned, n) = waiter.join().unwrap();
+    c.batch_execute("COMMIT").unwrap();
+    assert_eq!(n, 1);
+    let lag = returned.duration_since(rolled_back);
+    assert!(lag < Duration::from_millis(1000), "got it {lag:?} after the rollback");
+}
+
+/// A multi-queue waiting claim whose look sees a ready job locked by an unfinished claim
+/// sleeps instead of returning empty at once (which made callers spin).
+#[test]
+fn a_multi_queue_waiting_claim_does_not_spin_on_a_locked_job() {
+    let db = TestDb::new("bgw_spin");
+    let mut c = db.connect();
+    c.batch_execute("SELECT jq.create_queue('a'); SELECT jq.create_queue('b'); SELECT jq.enqueue('a', '{}')").unwrap();
+    let mut holder = db.connect();
+    holder.batch_execute("BEGIN; SELECT * FROM jq.claim('a', 'slow')").unwrap();
+    let t = Instant::now();
+    let n = c.query("SELECT id FROM jq.claim(ARRAY['a', 'b'], 'w', wait => '1500 ms')", &[]).unwrap().len();
+    assert_eq!(n, 0);
+    assert!(t.elapsed() >= Duration::from_millis(1400), "returned after {:?}", t.elapsed());
+    holder.batch_execute("ROLLBACK").unwrap();
+}

@@ -1,0 +1,69 @@
+//! The background workers and the long-poll, tested from committed data on the test cluster,
+//! which `pg_test/run` starts with `shared_preload_libraries = jq`, `jq.tick_interval = 1s` and
+//! `jq.databases = 'jqt_bgw_*'`: only these tests' databases (`TestDb::new("bgw_…")`) are
+//! served, and no test here calls `jq.tick()` — maintenance happens only if the worker does it.
+//!
+//! Negative controls (each seen failing):
+//! * `JQ_TEST_BREAK=no_wake`: enqueue no longer wakes waiting claims → the long-poll tests wait
+//!   out their full `wait` and fail.
+//! * `JQ_TEST_BREAK=no_promote`: the worker's promote duty does nothing → the retry test fails.
+//! * `JQ_TEST_BREAK=no_reap`: the worker's reap duty does nothing → the lease test fails.
+//! * `JQ_TEST_BREAK=no_cron_duty`: the worker never runs jq.cron_tick → the cron test fails.
+//! * The restart tests were seen failing with the launcher's respawn of exited workers removed
+//!   (a manual edit of `launcher_pass` in src/bgworker/launcher.rs: `SlotState::Exited => false`).
+
+mod duties;
+mod launcher;
+mod long_poll;
+
+use jq_pg_test::*;
+use std::time::{Duration, Instant};
+
+const TICK: Duration = Duration::from_secs(1);
+
+fn status(c: &mut Client, db: &str) -> Option<(String, Option<i32>, i64, Option<String>)> {
+    c.query_opt(
+        "SELECT state, pid, passes, last_error FROM jq.status() WHERE database = $1",
+        &[&db],
+    )
+    .unwrap()
+    .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+}
+
+/// Waits until `cond` holds, polling every 50 ms, at most `limit`; returns how long it took.
+fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> Option<Duration> {
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        if cond() {
+            return Some(t.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+/// Runs `sql` (a waiting claim) on a new connection to `db` in a thread; the thread returns
+/// when the claim returned and how many rows it got.
+fn waiting_claim(db: &TestDb, sql: &'static str) -> std::thread::JoinHandle<(Instant, usize)> {
+    let name = db.name.clone();
+    std::thread::spawn(move || {
+        let mut w = Client::connect(&conninfo(&name), NoTls).unwrap();
+        let rows = w.query(sql, &[]).unwrap();
+        (Instant::now(), rows.len())
+    })
+}
+
+/// The maintenance worker of `db` is running and has completed a pass; returns its pid.
+fn served(db: &TestDb, limit: Duration) -> i32 {
+    let mut c = db.connect();
+    let mut pid = 0;
+    eventually(limit, || match status(&mut c, &db.name) {
+        Some((state, Some(p), passes, _)) if state == "running" && passes > 0 => {
+            pid = p;
+            true
+        }
+        _ => false,
+    })
+    .unwrap_or_else(|| panic!("{} not served: {:?}", db.name, status(&mut c, &db.name)));
+    pid
+}

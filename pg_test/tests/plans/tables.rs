@@ -1,0 +1,119 @@
+//! No CHECK constraints on the tables every execution writes, and history reads through indexes.
+
+use jq_pg_test::{Client, TestDb};
+use serde_json::Value;
+
+use super::data::build_base;
+use super::plan_tree::{actual_rows, check_uses_index, ANY_INDEX_SCAN, Explained, Failures};
+use super::statements::norm;
+
+/// The tables the ends of executions write (jq.jobs, jq.execution_log) carry no CHECK
+/// constraints. PostgreSQL keeps a CHECK as node text and, in every INSERT or UPDATE statement,
+/// parses it (stringToNode) and compiles it again (ExecRelCheck); jq.jobs' one CHECK
+/// (max_attempts between 1 and 1000000) was about 4% of a backend's CPU in the batch-1 drain
+/// (perf, docs/BENCHMARKS.md). Ranges are checked where values enter instead (jq._job_problem:
+/// 22023; tests/retries.rs). NOT NULL is checked from the tuple descriptor and costs nothing
+/// comparable. Negative control `JQ_TEST_BREAK=jobs_check` (the old CHECK added back): seen
+/// failing, "jq.jobs has CHECK constraints: jobs_max_attempts_check".
+#[test]
+fn hot_tables_have_no_check_constraints() {
+    let db = TestDb::new("plans_checks");
+    let mut c = db.connect();
+    if jq_pg_test::broken("jobs_check") {
+        c.batch_execute(
+            "ALTER TABLE jq.jobs ADD CONSTRAINT jobs_max_attempts_check CHECK (max_attempts BETWEEN 1 AND 1000000)",
+        )
+        .unwrap();
+    }
+    for table in ["jq.jobs", "jq.execution_log"] {
+        let names: Vec<String> = c
+            .query(
+                "SELECT conname::text FROM pg_catalog.pg_constraint
+                 WHERE conrelid = $1::text::regclass AND contype = 'c' ORDER BY conname",
+                &[&table],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert!(names.is_empty(), "{table} has CHECK constraints: {}", names.join(", "));
+    }
+}
+
+/// EXPLAIN (ANALYZE, FORMAT JSON) of a plain query, in a transaction that is rolled back.
+fn explain_query(c: &mut Client, label: &str, sql: &str) -> Explained {
+    let mut tx = c.transaction().expect("BEGIN");
+    let plan: Value = tx
+        .query_one(&format!("EXPLAIN (ANALYZE, FORMAT JSON) {sql}"), &[])
+        .unwrap_or_else(|e| panic!("{label}: EXPLAIN failed: {e}"))
+        .get(0);
+    tx.rollback().expect("ROLLBACK");
+    Explained { label: format!("{label}\n  SQL: {}", norm(sql)), root: plan[0]["Plan"].clone() }
+}
+
+/// A completed execution lives in its job row (sql/schema.sql), so the history view
+/// jq.executions reads jq.jobs too: one job's history by primary key, and a queue's recent
+/// completions (also in jq.queue_stats) through jobs_finished_idx, never a scan of the 100,000
+/// jobs (40,000 of them completed). Negative control `JQ_TEST_BREAK=history_view_unindexed` (the view's job branch
+/// reads `j.state::text = 'completed'`, which no partial index predicate is implied by): seen
+/// failing, "has a Seq Scan on jobs".
+#[test]
+fn history_reads_use_indexes_on_the_job_table() {
+    let db = TestDb::new("plans_history");
+    let mut c = build_base(&db);
+    if jq_pg_test::broken("history_view_unindexed") {
+        c.batch_execute(
+            "CREATE OR REPLACE VIEW jq.executions AS
+             SELECT l.job_id, l.seq, l.attempt, l.outcome, l.started_at, l.lease_expires_at,
+                    l.finished_at, l.queue, l.worker, l.error FROM jq.execution_log l
+             UNION ALL
+             SELECT j.id, j.claims, j.attempt, 'completed'::jq.execution_outcome, j.started_at,
+                    j.lease_expires_at, j.finished_at, j.queue, j.worker, NULL::text
+             FROM jq.jobs j WHERE j.state::text = 'completed'",
+        )
+        .unwrap();
+    }
+    let id: i64 = c
+        .query_one("SELECT min(id) FROM jq.jobs WHERE queue = 'plan.1' AND state = 'completed'", &[])
+        .unwrap()
+        .get(0);
+    let mut f = Failures::default();
+    let e = explain_query(&mut c, "one job's history", &format!("SELECT * FROM jq.executions WHERE job_id = {id}"));
+    f.check(check_uses_index(&e, "jobs_pkey", "jobs"));
+    f.expect(actual_rows(&e.root) == Some(1), || e.fail("expected the one completed execution"));
+    let e = explain_query(
+        &mut c,
+        "a queue's recent completions",
+        "SELECT count(*) FROM jq.executions
+         WHERE queue = 'plan.1' AND outcome = 'completed' AND finished_at > now() - interval '5 minutes'",
+    );
+    f.check(check_uses_index(&e, "jobs_finished_idx", "jobs"));
+    // jq.queue_stats reads completions twice (completed_5m, wait_p95_5m), both through
+    // jobs_finished_idx. (Its counts of all finished jobs within retention read them all, by
+    // design: the planner may well scan jq.jobs for those.)
+    let e = explain_query(&mut c, "jq.queue_stats of one queue",
+                          "SELECT * FROM jq.queue_stats WHERE queue = 'plan.1'");
+    let finished = e.scans_of("jobs_finished_idx", ANY_INDEX_SCAN).len();
+    f.expect(finished >= 2, || e.fail(format!("reads jobs_finished_idx {finished} times; expected the \
+                                               recent completions of completed_5m and wait_p95_5m")));
+    // Once vacuum has set the visibility map, its claimable count is an index-only scan of
+    // jobs_claim_idx: the index is keyed by the queue's hash and INCLUDEs the name, without
+    // which the planner cannot compute the hash expression from the index alone.
+    // Negative control `JQ_TEST_BREAK=claim_idx_without_include`: seen failing,
+    // "reads jobs_claim_idx with 0 index-only scans" (an Index Scan reading every ready job's row).
+    if jq_pg_test::broken("claim_idx_without_include") {
+        c.batch_execute(
+            "DROP INDEX jq.jobs_claim_idx;
+             CREATE INDEX jobs_claim_idx ON jq.jobs (pg_catalog.hashtextextended(queue, 0), priority DESC, run_at, id)
+                 WHERE state = 'ready';",
+        )
+        .unwrap();
+    }
+    c.batch_execute("VACUUM ANALYZE jq.jobs").unwrap();
+    let e = explain_query(&mut c, "jq.queue_stats of one queue, vacuumed",
+                          "SELECT claimable FROM jq.queue_stats WHERE queue = 'plan.1'");
+    let ios = e.scans_of("jobs_claim_idx", &["Index Only Scan"]).len();
+    f.expect(ios == 1, || e.fail(format!("reads jobs_claim_idx with {ios} index-only scans; expected the \
+                                          claimable count's")));
+    f.finish();
+}
