@@ -49,7 +49,7 @@
 -- the_four_claim_statements_set_and_return_the_same_columns.
 -- pg_test/tests/plans/claim.rs checks the selections in both plan modes.
 
-CREATE FUNCTION jq.max_claim_batch() RETURNS integer
+CREATE OR REPLACE FUNCTION jq.max_claim_batch() RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 1000 $$;
 COMMENT ON FUNCTION jq.max_claim_batch() IS 'Largest n accepted by jq.claim: 1,000 jobs per call.';
 
@@ -61,7 +61,7 @@ COMMENT ON FUNCTION jq.max_claim_batch() IS 'Largest n accepted by jq.claim: 1,0
 -- copies' outer SELECT over the claimed rows, never in the UPDATE's WHERE, where the planner
 -- may run them on rows it then rejects. Both functions are plain SQL expressions with no
 -- settings, so the planner inlines them: the plans are those of the expressions written out.
-CREATE FUNCTION jq._note_claimed(queue text, priority integer, run_at timestamptz, id bigint)
+CREATE OR REPLACE FUNCTION jq._note_claimed(queue text, priority integer, run_at timestamptz, id bigint)
 RETURNS boolean
 LANGUAGE sql AS $$
     SELECT jq._wake_on_abort(queue) AND jq._hint_advance(queue, priority, run_at, id)
@@ -71,7 +71,7 @@ COMMENT ON FUNCTION jq._note_claimed(text, integer, timestamptz, bigint) IS
 'queue''s waiters if the claim rolls back and moves the claim-start hint past the job. Always '
 'true; a filter of the batch claim''s rows. Inlined.';
 
-CREATE FUNCTION jq._note_claimed_created_at(queue text, priority integer, run_at timestamptz, id bigint,
+CREATE OR REPLACE FUNCTION jq._note_claimed_created_at(queue text, priority integer, run_at timestamptz, id bigint,
                                             created_at timestamptz)
 RETURNS timestamptz
 LANGUAGE sql AS $$
@@ -113,7 +113,7 @@ COMMENT ON FUNCTION jq._note_claimed_created_at(text, integer, timestamptz, bigi
 --   may sort anywhere (v_below is reset).
 -- SECURITY DEFINER, as the owner, with no SET clause: every name in it is schema-qualified (see
 -- the file's head).
-CREATE FUNCTION jq.claim(queue text, worker text, n integer DEFAULT 1, lease interval DEFAULT NULL,
+CREATE OR REPLACE FUNCTION jq.claim(queue text, worker text, n integer DEFAULT 1, lease interval DEFAULT NULL,
                          wait interval DEFAULT NULL, caller_ticket bigint DEFAULT jq._ticket())
 RETURNS SETOF jq.claimed_job
 LANGUAGE plpgsql
@@ -311,7 +311,7 @@ COMMENT ON FUNCTION jq.claim(text, text, integer, interval, interval, bigint) IS
 -- claim's generic plan cost passed jit_above_cost and PostgreSQL JIT-compiled it on every call,
 -- which cost far more than the short index walk itself. pg_test/tests/plans/generic_plans.rs,
 -- functions_with_settings_never_jit.
-CREATE FUNCTION jq._claim_batch(queue text, worker text, n integer, lease interval, hinted boolean,
+CREATE OR REPLACE FUNCTION jq._claim_batch(queue text, worker text, n integer, lease interval, hinted boolean,
                                 below bigint, locked boolean)
 RETURNS SETOF jq.claimed_job
 LANGUAGE plpgsql
@@ -401,7 +401,7 @@ COMMENT ON FUNCTION jq._claim_batch(text, text, integer, interval, boolean, bigi
 -- argument, a capped or rate-limited queue, and the long-poll's sleep. Each runs with its own
 -- search_path (and so JIT off, as every function with settings), called only on its branch.
 
-CREATE FUNCTION jq._claim_bad_arguments(n integer, worker text, lease interval) RETURNS void
+CREATE OR REPLACE FUNCTION jq._claim_bad_arguments(n integer, worker text, lease interval) RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, jq, pg_temp
 SET jit = off
@@ -435,7 +435,7 @@ COMMENT ON FUNCTION jq._claim_bad_arguments(integer, text, interval) IS
 -- (REPEATABLE READ, SERIALIZABLE) would let the cap be exceeded, so those are refused. A
 -- rate-limited queue's token bucket is read and written under the same lock, so claims across
 -- all workers share it (docs/flow-control.md; pg_test/tests/flow/rate_limits.rs).
-CREATE FUNCTION jq._claim_wait_start(queue text, wait interval) RETURNS timestamptz
+CREATE OR REPLACE FUNCTION jq._claim_wait_start(queue text, wait interval) RETURNS timestamptz
 LANGUAGE plpgsql
 SET search_path = pg_catalog, jq, pg_temp
 SET jit = off
@@ -457,7 +457,7 @@ COMMENT ON FUNCTION jq._claim_wait_start(text, interval) IS
 'slot when the queue is capped). Returns when waiting ends, or NULL (do not wait). Errors: as '
 'jq._wait_deadline.';
 
-CREATE FUNCTION jq._claim_gate(queue text, n integer, waiting boolean, cap integer, rate integer,
+CREATE OR REPLACE FUNCTION jq._claim_gate(queue text, n integer, waiting boolean, cap integer, rate integer,
                                OUT allowed integer, OUT tokens double precision, OUT at timestamptz,
                                OUT token_at timestamptz)
 LANGUAGE plpgsql
@@ -549,7 +549,7 @@ COMMENT ON FUNCTION jq._claim_gate(text, integer, boolean, integer, integer) IS
 -- hold; with one (also: the caller's transaction wrote or locked rows before the call) the claim
 -- returns what it found, nothing, instead of sleeping, and the caller's next call, in a new
 -- transaction, waits. pg_test/tests/robustness/lock_order.rs, a_long_poll_never_sleeps_holding_row_locks.
-CREATE FUNCTION jq._claim_sleep(deadline timestamptz, token_at timestamptz) RETURNS boolean
+CREATE OR REPLACE FUNCTION jq._claim_sleep(deadline timestamptz, token_at timestamptz) RETURNS boolean
 LANGUAGE plpgsql
 SET search_path = pg_catalog, jq, pg_temp
 SET jit = off
@@ -568,7 +568,7 @@ COMMENT ON FUNCTION jq._claim_sleep(timestamptz, timestamptz) IS
 'woken before the deadline (look again); false, after ending the wait (jq._wait_done), when the '
 'deadline passed or the transaction has a transaction id (it never sleeps holding row locks).';
 
-CREATE FUNCTION jq._wait_deadline(wait interval) RETURNS timestamptz
+CREATE OR REPLACE FUNCTION jq._wait_deadline(wait interval) RETURNS timestamptz
 LANGUAGE plpgsql
 SET search_path = pg_catalog, jq, pg_temp
 SET jit = off
@@ -592,7 +592,7 @@ COMMENT ON FUNCTION jq._wait_deadline(interval) IS
 'Internal: validates a claim''s wait (interval, 0 to 1 hour; NULL or 0 = do not wait) and returns '
 'when the wait ends, or NULL. Errors: 22023 out of range, 25000 outside READ COMMITTED.';
 
-CREATE FUNCTION jq._claimable(queues text[]) RETURNS boolean
+CREATE OR REPLACE FUNCTION jq._claimable(queues text[]) RETURNS boolean
 LANGUAGE sql STABLE AS $$
     SELECT EXISTS (
         SELECT FROM jq.queues t
@@ -611,7 +611,7 @@ COMMENT ON FUNCTION jq._claimable(text[]) IS
 
 -- Several queues: one after another, each with jq.claim(text, ...). Runs as the owner with a
 -- pinned search_path (it is no hot path: the worker's usual claim names one queue).
-CREATE FUNCTION jq.claim(queues text[], worker text, n integer DEFAULT 1, lease interval DEFAULT NULL,
+CREATE OR REPLACE FUNCTION jq.claim(queues text[], worker text, n integer DEFAULT 1, lease interval DEFAULT NULL,
                          wait interval DEFAULT NULL, caller_ticket bigint DEFAULT jq._ticket())
 RETURNS SETOF jq.claimed_job
 LANGUAGE plpgsql

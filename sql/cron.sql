@@ -33,26 +33,26 @@ COMMENT ON FUNCTION jq._cron_count(text, text, timestamptz, timestamptz, bigint)
 'Internal: the number of fire times in [since, until], counting at most cap. Errors: 22023; 22008 '
 'since before 0001-01-02 00:00:00+00.';
 
-CREATE FUNCTION jq.cron_log_retention() RETURNS interval
+CREATE OR REPLACE FUNCTION jq.cron_log_retention() RETURNS interval
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT interval '7 days' $$;
 COMMENT ON FUNCTION jq.cron_log_retention() IS
 'How long jq.cron_runs keeps a row after its fire_time: 7 days. Within it, a fire time is never '
 'enqueued twice, whatever happens to the schedule''s timer or to the job.';
 
-CREATE FUNCTION jq.cron_misfire_grace() RETURNS interval
+CREATE OR REPLACE FUNCTION jq.cron_misfire_grace() RETURNS interval
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT interval '60 seconds' $$;
 COMMENT ON FUNCTION jq.cron_misfire_grace() IS
 'misfire => ''skip'': the latest due fire time is still enqueued when it is at most this late '
 '(60 seconds) at the pass; older ones are skipped.';
 
-CREATE FUNCTION jq.cron_max_catchup() RETURNS integer
+CREATE OR REPLACE FUNCTION jq.cron_max_catchup() RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 100 $$;
 COMMENT ON FUNCTION jq.cron_max_catchup() IS
 'misfire => ''fire_all'': at most this many (100) missed fire times are enqueued in one pass, the '
 'latest ones; older missed fire times are counted in skipped_count.';
 
 -- Checks of schedule options shared by jq.schedule and jq.alter_schedule (NULL = not given).
-CREATE FUNCTION jq._check_schedule_options(cron text, timezone text, payload jsonb, kind text,
+CREATE OR REPLACE FUNCTION jq._check_schedule_options(cron text, timezone text, payload jsonb, kind text,
                                            max_attempts integer, misfire text, overlap text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE AS $$
@@ -81,7 +81,7 @@ COMMENT ON FUNCTION jq._check_schedule_options(text, text, jsonb, text, integer,
 'Internal: validates schedule options (NULL = not given). Errors: 22023 invalid cron expression, '
 'time zone, misfire, overlap, kind or max_attempts; 54000 payload too large.';
 
-CREATE FUNCTION jq._check_schedule_name(name text) RETURNS void
+CREATE OR REPLACE FUNCTION jq._check_schedule_name(name text) RETURNS void
 LANGUAGE sql IMMUTABLE AS $$ SELECT jq._check_name('schedule', name) $$;
 COMMENT ON FUNCTION jq._check_schedule_name(text) IS
 'Internal: raises 22004 for NULL and 22023 for a name that is not 1-128 characters of [A-Za-z0-9_.:-].';
@@ -90,7 +90,7 @@ COMMENT ON FUNCTION jq._check_schedule_name(text) IS
 -- transaction ends (drop_queue then sees the schedule and refuses, or deletes it with force).
 -- jq.jobs is locked first, the order of jq.drop_queue: with the queue row alone, a transaction
 -- that scheduled and then wrote jobs deadlocked with a drop (pg_test/tests/robustness/drops.rs).
-CREATE FUNCTION jq._lock_schedule_queue(queue text) RETURNS void
+CREATE OR REPLACE FUNCTION jq._lock_schedule_queue(queue text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
     LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;  -- before the queue row, as jq.drop_queue
@@ -102,7 +102,7 @@ END $$;
 COMMENT ON FUNCTION jq._lock_schedule_queue(text) IS
 'Internal: locks jq.jobs ROW EXCLUSIVE, then the queue row FOR KEY SHARE (the order of jq.drop_queue); 22004/22023 bad name, 42704 unknown queue.';
 
-CREATE FUNCTION jq.schedule(
+CREATE OR REPLACE FUNCTION jq.schedule(
     name         text,
     cron         text,
     queue        text,
@@ -183,7 +183,7 @@ COMMENT ON FUNCTION jq.schedule(text, text, text, jsonb, text, text, integer, in
 'of an existing schedule of that name). The caller becomes the schedule''s created_by: each fire '
 'enqueues only while that role may enqueue to the queue.';
 
-CREATE FUNCTION jq.alter_schedule(
+CREATE OR REPLACE FUNCTION jq.alter_schedule(
     name         text,
     cron         text DEFAULT NULL,
     queue        text DEFAULT NULL,
@@ -271,7 +271,7 @@ COMMENT ON FUNCTION jq.alter_schedule(text, text, text, jsonb, text, text, integ
 'administer the schedule''s queue (and the new queue). created_by is kept, except that enabling a '
 'schedule without one (its creator was dropped) makes the caller its created_by.';
 
-CREATE FUNCTION jq.unschedule(name text, if_exists boolean DEFAULT false,
+CREATE OR REPLACE FUNCTION jq.unschedule(name text, if_exists boolean DEFAULT false,
                               caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -303,7 +303,7 @@ COMMENT ON FUNCTION jq.unschedule(text, boolean, bigint) IS
 
 -- One schedule's pass: the body of jq.cron_tick's subtransaction. Raises on any problem (the
 -- caller records it); writes nothing that outlives a raise.
-CREATE FUNCTION jq._cron_fire(s jq.schedules, at timestamptz) RETURNS integer
+CREATE OR REPLACE FUNCTION jq._cron_fire(s jq.schedules, at timestamptz) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
     v_fires    timestamptz[];
@@ -389,7 +389,7 @@ COMMENT ON FUNCTION jq._cron_fire(jq.schedules, timestamptz) IS
 'next_run_at = jq.cron_next(cron, at, timezone), next_run_from = at and the counters; returns jobs '
 'enqueued (0 when nothing in [next_run_at, at] is due). Raises on any problem.';
 
-CREATE FUNCTION jq.cron_tick(at timestamptz DEFAULT now()) RETURNS integer
+CREATE OR REPLACE FUNCTION jq.cron_tick(at timestamptz DEFAULT now()) RETURNS integer
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, jq, pg_temp
@@ -493,7 +493,7 @@ COMMENT ON FUNCTION jq.cron_tick(timestamptz) IS
 'and never stops the others or raises. Safe to run from several sessions at once. Errors: 22023 '
 'infinite at; 22008 at before 0001-01-02 00:00:00+00.';
 
-CREATE FUNCTION jq._cron_prune(at timestamptz, batch integer DEFAULT 1000) RETURNS integer
+CREATE OR REPLACE FUNCTION jq._cron_prune(at timestamptz, batch integer DEFAULT 1000) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
     v_count integer;

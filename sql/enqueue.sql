@@ -2,7 +2,7 @@
 -- a job commits or rolls back with the row that needed it (also from a trigger).
 
 -- Limits shared by both producers.
-CREATE FUNCTION jq.max_payload_bytes() RETURNS integer
+CREATE OR REPLACE FUNCTION jq.max_payload_bytes() RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 1048576 $$;
 COMMENT ON FUNCTION jq.max_payload_bytes() IS
 'Largest accepted payload: 1 MiB (1,048,576 bytes), both as JSON text and as stored. '
@@ -10,7 +10,7 @@ COMMENT ON FUNCTION jq.max_payload_bytes() IS
 
 -- When a job becomes due, from the run_at / delay arguments. NULL run_at and delay: now. A zero
 -- or negative delay means now; a past run_at keeps its place in the queue.
-CREATE FUNCTION jq._due_at(run_at timestamptz, delay interval, at timestamptz) RETURNS timestamptz
+CREATE OR REPLACE FUNCTION jq._due_at(run_at timestamptz, delay interval, at timestamptz) RETURNS timestamptz
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
     IF run_at IS NOT NULL THEN
@@ -38,7 +38,7 @@ COMMENT ON FUNCTION jq._due_at(timestamptz, interval, timestamptz) IS
 -- The first problem with a job's fields, as (sqlstate, message), or NULLs when it is valid.
 -- One place for the rules, used by jq.enqueue (raises it) and jq.enqueue_many (raises it with
 -- the element's position).
-CREATE FUNCTION jq._job_problem(payload jsonb, kind text, max_attempts integer,
+CREATE OR REPLACE FUNCTION jq._job_problem(payload jsonb, kind text, max_attempts integer,
                                 idempotency_key text, OUT sqlstate text, OUT message text)
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
@@ -72,7 +72,7 @@ COMMENT ON FUNCTION jq._job_problem(jsonb, text, integer, text) IS
 -- element is an object whose fields override the call's arguments (a field that is missing or
 -- JSON null takes the call's argument); run_at and delay replace the call's pair together;
 -- delay is an interval string or a number of seconds.
-CREATE FUNCTION jq._job_specs(payloads jsonb, specs boolean, def_kind text,
+CREATE OR REPLACE FUNCTION jq._job_specs(payloads jsonb, specs boolean, def_kind text,
                               def_run_at timestamptz, def_delay interval, def_priority integer,
                               def_max_attempts integer)
 RETURNS TABLE (ord bigint, payload jsonb, kind text, run_at timestamptz, delay interval,
@@ -109,7 +109,7 @@ COMMENT ON FUNCTION jq._job_specs(jsonb, boolean, text, timestamptz, interval, i
 -- transaction. Called after the INSERT: jq.jobs is locked before the queue row, the same order
 -- as jq.drop_queue, so the two cannot deadlock. READ COMMITTED (the common case) skips the lock:
 -- a row lock per enqueue would write WAL and contend between producers of one queue.
-CREATE FUNCTION jq._lock_queue_for_snapshot(queue text) RETURNS void
+CREATE OR REPLACE FUNCTION jq._lock_queue_for_snapshot(queue text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
     IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
@@ -120,7 +120,7 @@ COMMENT ON FUNCTION jq._lock_queue_for_snapshot(text) IS
 'Internal: outside READ COMMITTED, locks the queue row FOR KEY SHARE (40001 if it was dropped '
 'after the snapshot). Used by jq.enqueue and jq.enqueue_many.';
 
-CREATE FUNCTION jq.enqueue(
+CREATE OR REPLACE FUNCTION jq.enqueue(
     queue           text,
     payload         jsonb DEFAULT '{}',
     kind            text DEFAULT NULL,
@@ -244,7 +244,7 @@ COMMENT ON FUNCTION jq.enqueue(text, jsonb, text, timestamptz, interval, integer
 -- the generic one estimates it, so its INSERT was planned again on every call (even with sizes
 -- that varied). Its generic plan is the same join on jq.queues, so it is forced
 -- (pg_test/tests/plans/generic_plans.rs, batch_writes_reuse_one_generic_plan).
-CREATE FUNCTION jq.enqueue_many(
+CREATE OR REPLACE FUNCTION jq.enqueue_many(
     queue        text,
     payloads     jsonb,
     kind         text DEFAULT NULL,

@@ -25,13 +25,13 @@ COMMENT ON FUNCTION jq.backoff_seconds(text, double precision, double precision,
 '2015. base_seconds and max_seconds are seconds. Pure (IMMUTABLE). Errors: 22023 unknown policy '
 'or jitter mode. Implemented in Rust (src/backoff.rs).';
 
-CREATE FUNCTION jq.max_error_length() RETURNS integer
+CREATE OR REPLACE FUNCTION jq.max_error_length() RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 16384 $$;
 COMMENT ON FUNCTION jq.max_error_length() IS
 'Longest error text stored by jq.fail: 16,384 characters. Longer errors keep their first '
 '16,384 characters followed by a marker " ...[truncated, N characters in all]".';
 
-CREATE FUNCTION jq._clip_error(error text) RETURNS text
+CREATE OR REPLACE FUNCTION jq._clip_error(error text) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT CASE WHEN pg_catalog.length(error) <= jq.max_error_length() THEN error
                 ELSE pg_catalog.left(error, jq.max_error_length()) || ' ...[truncated, '
@@ -47,7 +47,7 @@ COMMENT ON FUNCTION jq._clip_error(text) IS
 -- key's slot passes to the key's next blocked job (jq._key_fill, called only for a job with a
 -- key: pg_test/tests/flow/keys.rs, a_key_slot_freeing_wakes_a_waiting_claim). A plain SQL expression
 -- with no settings, so the planner inlines it into the statement that ends the job.
-CREATE FUNCTION jq._note_slot_freed(queue text, concurrency_key text) RETURNS boolean
+CREATE OR REPLACE FUNCTION jq._note_slot_freed(queue text, concurrency_key text) RETURNS boolean
 LANGUAGE sql AS $$
     SELECT jq._wake_slot(queue)
            AND CASE WHEN concurrency_key IS NULL THEN true
@@ -64,7 +64,7 @@ COMMENT ON FUNCTION jq._note_slot_freed(text, text) IS
 -- (jq._wake_slot). Called in the statement that records the execution, once per job that went
 -- back, so that nothing is woken for a job that did not. Exercised by pg_test/tests/flow/rate_limits.rs,
 -- snooze_refunds_the_attempt_records_the_execution_and_is_fenced, and pg_test/tests/leases/.
-CREATE FUNCTION jq._note_back(queue text, state jq.job_state, priority integer, run_at timestamptz)
+CREATE OR REPLACE FUNCTION jq._note_back(queue text, state jq.job_state, priority integer, run_at timestamptz)
 RETURNS boolean
 LANGUAGE sql AS $$
     SELECT CASE WHEN state OPERATOR(pg_catalog.=) 'ready' THEN jq._wake_ready(queue, priority, run_at)
@@ -79,7 +79,7 @@ COMMENT ON FUNCTION jq._note_back(text, jq.job_state, integer, timestamptz) IS
 -- commit (jq._wake); a scheduled, dead or cancelled one frees a capped queue's slot
 -- (jq._wake_slot). In the statement that records the failed execution, which finds the job
 -- only if the fenced update changed it. Exercised by pg_test/tests/retries.rs.
-CREATE FUNCTION jq._note_failed(queue text, state jq.job_state) RETURNS boolean
+CREATE OR REPLACE FUNCTION jq._note_failed(queue text, state jq.job_state) RETURNS boolean
 LANGUAGE sql AS $$
     SELECT CASE WHEN state OPERATOR(pg_catalog.=) 'ready' THEN jq._wake(queue) ELSE jq._wake_slot(queue) END
 $$;
@@ -89,7 +89,7 @@ COMMENT ON FUNCTION jq._note_failed(text, jq.job_state) IS
 
 -- One of the two hot calls: as the owner with no SET clause, every name schema-qualified,
 -- operators too (see sql/claim.sql's head).
-CREATE FUNCTION jq.complete(id bigint, lease_token uuid, result jsonb DEFAULT NULL) RETURNS boolean
+CREATE OR REPLACE FUNCTION jq.complete(id bigint, lease_token uuid, result jsonb DEFAULT NULL) RETURNS boolean
 LANGUAGE plpgsql
 SECURITY DEFINER
 AS $$
@@ -117,7 +117,7 @@ COMMENT ON FUNCTION jq.complete(bigint, uuid, jsonb) IS
 'lease_token; otherwise (lease expired and reaped, claimed again, cancelled, dropped, unknown id) '
 'false and nothing changes.';
 
-CREATE FUNCTION jq._keys_passed_on(moved integer) RETURNS boolean
+CREATE OR REPLACE FUNCTION jq._keys_passed_on(moved integer) RETURNS boolean
 LANGUAGE sql IMMUTABLE AS $$ SELECT true $$;
 COMMENT ON FUNCTION jq._keys_passed_on(integer) IS
 'Internal: true, whatever moved (the count jq._key_fill_many returned). jq.complete_many reads it '
@@ -135,7 +135,7 @@ COMMENT ON FUNCTION jq._keys_passed_on(integer) IS
 -- (bench/experiments/ab_variant.sh). Nested loops are off for it: a hash join, each side read once
 -- (pg_test/tests/plans/finish.rs, complete_many_reads_its_input_once). JIT off, as every function
 -- with settings (pg_test/tests/plans/generic_plans.rs, functions_with_settings_never_jit).
-CREATE FUNCTION jq.complete_many(ids bigint[], lease_tokens uuid[], results jsonb[] DEFAULT NULL)
+CREATE OR REPLACE FUNCTION jq.complete_many(ids bigint[], lease_tokens uuid[], results jsonb[] DEFAULT NULL)
 RETURNS SETOF bigint
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -190,7 +190,7 @@ COMMENT ON FUNCTION jq.complete_many(bigint[], uuid[], jsonb[]) IS
 'ids that were completed, ascending; the others were not running under that token and are '
 'unchanged. Errors: 22023 arrays of different lengths.';
 
-CREATE FUNCTION jq.fail(id bigint, lease_token uuid, error text, retry_in interval DEFAULT NULL)
+CREATE OR REPLACE FUNCTION jq.fail(id bigint, lease_token uuid, error text, retry_in interval DEFAULT NULL)
 RETURNS jq.job_state
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -264,7 +264,7 @@ COMMENT ON FUNCTION jq.fail(bigint, uuid, text, interval) IS
 'change unless the job is running under this lease_token. Errors: 22023 retry_in over 100 years '
 'or positive with a negative field (a zero or negative retry_in means now).';
 
-CREATE FUNCTION jq.heartbeat(id bigint, lease_token uuid, extend interval DEFAULT NULL,
+CREATE OR REPLACE FUNCTION jq.heartbeat(id bigint, lease_token uuid, extend interval DEFAULT NULL,
                              OUT lease_expires_at timestamptz, OUT cancel_requested boolean)
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -292,7 +292,7 @@ COMMENT ON FUNCTION jq.heartbeat(bigint, uuid, interval) IS
 'under this lease_token, so a stale worker cannot extend a newer claim. Errors: 22023 extend <= 0, '
 'over 100 years or with a negative field.';
 
-CREATE FUNCTION jq.release(id bigint, lease_token uuid) RETURNS boolean
+CREATE OR REPLACE FUNCTION jq.release(id bigint, lease_token uuid) RETURNS boolean
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, jq, pg_temp
@@ -325,7 +325,7 @@ COMMENT ON FUNCTION jq.release(bigint, uuid) IS
 'a cancellation was requested. Fenced: false and no change unless the job is running under this '
 'lease_token.';
 
-CREATE FUNCTION jq.snooze(id bigint, lease_token uuid, delay interval) RETURNS boolean
+CREATE OR REPLACE FUNCTION jq.snooze(id bigint, lease_token uuid, delay interval) RETURNS boolean
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, jq, pg_temp

@@ -12,7 +12,7 @@
 -- the key's order; a dead, cancelled or completed head frees it (pg_test/tests/flow/keys.rs,
 -- a_dead_head_blocks_no_other_key_and_priority_does_not_reorder_a_key).
 
-CREATE FUNCTION jq._key_fill(queue text, concurrency_key text, freed integer DEFAULT 0)
+CREATE OR REPLACE FUNCTION jq._key_fill(queue text, concurrency_key text, freed integer DEFAULT 0)
 RETURNS integer
 LANGUAGE plpgsql
 SET search_path = pg_catalog, jq, pg_temp
@@ -83,7 +83,7 @@ COMMENT ON FUNCTION jq._key_fill(text, text, integer) IS
 'to ready while used < the queue''s key_concurrency, waking one waiting claim per job at '
 'commit. Returns how many it moved. Called by enqueue, promotion, job ends and alter_queue.';
 
-CREATE FUNCTION jq._key_fill_many(queues text[], concurrency_keys text[], freed integer[])
+CREATE OR REPLACE FUNCTION jq._key_fill_many(queues text[], concurrency_keys text[], freed integer[])
 RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -108,7 +108,7 @@ COMMENT ON FUNCTION jq._key_fill_many(text[], text[], integer[]) IS
 'with freed summed per key, in byte order of (queue, key) so that batches cannot deadlock. '
 'Returns how many blocked jobs became ready.';
 
-CREATE FUNCTION jq._rate_tokens(queue text, at timestamptz) RETURNS double precision
+CREATE OR REPLACE FUNCTION jq._rate_tokens(queue text, at timestamptz) RETURNS double precision
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, jq, pg_temp
 SET jit = off
@@ -124,7 +124,7 @@ COMMENT ON FUNCTION jq._rate_tokens(text, timestamptz) IS
 'bucket of rate_burst when never used) plus rate_limit per rate_period elapsed since '
 'rate_updated, capped at rate_burst. NULL for a queue without a rate limit.';
 
-CREATE FUNCTION jq._rate_next_token(queue text) RETURNS timestamptz
+CREATE OR REPLACE FUNCTION jq._rate_next_token(queue text) RETURNS timestamptz
 LANGUAGE plpgsql
 SET search_path = pg_catalog, jq, pg_temp
 SET jit = off

@@ -22,7 +22,7 @@
 -- jq.queue_grants (sql/schema.sql) is dumped by pg_dump with the other configuration tables.
 SELECT pg_catalog.pg_extension_config_dump('jq.queue_grants', '');
 
-CREATE FUNCTION jq._may(caller oid, queue text, privilege text) RETURNS boolean
+CREATE OR REPLACE FUNCTION jq._may(caller oid, queue text, privilege text) RETURNS boolean
 LANGUAGE sql STABLE AS $$
     -- Qualified to the operators: jq.claim and jq.complete, which have no SET search_path,
     -- reach it through jq._authorize_queue with the caller's search_path (see jq.claim).
@@ -39,7 +39,7 @@ COMMENT ON FUNCTION jq._may(oid, text, text) IS
 'a superuser or member of jq_admin, or a jq.queue_grants row for the queue or ''*'' with that '
 'privilege or admin, granted to caller or a role whose privileges caller has.';
 
-CREATE FUNCTION jq._denial(caller oid, queues text[], privilege text) RETURNS text
+CREATE OR REPLACE FUNCTION jq._denial(caller oid, queues text[], privilege text) RETURNS text
 LANGUAGE sql STABLE AS $$
     -- Qualified to the operators, as jq._may.
     SELECT pg_catalog.format('permission denied: role "%s" may not %s queue "%s"', caller::pg_catalog.regrole,
@@ -56,7 +56,7 @@ COMMENT ON FUNCTION jq._denial(oid, text[], text) IS
 'queues, else the 42501 message for the first one it may not use (NULL or unknown queues count as '
 'not granted).';
 
-CREATE FUNCTION jq._check_schedule_owner(caller oid, schedule text, queue text) RETURNS void
+CREATE OR REPLACE FUNCTION jq._check_schedule_owner(caller oid, schedule text, queue text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
     IF jq._denial(caller, ARRAY[queue], 'admin') IS NOT NULL THEN
@@ -69,7 +69,7 @@ COMMENT ON FUNCTION jq._check_schedule_owner(oid, text, text) IS
 'Internal: raises 42501, naming the schedule but not its queue, unless role caller may administer '
 'queue (the queue of an existing schedule).';
 
-CREATE FUNCTION jq._check_may(caller oid, queues text[], privilege text) RETURNS void
+CREATE OR REPLACE FUNCTION jq._check_may(caller oid, queues text[], privilege text) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     v_message text := jq._denial(caller, queues, privilege);
@@ -96,7 +96,7 @@ COMMENT ON FUNCTION jq._authorize_queue(bigint, text, text) IS
 'jq_admin members; ''*'': every queue), with no array to build: the form every function naming one '
 'queue calls. Errors: 42501. Rust (src/security.rs).';
 
-CREATE FUNCTION jq._authorize_job(caller_ticket bigint, id bigint) RETURNS boolean
+CREATE OR REPLACE FUNCTION jq._authorize_job(caller_ticket bigint, id bigint) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
     v_caller oid := jq._redeem(caller_ticket);
@@ -121,7 +121,7 @@ COMMENT ON FUNCTION jq._authorize_job(bigint, bigint) IS
 'nothing, even if such a job commits meanwhile); else raises 42501 unless that role may administer '
 'the job''s queue, and returns true.';
 
-CREATE FUNCTION jq._queue_admin_functions() RETURNS regprocedure[]
+CREATE OR REPLACE FUNCTION jq._queue_admin_functions() RETURNS regprocedure[]
 LANGUAGE sql STABLE AS $$
     SELECT ARRAY['jq.alter_queue(text, integer, interval, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, interval, interval, integer, integer, boolean, integer, integer, interval, integer, interval, bigint)',
                  'jq.pause(text, bigint)',
@@ -135,7 +135,7 @@ $$;
 COMMENT ON FUNCTION jq._queue_admin_functions() IS
 'Internal: the functions a per-queue admin grant lets a role execute (each checks the queue).';
 
-CREATE FUNCTION jq._settle_admin_execute(role regrole) RETURNS void
+CREATE OR REPLACE FUNCTION jq._settle_admin_execute(role regrole) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     v_role name;
@@ -156,7 +156,7 @@ COMMENT ON FUNCTION jq._settle_admin_execute(regrole) IS
 'jq.grant gave it on the per-queue admin functions, which would otherwise keep DROP ROLE from '
 'working. jq''s own roles are left alone.';
 
-CREATE FUNCTION jq.grant(queue text, role regrole, privilege text,
+CREATE OR REPLACE FUNCTION jq.grant(queue text, role regrole, privilege text,
                          caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -229,7 +229,7 @@ COMMENT ON FUNCTION jq.grant(text, regrole, text, bigint) IS
 'left as the extension made them; revoking the last admin grant takes that EXECUTE back, memberships stay (they grant no queue). Returns true when the grant is new. Executable by jq_admin. Errors: 22004 NULL '
 'argument, 22023 unknown privilege or invalid queue name, 42704 unknown queue or role.';
 
-CREATE FUNCTION jq.revoke(queue text, role regrole, privilege text) RETURNS boolean
+CREATE OR REPLACE FUNCTION jq.revoke(queue text, role regrole, privilege text) RETURNS boolean
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, jq, pg_temp

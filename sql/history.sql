@@ -5,7 +5,7 @@
 -- The log has no completed row of a job that is still there, except one restored from a dump of
 -- 0.1.0 (whose history table held every outcome; see the trigger below): the view shows such a
 -- row once, from the job.
-CREATE VIEW jq.executions AS
+CREATE OR REPLACE VIEW jq.executions AS
 SELECT l.job_id, l.seq, l.attempt, l.outcome, l.started_at, l.lease_expires_at, l.finished_at,
        l.queue, l.worker, l.error
 FROM jq.execution_log l
@@ -27,7 +27,7 @@ COMMENT ON VIEW jq.executions IS
 
 -- A dump taken under 0.1.0, when jq.executions was the history table, restores its rows with
 -- COPY jq.executions: they go to the log (docs/upgrades.md, "Dump and restore").
-CREATE FUNCTION jq._executions_insert() RETURNS trigger
+CREATE OR REPLACE FUNCTION jq._executions_insert() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO jq.execution_log (job_id, seq, attempt, outcome, started_at, lease_expires_at,
@@ -40,5 +40,5 @@ COMMENT ON FUNCTION jq._executions_insert() IS
 'Internal: INSTEAD OF INSERT trigger of the view jq.executions; writes the row to '
 'jq.execution_log. For restoring dumps taken under jq 0.1.0 (COPY jq.executions); jq itself '
 'never inserts into the view.';
-CREATE TRIGGER executions_insert INSTEAD OF INSERT ON jq.executions
+CREATE OR REPLACE TRIGGER executions_insert INSTEAD OF INSERT ON jq.executions
     FOR EACH ROW EXECUTE FUNCTION jq._executions_insert();

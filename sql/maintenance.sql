@@ -14,7 +14,7 @@
 -- pg_test/tests/plans/growth.rs,
 -- maintenance_plans_made_on_a_small_table_stay_index_lookups.
 
-CREATE FUNCTION jq._promote(now timestamptz, batch integer DEFAULT 5000, budget integer DEFAULT NULL)
+CREATE OR REPLACE FUNCTION jq._promote(now timestamptz, batch integer DEFAULT 5000, budget integer DEFAULT NULL)
 RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -68,7 +68,7 @@ COMMENT ON FUNCTION jq._promote(timestamptz, integer, integer) IS
 'when the job became due) and returns how many. A job with a concurrency key that has not run '
 'yet goes through its key: blocked, then ready if the key has a free slot. Safe to run concurrently.';
 
-CREATE FUNCTION jq._age_steps(now timestamptz, run_at timestamptz, aging interval) RETURNS bigint
+CREATE OR REPLACE FUNCTION jq._age_steps(now timestamptz, run_at timestamptz, aging interval) RETURNS bigint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT LEAST(GREATEST(pg_catalog.floor(extract(epoch FROM now - run_at)
                                            / extract(epoch FROM aging)), 0), 2147483647)::bigint
@@ -76,7 +76,7 @@ $$;
 COMMENT ON FUNCTION jq._age_steps(timestamptz, timestamptz, interval) IS
 'Internal: whole aging intervals (aging, > 0) between run_at and now, 0 to 2^31-1.';
 
-CREATE FUNCTION jq._age(now timestamptz, batch integer DEFAULT 5000) RETURNS integer
+CREATE OR REPLACE FUNCTION jq._age(now timestamptz, batch integer DEFAULT 5000) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
     v_count integer;
@@ -118,7 +118,7 @@ COMMENT ON FUNCTION jq._age(timestamptz, integer) IS
 'count (2^31-1) reached its cap; returns how many. Run by the promote duty. '
 'Safe to run concurrently (FOR UPDATE SKIP LOCKED).';
 
-CREATE FUNCTION jq._reap(now timestamptz, batch integer DEFAULT 1000, budget integer DEFAULT NULL)
+CREATE OR REPLACE FUNCTION jq._reap(now timestamptz, batch integer DEFAULT 1000, budget integer DEFAULT NULL)
 RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -203,7 +203,7 @@ COMMENT ON FUNCTION jq._reap(timestamptz, integer, integer) IS
 -- order, so no chosen plan is a disabled one (whose cost would also make PostgreSQL JIT-compile
 -- it; JIT is off too, as for every function with settings), and it calls no other function.
 -- pg_test/tests/plans/maintenance.rs, maintenance_and_idempotency_selections_use_their_partial_indexes.
-CREATE FUNCTION jq._prune_jobs(queue text, finished_before timestamptz, dead_before timestamptz,
+CREATE OR REPLACE FUNCTION jq._prune_jobs(queue text, finished_before timestamptz, dead_before timestamptz,
                                batch integer, budget integer) RETURNS integer
 LANGUAGE plpgsql
 SET enable_sort = off
@@ -273,7 +273,7 @@ COMMENT ON FUNCTION jq._prune_jobs(text, timestamptz, timestamptz, integer, inte
 'counts both; dead jobs always get at least one pass); returns how many. Each pass starts past '
 'the last one''s (finished_at, id) key. Skips rows another session has locked.';
 
-CREATE FUNCTION jq._prune(now timestamptz, batch integer DEFAULT 5000, budget integer DEFAULT NULL)
+CREATE OR REPLACE FUNCTION jq._prune(now timestamptz, batch integer DEFAULT 5000, budget integer DEFAULT NULL)
 RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -366,7 +366,7 @@ COMMENT ON FUNCTION jq._prune(timestamptz, integer, integer) IS
 'last_error set) schedules whose creator was dropped. Returns how many rows it deleted or disabled. Safe to run concurrently: it '
 'skips rows another session has locked.';
 
-CREATE FUNCTION jq._maintain(duty text, now timestamptz) RETURNS integer
+CREATE OR REPLACE FUNCTION jq._maintain(duty text, now timestamptz) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
     v_total integer := 0;
@@ -403,7 +403,7 @@ COMMENT ON FUNCTION jq._maintain(text, timestamptz) IS
 'four; the background worker runs each in its own transaction through jq._maintain_guarded. '
 'Errors: 22023 unknown duty; errors of the duty itself propagate.';
 
-CREATE FUNCTION jq._maintain_guarded(duty text, now timestamptz, OUT done integer, OUT error text)
+CREATE OR REPLACE FUNCTION jq._maintain_guarded(duty text, now timestamptz, OUT done integer, OUT error text)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_state text;
@@ -421,7 +421,7 @@ COMMENT ON FUNCTION jq._maintain_guarded(text, timestamptz) IS
 'with the duty''s work rolled back, instead of raised, so a failing duty never stops the worker '
 'or the other duties.';
 
-CREATE FUNCTION jq.tick() RETURNS jq.tick_result
+CREATE OR REPLACE FUNCTION jq.tick() RETURNS jq.tick_result
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, jq, pg_temp
@@ -446,7 +446,7 @@ COMMENT ON FUNCTION jq.tick() IS
 'in shared_preload_libraries the background worker does this every jq.tick_interval; otherwise '
 'call it about once a second, from pg_cron or any client (see README).';
 
-CREATE FUNCTION jq.status(
+CREATE OR REPLACE FUNCTION jq.status(
     OUT database name, OUT state text, OUT pid integer, OUT started_at timestamptz,
     OUT last_pass_at timestamptz, OUT passes bigint, OUT promoted bigint, OUT reaped bigint,
     OUT fired bigint, OUT pruned bigint, OUT notified bigint, OUT pass_ms float8,
@@ -482,7 +482,7 @@ SELECT jq._launcher_wake();
 
 -- security_barrier: a reader's own (leaky) function in a WHERE on this view is evaluated only
 -- on the rows the view lets it see (docs/security.md).
-CREATE VIEW jq.queue_stats WITH (security_barrier) AS
+CREATE OR REPLACE VIEW jq.queue_stats WITH (security_barrier) AS
 SELECT t.name AS queue,
        c.claimable + s.scheduled AS depth,
        c.claimable,
@@ -562,7 +562,7 @@ COMMENT ON VIEW jq.queue_stats IS
 'history counts need the queue''s history_retention to be at least 15 minutes. Shows only the queues the reader may use '
 '(a superuser or member of jq_admin, or a jq.grant on the queue or ''*'').';
 
-CREATE VIEW jq.table_health AS
+CREATE OR REPLACE VIEW jq.table_health AS
 SELECT c.relname::text AS table_name,
        pg_catalog.pg_total_relation_size(c.oid) AS total_bytes,
        st.n_live_tup AS live_tuples,

@@ -2,7 +2,7 @@
 -- one). Both check the caller's admin grant on the job's queue (jq._authorize_job, sql/grants.sql)
 -- and run as the owner with a pinned search_path.
 
-CREATE FUNCTION jq.cancel(id bigint, caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
+CREATE OR REPLACE FUNCTION jq.cancel(id bigint, caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, jq, pg_temp
@@ -52,7 +52,7 @@ COMMENT ON FUNCTION jq.cancel(bigint, bigint) IS
 -- commit. One with a key goes through its key (jq._key_fill, which wakes them for the jobs it
 -- makes ready). In the UPDATE's WHERE, after the state test, so it runs for the job retried.
 -- Exercised by pg_test/tests/retries.rs and flow/keys.rs, key_concurrency_slots_follow_cancel_retry_and_alter.
-CREATE FUNCTION jq._note_retried(queue text, concurrency_key text) RETURNS boolean
+CREATE OR REPLACE FUNCTION jq._note_retried(queue text, concurrency_key text) RETURNS boolean
 LANGUAGE sql AS $$
     SELECT CASE WHEN concurrency_key IS NULL THEN jq._wake(queue) ELSE true END
 $$;
@@ -60,7 +60,7 @@ COMMENT ON FUNCTION jq._note_retried(text, text) IS
 'Internal: a dead or cancelled job of queue (with concurrency_key, or NULL) is retried: wakes '
 'claims at commit when it is ready at once (no key). Always true. Inlined.';
 
-CREATE FUNCTION jq.retry(id bigint, caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
+CREATE OR REPLACE FUNCTION jq.retry(id bigint, caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, jq, pg_temp

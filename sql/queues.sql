@@ -1,7 +1,7 @@
 -- Queue administration: create, alter, drop, pause, resume.
 
 -- Queue and schedule names follow one rule (no per-queue DDL, so no identifier limits).
-CREATE FUNCTION jq._check_name(what text, name text) RETURNS void
+CREATE OR REPLACE FUNCTION jq._check_name(what text, name text) RETURNS void
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
     IF name IS NULL THEN
@@ -17,13 +17,13 @@ COMMENT ON FUNCTION jq._check_name(text, text) IS
 'Internal: for a name of kind what (queue, schedule), raises 22004 for NULL and 22023 for a name '
 'that is not 1-128 characters of [A-Za-z0-9_.:-].';
 
-CREATE FUNCTION jq._check_queue_name(name text) RETURNS void
+CREATE OR REPLACE FUNCTION jq._check_queue_name(name text) RETURNS void
 LANGUAGE sql IMMUTABLE AS $$ SELECT jq._check_name('queue', name) $$;
 COMMENT ON FUNCTION jq._check_queue_name(text) IS
 'Internal: raises 22004 for NULL and 22023 for a name that is not 1-128 characters of [A-Za-z0-9_.:-].';
 
 -- Raised where a queue name is well formed but names no queue.
-CREATE FUNCTION jq._unknown_queue(name text) RETURNS void
+CREATE OR REPLACE FUNCTION jq._unknown_queue(name text) RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, jq, pg_temp
 SET jit = off
@@ -39,7 +39,7 @@ COMMENT ON FUNCTION jq._unknown_queue(text) IS
 -- True when no field of the interval (months, days, time) is negative. Postgres compares
 -- intervals with 30-day months, so '1 mon -30 days 1 second' is "positive" although it ends
 -- before it starts in a 31-day month.
-CREATE FUNCTION jq._interval_fields_nonnegative(value interval) RETURNS boolean
+CREATE OR REPLACE FUNCTION jq._interval_fields_nonnegative(value interval) RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     -- Qualified to the operators: jq.claim, which has no SET search_path, inlines it with the
     -- caller's search_path (see jq.claim).
@@ -51,7 +51,7 @@ $$;
 COMMENT ON FUNCTION jq._interval_fields_nonnegative(interval) IS
 'Internal: true when the interval''s months, days and time fields are all >= 0.';
 
-CREATE FUNCTION jq._check_interval(what text, value interval, allow_zero boolean) RETURNS void
+CREATE OR REPLACE FUNCTION jq._check_interval(what text, value interval, allow_zero boolean) RETURNS void
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
     IF NOT jq._interval_fields_nonnegative(value) THEN
@@ -73,7 +73,7 @@ END $$;
 COMMENT ON FUNCTION jq._check_interval(text, interval, boolean) IS
 'Internal: raises 22023 when value is negative (or zero, unless allow_zero) or over 100 years.';
 
-CREATE FUNCTION jq._check_queue_options(
+CREATE OR REPLACE FUNCTION jq._check_queue_options(
     max_attempts integer, lease interval, backoff_base interval, backoff_max interval,
     retention interval, dead_retention interval, history_retention interval,
     max_lease_expiries integer
@@ -98,7 +98,7 @@ END $$;
 COMMENT ON FUNCTION jq._check_queue_options(integer, interval, interval, interval, interval, interval, interval, integer) IS
 'Internal: validates queue options (NULL means "not given"); raises 22023.';
 
-CREATE FUNCTION jq.create_queue(
+CREATE OR REPLACE FUNCTION jq.create_queue(
     name               text,
     max_attempts       integer DEFAULT 25,
     lease              interval DEFAULT '5 minutes',
@@ -195,7 +195,7 @@ COMMENT ON FUNCTION jq.create_queue(text, integer, interval, jq.backoff_policy, 
 'queue''s name has the same hash (pg_catalog.hashtextextended(name, 0), the claim index''s key), '
 '40001 the name kept being created and dropped concurrently (retry).';
 
-CREATE FUNCTION jq.alter_queue(
+CREATE OR REPLACE FUNCTION jq.alter_queue(
     name               text,
     max_attempts       integer DEFAULT NULL,
     lease              interval DEFAULT NULL,
@@ -300,7 +300,7 @@ COMMENT ON FUNCTION jq.alter_queue(text, integer, interval, jq.backoff_policy, i
 'interval waited since run_at, for jobs enqueued while it is set. Errors: 22023 '
 'invalid value (also rate_period or burst without a rate limit), 42704 unknown queue. 42501: the caller holds no admin grant on the queue; 0A000: the name under a nondeterministic collation.';
 
-CREATE FUNCTION jq._check_flow_options(key_concurrency integer, rate_limit integer,
+CREATE OR REPLACE FUNCTION jq._check_flow_options(key_concurrency integer, rate_limit integer,
                                        rate_period interval, burst integer) RETURNS void
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
@@ -324,7 +324,7 @@ COMMENT ON FUNCTION jq._check_flow_options(integer, integer, interval, integer) 
 '100 years) and burst (1..1e9); NULL means "not given". Raises 22023.';
 
 -- lock_timeout: it waits at most 2 s for its EXCLUSIVE lock on jq.jobs (55P03, see below).
-CREATE FUNCTION jq.drop_queue(name text, force boolean DEFAULT false,
+CREATE OR REPLACE FUNCTION jq.drop_queue(name text, force boolean DEFAULT false,
                               caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -442,7 +442,7 @@ COMMENT ON FUNCTION jq.drop_queue(text, boolean, bigint) IS
 'Needs READ COMMITTED. Errors: 22004/22023 bad name, 0A000 name under a nondeterministic collation, '
 '42704 unknown queue, 55006 jobs or schedules remain, 55P03 busy, 25000 other isolation level. 42501: the caller holds no admin grant on every queue (''*'').';
 
-CREATE FUNCTION jq.pause(name text, caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
+CREATE OR REPLACE FUNCTION jq.pause(name text, caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, jq, pg_temp
@@ -462,7 +462,7 @@ COMMENT ON FUNCTION jq.pause(text, bigint) IS
 'Pauses a queue: jq.claim returns no jobs from it until jq.resume. Enqueue, running jobs and '
 'maintenance go on. Errors: 22004/22023 bad name, 42704 unknown queue. 42501: the caller holds no admin grant on the queue; 0A000: the name under a nondeterministic collation.';
 
-CREATE FUNCTION jq.resume(name text, caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
+CREATE OR REPLACE FUNCTION jq.resume(name text, caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, jq, pg_temp

@@ -83,7 +83,7 @@ pub fn delay_seconds(policy: Policy, base: f64, max: f64, attempt: i32, jitter: 
 /// The retry delay in seconds for `attempt` (1-based) under `policy` (`fixed` | `linear` |
 /// `exponential`), capped at `max_seconds`, with `jitter` `none` or `full` using `sample` in
 /// `[0, 1)`. Errors: SQLSTATE 22023 for an unknown policy or jitter mode.
-#[pg_extern(immutable, parallel_safe)]
+#[pg_extern(create_or_replace, immutable, parallel_safe)]
 fn backoff_seconds(policy: &str, base_seconds: f64, max_seconds: f64, attempt: i32, jitter: &str, sample: f64) -> f64 {
     let Some(p) = Policy::parse(policy) else {
         ereport!(

@@ -168,7 +168,7 @@ fn enabled() -> bool {
 /// return until the next call. False (run the full claim) when there is no hint, hints are off,
 /// or it is this claim's turn to run the full claim: at most one claim of a queue at a time, at
 /// least a second and at least ten times the previous full claim's duration after it.
-#[pg_extern(volatile, parallel_unsafe)]
+#[pg_extern(create_or_replace, volatile, parallel_unsafe)]
 fn _claim_hint(queue: &str) -> bool {
     let Some(sh) = AREA.get().filter(|_| gucs::CLAIM_HINTS.get()) else {
         SEEN.set(Seen::default());
@@ -236,7 +236,7 @@ fn end_turns(tag: Option<u64>) {
 /// that claimed nothing; if this backend had the turn to run the full claim of `queue`, it ends
 /// now, so the next full claim is spaced by this statement's duration, not by what the caller's
 /// transaction (or a long-poll's sleep) does next. Always true.
-#[pg_extern(volatile, parallel_unsafe)]
+#[pg_extern(create_or_replace, volatile, parallel_unsafe)]
 fn _hint_turn_end(queue: &str) -> bool {
     end_turns(Some(tag_of(QueueHash::of(queue))));
     true
@@ -244,14 +244,14 @@ fn _hint_turn_end(queue: &str) -> bool {
 
 /// `jq._hint_priority() RETURNS integer`: the priority of the hint read by the last
 /// `jq._claim_hint` (NULL when it returned false).
-#[pg_extern(stable, parallel_unsafe)]
+#[pg_extern(create_or_replace, stable, parallel_unsafe)]
 fn _hint_priority() -> Option<i32> {
     let s = SEEN.get();
     s.valid.then_some(s.key.priority)
 }
 
 /// `jq._hint_run_at() RETURNS timestamptz`: as [`_hint_priority`], the run_at.
-#[pg_extern(stable, parallel_unsafe)]
+#[pg_extern(create_or_replace, stable, parallel_unsafe)]
 fn _hint_run_at() -> Option<TimestampWithTimeZone> {
     let s = SEEN.get();
     if !s.valid {
@@ -261,7 +261,7 @@ fn _hint_run_at() -> Option<TimestampWithTimeZone> {
 }
 
 /// `jq._hint_id() RETURNS bigint`: as [`_hint_priority`], the id.
-#[pg_extern(stable, parallel_unsafe)]
+#[pg_extern(create_or_replace, stable, parallel_unsafe)]
 fn _hint_id() -> Option<i64> {
     let s = SEEN.get();
     s.valid.then_some(s.key.id)
@@ -273,7 +273,7 @@ fn _hint_id() -> Option<i64> {
 /// and only under READ COMMITTED; if the transaction rolls back, moves the hint back to the key.
 /// In any isolation level, the first job ends this backend's turn to run the full claim.
 /// Always true.
-#[pg_extern(volatile, parallel_unsafe)]
+#[pg_extern(create_or_replace, volatile, parallel_unsafe)]
 fn _hint_advance(queue: &str, priority: i32, run_at: TimestampWithTimeZone, id: i64) -> bool {
     let key = Key { priority, run_at: run_at.into_inner(), id };
     let tag = tag_of(QueueHash::of(queue));
@@ -371,7 +371,7 @@ pub fn note_ready(queue: QueueHash) {
 
 /// `jq._hint_clear(queue text) RETURNS boolean`: clears the hint of `queue` when this transaction
 /// commits (for a path that changes the claim order of ready jobs, e.g. priority aging). Always true.
-#[pg_extern(volatile, parallel_unsafe)]
+#[pg_extern(create_or_replace, volatile, parallel_unsafe)]
 fn _hint_clear(queue: &str) -> bool {
     note_ready(QueueHash::of(queue));
     true

@@ -59,7 +59,7 @@ pub fn random_u64(what: &str) -> u64 {
 /// `gen_random_uuid` makes it (RFC 9562, section 5.4: 122 random bits, version and variant
 /// bits set), from the pooled bits of [`random_u64`]. Called by the claim statements once per
 /// job claimed. Errors: XX000 if the CSPRNG fails.
-#[pg_extern(volatile, parallel_safe)]
+#[pg_extern(create_or_replace, volatile, parallel_safe)]
 fn _lease_token() -> pgrx::Uuid {
     let mut b = [0u8; 16];
     b[..8].copy_from_slice(&random_u64("lease token").to_ne_bytes());

@@ -29,7 +29,7 @@ thread_local! {
 
 /// `jq._ticket() RETURNS bigint`: a new caller ticket for the current role (`current_user`).
 /// Only meant as the default of `caller_ticket` parameters; see the module documentation.
-#[pg_extern(volatile, parallel_unsafe)]
+#[pg_extern(create_or_replace, volatile, parallel_unsafe)]
 fn _ticket() -> i64 {
     // SAFETY: reads the backend's current user id; always valid in a transaction.
     let role = unsafe { pg_sys::GetUserId() };
@@ -46,7 +46,7 @@ fn _ticket() -> i64 {
 /// `jq._redeem(ticket bigint) RETURNS oid`: the role a ticket was issued to; the ticket is used
 /// up. Errors: 42501 when the ticket was not issued in this session or was already redeemed
 /// (including NULL).
-#[pg_extern(volatile, parallel_unsafe)]
+#[pg_extern(create_or_replace, volatile, parallel_unsafe)]
 fn _redeem(ticket: Option<i64>) -> pg_sys::Oid {
     let found = ticket.and_then(|ticket| {
         TICKETS.with_borrow_mut(|t| {
@@ -85,7 +85,7 @@ fn is_jq_admin(role: pg_sys::Oid) -> bool {
 /// members of `jq_admin` pass without a query and without decoding `queues`, so the hot path
 /// costs two syscache lookups. The error is raised here, not inside the query, so that it
 /// carries no Rust backtrace. Returns the calling role. One queue: [`_authorize_queue`].
-#[pg_extern(volatile, parallel_unsafe)]
+#[pg_extern(create_or_replace, volatile, parallel_unsafe)]
 fn _authorize(
     caller_ticket: Option<i64>,
     queues: Option<pgrx::datum::Array<&str>>,
@@ -106,7 +106,7 @@ fn _authorize(
 /// [`_authorize`] for one queue (NULL: denied unless admin; '*': every queue), without an array
 /// to build and decode: the form every function naming one queue calls (jq.claim on one queue,
 /// jq.enqueue, the queue administration functions). Errors: 42501.
-#[pg_extern(volatile, parallel_unsafe)]
+#[pg_extern(create_or_replace, volatile, parallel_unsafe)]
 fn _authorize_queue(
     caller_ticket: Option<i64>,
     queue: Option<&str>,

@@ -297,7 +297,7 @@ fn stop_waiting() {
 /// waiting on `queue` (a job became claimable; call it once per job), and clear the queue's
 /// claim-start hint (src/claim_hint.rs: the job may sort anywhere). Always returns true, so it
 /// can sit in a WHERE clause.
-#[pg_extern(volatile, parallel_unsafe)]
+#[pg_extern(create_or_replace, volatile, parallel_unsafe)]
 fn _wake(queue: &str) -> bool {
     let hash = QueueHash::of(queue);
     claim_hint::note_ready(hash);
@@ -310,7 +310,7 @@ fn _wake(queue: &str) -> bool {
 /// release, reaping, snooze, a key slot handing over), whose position in claim order is known:
 /// at commit it moves the queue's claim-start hint back only if the job sorts before it
 /// (src/claim_hint.rs), instead of clearing it. Always true.
-#[pg_extern(volatile, parallel_unsafe)]
+#[pg_extern(create_or_replace, volatile, parallel_unsafe)]
 fn _wake_ready(queue: &str, priority: i32, run_at: TimestampWithTimeZone) -> bool {
     let hash = QueueHash::of(queue);
     claim_hint::note_ready_key(hash, priority, run_at.into_inner());
@@ -321,7 +321,7 @@ fn _wake_ready(queue: &str, priority: i32, run_at: TimestampWithTimeZone) -> boo
 /// `jq._wake_n(queue text, n integer) RETURNS boolean`: as [`_wake`] for `n` jobs at once (up to
 /// `n` waiters are woken; a large `n` wakes them all, e.g. when a queue is resumed); `n <= 0`
 /// does nothing. Does not touch the claim-start hint. Always true.
-#[pg_extern(volatile, parallel_unsafe)]
+#[pg_extern(create_or_replace, volatile, parallel_unsafe)]
 fn _wake_n(queue: &str, n: i32) -> bool {
     if n > 0 {
         note(QueueHash::of(queue), Event::Ready, n as u32);
@@ -331,7 +331,7 @@ fn _wake_n(queue: &str, n: i32) -> bool {
 
 /// `jq._wake_slot(queue text) RETURNS boolean`: at commit, wake claims waiting on `queue` if
 /// it is capped (a running job ended, so a slot may be free). Always true.
-#[pg_extern(volatile, parallel_unsafe)]
+#[pg_extern(create_or_replace, volatile, parallel_unsafe)]
 fn _wake_slot(queue: &str) -> bool {
     note(QueueHash::of(queue), Event::Slot, 1);
     true
@@ -340,7 +340,7 @@ fn _wake_slot(queue: &str) -> bool {
 /// `jq._wake_on_abort(queue text) RETURNS boolean`: if this transaction (or the subtransaction
 /// it runs in) rolls back, wake claims waiting on `queue` (a rolled-back claim hands its jobs
 /// back). Always true.
-#[pg_extern(volatile, parallel_unsafe)]
+#[pg_extern(create_or_replace, volatile, parallel_unsafe)]
 fn _wake_on_abort(queue: &str) -> bool {
     note(QueueHash::of(queue), Event::Abort, 1);
     true
@@ -350,7 +350,7 @@ fn _wake_on_abort(queue: &str) -> bool {
 /// jobs in `queues` (capped[i]: also wake when a running job of queues[i] ends) and resets its
 /// latch. Lasts until [`_wait_done`] or the end of the transaction. Returns false when waiting
 /// falls back to polling (jq not preloaded, or this backend's number is past the table).
-#[pg_extern(volatile, parallel_unsafe)]
+#[pg_extern(create_or_replace, volatile, parallel_unsafe)]
 fn _wait_register(queues: Vec<String>, capped: Vec<bool>) -> bool {
     // SAFETY: MyLatch is this backend's latch.
     unsafe { pg_sys::ResetLatch(pg_sys::MyLatch) };
@@ -383,7 +383,7 @@ fn _wait_register(queues: Vec<String>, capped: Vec<bool>) -> bool {
 /// (a wakeup for a registered queue, or an interrupt) or `deadline`; with jq not preloaded,
 /// at most `jq.poll_interval` ms. Resets the latch and checks for interrupts (query cancel
 /// works). Returns false if the deadline had already passed, true otherwise.
-#[pg_extern(volatile, parallel_unsafe)]
+#[pg_extern(create_or_replace, volatile, parallel_unsafe)]
 fn _wait(deadline: TimestampWithTimeZone) -> bool {
     let left_us = i64::from(deadline) - backend::now_us();
     if left_us <= 0 {
@@ -408,21 +408,21 @@ fn _wait(deadline: TimestampWithTimeZone) -> bool {
 }
 
 /// `jq._wait_done()`: ends this backend's waiter registration (also done at transaction end).
-#[pg_extern(volatile, parallel_unsafe)]
+#[pg_extern(create_or_replace, volatile, parallel_unsafe)]
 fn _wait_done() {
     stop_waiting();
 }
 
 /// `jq._wakeups()`: how many waiting claims were woken (latches set) since the server started;
 /// NULL when jq is not preloaded.
-#[pg_extern(volatile, parallel_safe)]
+#[pg_extern(create_or_replace, volatile, parallel_safe)]
 fn _wakeups() -> Option<i64> {
     AREA.get().map(|sh| sh.wakeups.load(Ordering::Relaxed) as i64)
 }
 
 /// `jq._queue_bit(queue text) RETURNS integer`: the queue's bit in the ready filter behind
 /// `NOTIFY jq_ready` (0 to 1023; `hashtextextended(queue, 0) & 1023`).
-#[pg_extern(immutable, parallel_safe)]
+#[pg_extern(create_or_replace, immutable, parallel_safe)]
 fn _queue_bit(queue: &str) -> i32 {
     notify::queue_bit(QueueHash::of(queue))
 }

@@ -377,3 +377,38 @@ fn the_upgrade_takes_back_table_privileges_that_0_1_0_setups_granted() {
     drop(db);
     let _ = a.batch_execute(&format!("DROP ROLE IF EXISTS {role}"));
 }
+
+/// The upgrade replaces the functions and views it does not need to drop in place (CREATE OR
+/// REPLACE), so what a DBA built on them stays: a direct `GRANT EXECUTE` on `jq.status()`, a
+/// view over `jq.table_health` and a column default calling `jq.max_payload_bytes()` all work
+/// after `ALTER EXTENSION jq UPDATE` from the oldest release. Seen failing against an upgrade
+/// script that dropped every function and view of the installed version first: the update
+/// stopped with 2BP01 (view public.health depends on view table_health), and without the view
+/// and the default it went through but the role had lost EXECUTE on jq.status().
+#[test]
+fn objects_and_grants_on_what_the_upgrade_keeps_survive_it() {
+    let db = TestDb::with_setup("upg_keep", &format!("CREATE EXTENSION jq VERSION '{OLDEST_RELEASE}'"));
+    let role = format!("jqt_upg_keep_{}", std::process::id());
+    let mut a = jq_pg_test::admin();
+    a.batch_execute(&format!("DROP ROLE IF EXISTS {role}; CREATE ROLE {role}")).unwrap();
+    let mut c = db.connect();
+    c.batch_execute(&format!(
+        "GRANT USAGE ON SCHEMA jq TO {role};
+         GRANT EXECUTE ON FUNCTION jq.status() TO {role};
+         CREATE VIEW public.health AS SELECT * FROM jq.table_health;
+         CREATE TABLE public.uploads (id int, max_bytes int DEFAULT jq.max_payload_bytes());
+         ALTER EXTENSION jq UPDATE;"
+    ))
+    .expect("the update with objects of the DBA's on jq's functions and views");
+    let kept: bool = c
+        .query_one("SELECT has_function_privilege($1, 'jq.status()', 'EXECUTE')", &[&role])
+        .unwrap()
+        .get(0);
+    assert!(kept, "{role} lost EXECUTE on jq.status() in the upgrade");
+    c.batch_execute("SELECT count(*) FROM public.health").expect("the view over jq.table_health");
+    let max: Option<i32> = c.query_one("INSERT INTO public.uploads (id) VALUES (1) RETURNING max_bytes", &[]).unwrap().get(0);
+    assert!(max.is_some_and(|m| m > 0), "the default calling jq.max_payload_bytes() gave {max:?}");
+    drop(c);
+    drop(db);
+    let _ = a.batch_execute(&format!("DROP ROLE IF EXISTS {role}"));
+}

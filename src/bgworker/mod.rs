@@ -74,7 +74,7 @@ pub fn at_abort() {
 /// `jq._launcher_wake()`: when this transaction commits, tells the launcher that jq exists in
 /// this database (run by `CREATE EXTENSION jq`, so a new database is served within a second).
 /// No-op when not preloaded.
-#[pg_extern(volatile, parallel_unsafe)]
+#[pg_extern(create_or_replace, volatile, parallel_unsafe)]
 fn _launcher_wake() {
     if slots::get().is_some() {
         EXTENSION_CREATED.set(true);
@@ -83,7 +83,7 @@ fn _launcher_wake() {
 
 /// `jq._status()`: one row per database slot in shared memory (see `jq.status()`), plus a
 /// `not served` row for this database when it has jq but no slot.
-#[pg_extern(volatile, parallel_safe)]
+#[pg_extern(create_or_replace, volatile, parallel_safe)]
 #[allow(clippy::type_complexity)]
 fn _status() -> TableIterator<
     'static,
@@ -109,7 +109,7 @@ fn _status() -> TableIterator<
 
 /// `jq._preloaded()`: whether jq's shared memory (and so the background workers and wakeups)
 /// is present, i.e. jq is in `shared_preload_libraries`.
-#[pg_extern(stable, parallel_safe)]
+#[pg_extern(create_or_replace, stable, parallel_safe)]
 fn _preloaded() -> bool {
     slots::get().is_some()
 }

@@ -59,7 +59,7 @@ fn from_chrono(t: DateTime<Utc>) -> Option<TimestampWithTimeZone> {
 /// zone `timezone`; NULL when there is none before year 5000 (as an instant in UTC and as a wall
 /// time in the zone). Errors: 22023 invalid expression, unknown zone or infinite `after`; 22008
 /// `after` before 0001-01-02 00:00:00+00.
-#[pg_extern(immutable, strict, parallel_safe)]
+#[pg_extern(create_or_replace, immutable, strict, parallel_safe)]
 fn cron_next(
     cron: &str,
     after: TimestampWithTimeZone,
@@ -73,7 +73,7 @@ fn cron_next(
 /// 'UTC', max integer DEFAULT 1000) RETURNS SETOF timestamptz`: the fire times in
 /// (`after`, `until`], in order, at most `max` (0 to 1,000,000). Errors: 22023, 22008 as
 /// `cron_next`.
-#[pg_extern(immutable, strict, parallel_safe)]
+#[pg_extern(create_or_replace, immutable, strict, parallel_safe)]
 fn cron_fires(
     cron: &str,
     after: TimestampWithTimeZone,
@@ -92,7 +92,7 @@ fn cron_fires(
 /// SQL: `jq._cron_check(cron text, timezone text) RETURNS void`: raises 22023 with a message
 /// naming the problem when `cron` is not a valid expression or `timezone` not an IANA zone;
 /// 22004 when either is NULL.
-#[pg_extern(immutable, parallel_safe)]
+#[pg_extern(create_or_replace, immutable, parallel_safe)]
 fn _cron_check(cron: Option<&str>, timezone: Option<&str>) {
     let (Some(cron), Some(timezone)) = (cron, timezone) else {
         ereport!(
@@ -108,7 +108,7 @@ fn _cron_check(cron: Option<&str>, timezone: Option<&str>) {
 /// integer) RETURNS SETOF timestamptz`: the latest `keep` fire times in [`since`, `until`], in
 /// order. Its cost does not grow with how long ago `since` was. Errors: 22023, 22008 `since`
 /// before 0001-01-02 00:00:00+00.
-#[pg_extern(immutable, strict, parallel_safe)]
+#[pg_extern(create_or_replace, immutable, strict, parallel_safe)]
 fn _cron_latest(
     cron: &str,
     timezone: &str,
@@ -127,7 +127,7 @@ fn _cron_latest(
 /// SQL: `jq._cron_count(cron text, timezone text, since timestamptz, until timestamptz, cap
 /// bigint) RETURNS bigint`: how many fire times lie in [`since`, `until`], counting at most
 /// `cap` (about 1-2 µs each). Errors: 22023, 22008 `since` before 0001-01-02 00:00:00+00.
-#[pg_extern(immutable, strict, parallel_safe)]
+#[pg_extern(create_or_replace, immutable, strict, parallel_safe)]
 fn _cron_count(
     cron: &str,
     timezone: &str,

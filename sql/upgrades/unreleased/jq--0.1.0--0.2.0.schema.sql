@@ -1,8 +1,10 @@
--- The stateful part of the upgrade jq 0.1.0 -> 0.2.0, written by hand: what changes in the
--- objects of sql/schema.sql (tables, indexes, sequences, types, roles, pg_dump registrations) and
--- the data they hold. tools/upgrade-script runs it after dropping 0.1.0's functions and views and
--- before creating 0.2.0's from the install script (docs/upgrades.md). So it sees only tables and
--- types: no view or function of either version exists while it runs.
+-- The hand-written part of the upgrade jq 0.1.0 -> 0.2.0: first the functions and views of 0.1.0
+-- that 0.2.0's CREATE OR REPLACE cannot replace in place, then what changes in the objects of
+-- sql/schema.sql (tables, indexes, sequences, types, roles, pg_dump registrations) and the data
+-- they hold. tools/upgrade-script runs it before the part of the install script that creates
+-- (or replaces) 0.2.0's functions, views, comments and grants (docs/upgrades.md). So the
+-- functions of 0.1.0 it did not drop still exist while it runs; plpgsql bodies are not checked
+-- against the tables they name, and none of them runs here.
 --
 -- pg_test/tests/upgrade.rs checks that 0.1.0 + the assembled script has exactly the catalog of a
 -- fresh 0.2.0 install (a change to sql/schema.sql needs its counterpart here) and that a
@@ -19,6 +21,31 @@
 --     view over both (sql/history.sql).
 -- Jobs, leases and history are kept: a worker holding a lease completes it after the upgrade
 -- with the same token.
+
+-- What CREATE OR REPLACE cannot do. The functions that name a queue take a new last parameter,
+-- caller_ticket, and jq._promote, jq._reap and jq._prune a new last parameter, budget (so their
+-- signatures change; CREATE OR REPLACE would add an overload).
+-- jq.queue_stats changes its columns and reads jq.jobs, which is rebuilt below. A user object
+-- that depends on one of these makes the update fail with 2BP01 and changes nothing
+-- (docs/upgrades.md); every other function and view is replaced in place, keeping its grants
+-- and dependents.
+DROP FUNCTION jq.enqueue(text, jsonb, text, timestamptz, interval, integer, integer, text, text);
+DROP FUNCTION jq.enqueue_many(text, jsonb, text, timestamptz, interval, integer, integer, boolean);
+DROP FUNCTION jq.claim(text, text, integer, interval, interval);
+DROP FUNCTION jq.claim(text[], text, integer, interval, interval);
+DROP FUNCTION jq.cancel(bigint);
+DROP FUNCTION jq.retry(bigint);
+DROP FUNCTION jq.alter_queue(text, integer, interval, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, interval, interval, integer, integer, boolean, integer, integer, interval, integer, interval);
+DROP FUNCTION jq.drop_queue(text, boolean);
+DROP FUNCTION jq.pause(text);
+DROP FUNCTION jq.resume(text);
+DROP FUNCTION jq.schedule(text, text, text, jsonb, text, text, integer, integer, text, text);
+DROP FUNCTION jq.alter_schedule(text, text, text, jsonb, text, text, integer, integer, text, text, boolean);
+DROP FUNCTION jq.unschedule(text, boolean);
+DROP FUNCTION jq._promote(timestamptz, integer);
+DROP FUNCTION jq._reap(timestamptz, integer);
+DROP FUNCTION jq._prune(timestamptz, integer);
+DROP VIEW jq.queue_stats;
 
 -- Roles and per-queue grants (as in sql/schema.sql).
 -- Security (docs/security.md). The three roles are cluster-wide, so they are created only if
