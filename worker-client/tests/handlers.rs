@@ -43,6 +43,9 @@ fn outcomes_of_handlers() {
     let cancel = id(&mut c, "cancelme");
     let unknown = id(&mut c, "mystery");
     let nul = id(&mut c, "nul");
+    let nulresult = id(&mut c, "nulresult");
+    let nulresult_runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let runs = nulresult_runs.clone();
 
     let config = config_from_env(Some(&db.conninfo())).unwrap();
     let worker = Worker::builder(config)
@@ -66,6 +69,11 @@ fn outcomes_of_handlers() {
             }
         })
         .handler("nul", |_job: Job| async move { Err("bad \0 byte".into()) })
+        // Succeeds with a result jsonb refuses (22P05): completed without it, never run again.
+        .handler("nulresult", move |_job: Job| {
+            runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async move { Ok(Some(serde_json::json!({ "x": "\u{0}" }))) }
+        })
         .concurrency(8)
         .job_timeout(Duration::from_secs(3))
         .heartbeat_interval(Duration::from_millis(300))
@@ -85,12 +93,12 @@ fn outcomes_of_handlers() {
     });
     assert!(c.query_one("SELECT jq.cancel($1)", &[&cancel]).unwrap().get::<_, bool>(0));
     wait_until(Duration::from_secs(30), "all settled", || {
-        db.count(&mut c, "SELECT count(*) FROM jq.jobs WHERE state IN ('completed','dead','cancelled')") == 7
+        db.count(&mut c, "SELECT count(*) FROM jq.jobs WHERE state IN ('completed','dead','cancelled')") == 8
     });
     stop_tx.send(()).unwrap();
     let stats = runner.join().unwrap().unwrap();
-    assert_eq!(stats.claimed, 7);
-    assert_eq!(stats.completed, 1);
+    assert_eq!(stats.claimed, 8);
+    assert_eq!(stats.completed, 2);
     assert_eq!(stats.failed, 6);
 
     let row = |c: &mut Client, id: i64| -> (String, Option<String>, Option<String>) {
@@ -107,4 +115,11 @@ fn outcomes_of_handlers() {
     assert!(e.unwrap().starts_with("no handler for kind \"mystery\""));
     // A NUL in the error text is recorded (escaped), not a reason to strand the job.
     assert_eq!(row(&mut c, nul), ("dead".into(), Some("bad \\u0000 byte".into()), None));
+    // A result that cannot be stored: the job is completed with the reason, after one run.
+    // Seen failing before the fix: the job was failed ("dead", max_attempts 1) instead.
+    let (st, e, result) = row(&mut c, nulresult);
+    assert_eq!((st.as_str(), e), ("completed", None));
+    let result = result.expect("a result saying why the handler's was not stored");
+    assert!(result.contains("result_not_stored") && result.contains("22P05"), "{result}");
+    assert_eq!(nulresult_runs.load(std::sync::atomic::Ordering::SeqCst), 1, "the handler ran again");
 }

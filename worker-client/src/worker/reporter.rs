@@ -136,11 +136,26 @@ fn finish(shared: &Shared, p: &Pending, r: Result<bool, CallErr>, counter: &Atom
     shared.count_lost();
 }
 
-/// Completes one job with `jq.complete`; a result the server refuses fails the job instead.
+/// Completes one job with `jq.complete`. A handler that succeeded must not run again because
+/// its result cannot be stored (a JSON string with `\u0000`, which jsonb refuses with 22P05, or
+/// a result over the server's limits): when the server refuses the result, the job is completed
+/// with `{"result_not_stored": "<the server's error>"}` instead; only if that is refused too
+/// (the job is no longer ours to complete in any form) is it failed.
+/// Checked by tests/handlers.rs, `outcomes_of_handlers` (the `nulresult` job runs once).
 async fn complete_one(shared: &Shared, conn: &mut Conn, p: Pending, v: Option<Value>) {
     match api::complete(conn, p.deadline, p.id, p.token, &v).await {
+        Err(CallErr::Refused(e)) if v.is_some() => {
+            tracing::warn!(job = p.id, error = %e, "the handler's result could not be stored; completing the job without it");
+            let reason = Some(serde_json::json!({ "result_not_stored": clean_text(&e.to_string()) }));
+            match api::complete(conn, p.deadline, p.id, p.token, &reason).await {
+                Err(CallErr::Refused(e)) => {
+                    fail_one(shared, conn, &p, &format!("the handler succeeded but the job could not be completed: {e}")).await
+                }
+                r => finish(shared, &p, r, &shared.counters.completed, "complete"),
+            }
+        }
         Err(CallErr::Refused(e)) => {
-            fail_one(shared, conn, &p, &format!("the handler succeeded but its result could not be stored: {e}")).await
+            fail_one(shared, conn, &p, &format!("the handler succeeded but the job could not be completed: {e}")).await
         }
         r => finish(shared, &p, r, &shared.counters.completed, "complete"),
     }

@@ -129,16 +129,20 @@ impl Drop for GroupGuard {
     }
 }
 
-async fn read_capped<R: AsyncRead + Unpin>(mut r: R, cap: usize) -> (Vec<u8>, bool) {
-    let mut out = Vec::new();
+/// How long the pipes are read after the command exited: what it wrote is already in them, so
+/// this only bounds the wait for a background child that inherited them and keeps them open
+/// (tests/commands.rs, `a_job_ends_when_its_command_exits_not_when_its_background_children_do`).
+const PIPES_AFTER_EXIT: Duration = Duration::from_millis(200);
+
+/// Reads `r` to its end into `out`, keeping the first `cap` bytes; sets `over` past them.
+async fn read_capped<R: AsyncRead + Unpin>(mut r: R, cap: usize, out: &mut Vec<u8>, over: &mut bool) {
     let mut buf = [0u8; 8192];
-    let mut over = false;
     loop {
         match r.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => {
                 if out.len() + n > cap {
-                    over = true;
+                    *over = true;
                     let room = cap.saturating_sub(out.len());
                     out.extend_from_slice(&buf[..room]);
                 } else {
@@ -147,11 +151,11 @@ async fn read_capped<R: AsyncRead + Unpin>(mut r: R, cap: usize) -> (Vec<u8>, bo
             }
         }
     }
-    (out, over)
 }
 
-async fn read_tail<R: AsyncRead + Unpin>(mut r: R, keep: usize) -> Vec<u8> {
-    let mut out: Vec<u8> = Vec::new();
+/// Reads `r` to its end into `out`, keeping at most its last `2 * keep` bytes (trimmed to
+/// `keep` by [`last`]).
+async fn read_tail<R: AsyncRead + Unpin>(mut r: R, keep: usize, out: &mut Vec<u8>) {
     let mut buf = [0u8; 8192];
     loop {
         match r.read(&mut buf).await {
@@ -164,10 +168,14 @@ async fn read_tail<R: AsyncRead + Unpin>(mut r: R, keep: usize) -> Vec<u8> {
             }
         }
     }
-    if out.len() > keep {
-        out.drain(..out.len() - keep);
+}
+
+/// The last `keep` bytes of `v`.
+fn last(mut v: Vec<u8>, keep: usize) -> Vec<u8> {
+    if v.len() > keep {
+        v.drain(..v.len() - keep);
     }
-    out
+    v
 }
 
 fn describe_status(s: ExitStatus) -> String {
@@ -208,20 +216,35 @@ async fn run_command(job: Job, argv: Arc<Vec<OsString>>) -> HandlerResult {
         let _ = stdin.write_all(&payload).await;
         let _ = stdin.shutdown().await;
     };
-    let all = async {
-        let (_, out, err, status) = tokio::join!(write, read_capped(stdout, MAX_RESULT_BYTES), read_tail(stderr, STDERR_TAIL_BYTES), child.wait());
-        (out, err, status)
-    };
-    tokio::pin!(all);
-    let ((out, over), err, status) = tokio::select! {
+    let (mut out, mut over, mut err) = (Vec::new(), false, Vec::new());
+    let mut all = Box::pin(async {
+        let reading = async {
+            tokio::join!(read_capped(stdout, MAX_RESULT_BYTES, &mut out, &mut over), read_tail(stderr, STDERR_TAIL_BYTES, &mut err));
+        };
+        tokio::pin!(reading);
+        let exited = async { tokio::join!(write, child.wait()).1 };
+        tokio::pin!(exited);
+        // The job ends when the command exits: the pipes are read on for PIPES_AFTER_EXIT at
+        // most, not until every process that inherited them has closed them.
+        tokio::select! {
+            status = &mut exited => {
+                let _ = tokio::time::timeout(PIPES_AFTER_EXIT, &mut reading).await;
+                status
+            }
+            _ = &mut reading => exited.await,
+        }
+    });
+    let status = tokio::select! {
         r = &mut all => r,
         _ = job.cancelled() => {
             // jq.cancel, a lost lease or the end of the shutdown grace: ask the command to
             // stop; if it does not, the worker drops this future and the guard kills it.
             guard.signal(libc::SIGTERM);
-            all.await
+            all.as_mut().await
         }
     };
+    drop(all);
+    let err = last(err, STDERR_TAIL_BYTES);
     let status = status.map_err(|e| format!("waiting for the command: {e}"))?;
     guard.pgid = None; // exited: nothing left to kill (its background children are its own)
     if status.success() {
