@@ -92,14 +92,9 @@ fn _authorize(
     privilege: Option<&str>,
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> pg_sys::Oid {
-    refuse_nondeterministic_collation(fcinfo);
-    let caller = _redeem(caller_ticket);
-    if !is_jq_admin(caller) {
-        let queues: Vec<Option<String>> =
-            queues.map(|a| a.iter().map(|q| q.map(str::to_owned)).collect()).unwrap_or_default();
-        deny_unless_granted(caller, queues, privilege);
-    }
-    caller
+    authorize(fcinfo, caller_ticket, privilege, || {
+        queues.map(|a| a.iter().map(|q| q.map(str::to_owned)).collect()).unwrap_or_default()
+    })
 }
 
 /// `jq._authorize_queue(caller_ticket bigint, queue text, privilege text) RETURNS oid`:
@@ -113,10 +108,21 @@ fn _authorize_queue(
     privilege: Option<&str>,
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> pg_sys::Oid {
+    authorize(fcinfo, caller_ticket, privilege, || vec![queue.map(str::to_owned)])
+}
+
+/// The check behind [`_authorize`] and [`_authorize_queue`]: the caller redeemed from its
+/// ticket; `queues` is only built for a caller who is not a jq admin.
+fn authorize(
+    fcinfo: pg_sys::FunctionCallInfo,
+    caller_ticket: Option<i64>,
+    privilege: Option<&str>,
+    queues: impl FnOnce() -> Vec<Option<String>>,
+) -> pg_sys::Oid {
     refuse_nondeterministic_collation(fcinfo);
     let caller = _redeem(caller_ticket);
     if !is_jq_admin(caller) {
-        deny_unless_granted(caller, vec![queue.map(str::to_owned)], privilege);
+        deny_unless_granted(caller, queues(), privilege);
     }
     caller
 }

@@ -136,6 +136,19 @@ fn assert_blocked(rx: &Receiver<EnqueueResult>, admin: &mut Client, pid: i32) {
     }
 }
 
+/// S1 enqueues key `k` of queue `q` in a transaction it keeps open; S2 (`s2`, backend `pid2`)
+/// enqueues the same key and must wait for S1 ([`assert_blocked`]); then S1 ends its transaction
+/// with `end` (`COMMIT` or `ROLLBACK`). Returns S1's id, S2's result and S2's connection.
+fn s2_waits_for_s1(s1: &mut Client, s2: Client, pid2: i32, admin: &mut Client, end: &str) -> (i64, EnqueueResult, Client) {
+    s1.batch_execute("BEGIN").unwrap();
+    let id1 = enqueue_key(s1, "q", "k").unwrap().expect("S1's id");
+    let (rx, h) = enqueue_in_thread(s2, "q", "k");
+    assert_blocked(&rx, admin, pid2);
+    s1.batch_execute(end).unwrap();
+    let got = rx.recv().expect("S2's result");
+    (id1, got, h.join().unwrap())
+}
+
 fn session(db: &TestDb) -> (Client, i32) {
     let mut c = db.connect();
     c.batch_execute("SET statement_timeout = '30s'").unwrap();
@@ -205,13 +218,7 @@ fn enqueue_waiting_on_an_uncommitted_key_that_rolls_back_inserts_a_new_job() {
     let (mut s1, _) = session(&db);
     let (s2, pid2) = session(&db);
 
-    s1.batch_execute("BEGIN").unwrap();
-    let id1 = enqueue_key(&mut s1, "q", "k").unwrap().expect("S1's id");
-    let (rx, h) = enqueue_in_thread(s2, "q", "k");
-    assert_blocked(&rx, &mut c, pid2);
-    s1.batch_execute("ROLLBACK").unwrap();
-    let got = rx.recv().expect("S2's result");
-    h.join().unwrap();
+    let (id1, got, _) = s2_waits_for_s1(&mut s1, s2, pid2, &mut c, "ROLLBACK");
 
     let id2 = got.expect("S2's enqueue after S1's rollback").expect("S2 must get an id, not NULL");
     assert_ne!(id2, id1, "S2 returned the rolled-back job's id");
@@ -230,13 +237,7 @@ fn enqueue_waiting_on_an_uncommitted_key_that_commits_returns_the_committed_id()
     let (mut s1, _) = session(&db);
     let (s2, pid2) = session(&db);
 
-    s1.batch_execute("BEGIN").unwrap();
-    let id1 = enqueue_key(&mut s1, "q", "k").unwrap().expect("S1's id");
-    let (rx, h) = enqueue_in_thread(s2, "q", "k");
-    assert_blocked(&rx, &mut c, pid2);
-    s1.batch_execute("COMMIT").unwrap();
-    let got = rx.recv().expect("S2's result");
-    h.join().unwrap();
+    let (id1, got, _) = s2_waits_for_s1(&mut s1, s2, pid2, &mut c, "COMMIT");
 
     assert_eq!(got, Ok(Some(id1)), "S2 must return S1's committed id");
     assert_eq!(unfinished_with_key(&mut c, "q", "k"), vec![id1]);
@@ -279,13 +280,7 @@ fn enqueue_under_repeatable_read_with_a_snapshot_older_than_the_keys_commit_retu
 
     // a) S2's snapshot is taken, S1 enqueues the key, S2 enqueues it and waits, S1 commits.
     s2.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM jq.jobs").unwrap();
-    s1.batch_execute("BEGIN").unwrap();
-    let id1 = enqueue_key(&mut s1, "q", "k").unwrap().expect("S1's id");
-    let (rx, h) = enqueue_in_thread(s2, "q", "k");
-    assert_blocked(&rx, &mut c, pid2);
-    s1.batch_execute("COMMIT").unwrap();
-    let got = rx.recv().expect("S2's result");
-    let mut s2 = h.join().unwrap();
+    let (id1, got, mut s2) = s2_waits_for_s1(&mut s1, s2, pid2, &mut c, "COMMIT");
     let first = repeatable_read_outcome(&mut s2, got, id1);
     eprintln!("REPEATABLE READ, waited for S1's commit: {first:?}");
     assert_eq!(unfinished_with_key(&mut c, "q", "k"), vec![id1]);
@@ -302,13 +297,7 @@ fn enqueue_under_repeatable_read_with_a_snapshot_older_than_the_keys_commit_retu
     // c) S1 rolls back: S2 (REPEATABLE READ) inserts its own job, no error.
     c.execute("SELECT jq.cancel($1)", &[&id1]).unwrap();
     s2.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM jq.jobs").unwrap();
-    s1.batch_execute("BEGIN").unwrap();
-    let gone = enqueue_key(&mut s1, "q", "k").unwrap().expect("S1's id");
-    let (rx, h) = enqueue_in_thread(s2, "q", "k");
-    assert_blocked(&rx, &mut c, pid2);
-    s1.batch_execute("ROLLBACK").unwrap();
-    let got = rx.recv().expect("S2's result");
-    let mut s2 = h.join().unwrap();
+    let (gone, got, mut s2) = s2_waits_for_s1(&mut s1, s2, pid2, &mut c, "ROLLBACK");
     let id2 = got.expect("S2 after S1's rollback").expect("an id, not NULL");
     s2.batch_execute("COMMIT").unwrap();
     assert_ne!(id2, gone);
