@@ -63,6 +63,8 @@ BEGIN
               AND j.state::text = 'blocked'
             RETURNING j.queue, j.priority, j.run_at
         )
+        -- Once per job made ready, in the statement that moved it: wakes the queue's waiting
+        -- claims at commit and moves the claim-start hint back to it (always true).
         SELECT count(*) INTO v_moved FROM moved m WHERE jq._wake_ready(m.queue, m.priority, m.run_at);
         EXIT WHEN v_moved = 0;
         v_used := v_used + v_moved;

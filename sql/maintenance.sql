@@ -14,6 +14,21 @@
 -- pg_test/tests/plans/growth.rs,
 -- maintenance_plans_made_on_a_small_table_stay_index_lookups.
 
+-- A scheduled job became due (jq._promote): a ready one wakes the queue's waiting claims at
+-- commit and moves the claim-start hint back to it (jq._wake_ready); a blocked one waits for its
+-- key, whose jq._key_fill_many after the statement wakes for the jobs it makes ready. In the
+-- statement that moved the jobs, once per job moved, so nothing is woken for a job that was not.
+-- Exercised by pg_test/tests/claim_hint.rs,
+-- jobs_that_become_claimable_behind_the_hint_are_claimed_next (control no_hint_move_back).
+CREATE OR REPLACE FUNCTION jq._note_promoted(queue text, state jq.job_state, priority integer, run_at timestamptz)
+RETURNS boolean
+LANGUAGE sql AS $$
+    SELECT CASE WHEN state OPERATOR(pg_catalog.=) 'ready' THEN jq._wake_ready(queue, priority, run_at) ELSE true END
+$$;
+COMMENT ON FUNCTION jq._note_promoted(text, jq.job_state, integer, timestamptz) IS
+'Internal: a scheduled job of queue became due in state (at priority, run_at): when ready, wakes '
+'claims at commit and moves the claim-start hint back to it. Always true. Inlined.';
+
 CREATE OR REPLACE FUNCTION jq._promote(now timestamptz, batch integer DEFAULT 5000, budget integer DEFAULT NULL)
 RETURNS integer
 LANGUAGE plpgsql AS $$
@@ -49,7 +64,7 @@ BEGIN
            (pg_catalog.array_agg(m.run_at ORDER BY m.run_at DESC, m.id DESC))[1] AS at,
            (pg_catalog.array_agg(m.id ORDER BY m.run_at DESC, m.id DESC))[1] AS id
     INTO v_keys
-    FROM moved m WHERE CASE WHEN m.state = 'ready' THEN jq._wake_ready(m.queue, m.priority, m.run_at) ELSE true END;
+    FROM moved m WHERE jq._note_promoted(m.queue, m.state, m.priority, m.run_at);
     v_count := v_count + v_keys.n;
     IF v_keys.queues IS NOT NULL THEN
         PERFORM jq._key_fill_many(v_keys.queues, v_keys.keys,

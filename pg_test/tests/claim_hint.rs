@@ -174,7 +174,7 @@ fn jobs_that_become_claimable_behind_the_hint_are_claimed_next() {
     if broken("no_hint_move_back") {
         // Release and promotion no longer move the hint back (nor wake anyone).
         sabotage(&mut c, RELEASE, "jq._wake_ready(b.queue, b.priority, b.run_at)", "jq._wake_slot(b.queue)", 1);
-        sabotage(&mut c, PROMOTE, "jq._wake_ready(m.queue, m.priority, m.run_at)", "jq._wake_slot(m.queue)", 1);
+        sabotage(&mut c, PROMOTE, "jq._note_promoted(m.queue, m.state, m.priority, m.run_at)", "jq._wake_slot(m.queue)", 1);
     }
     let cases: Vec<(&str, Box<dyn FnOnce(&mut Client) -> i64>)> = vec![
         (
