@@ -15,6 +15,7 @@
 mod duties;
 mod launcher;
 mod long_poll;
+mod lost_wakeups;
 
 use jq_pg_test::*;
 use std::time::{Duration, Instant};
