@@ -443,9 +443,10 @@ fn _wait(deadline: TimestampWithTimeZone) -> bool {
         pg_sys::ResetLatch(pg_sys::MyLatch);
     }
     // Awake, about to look again: that look sees every commit whose committer chose this
-    // waiter before now, so the wakeup is consumed. A committer that chooses it after this
-    // finds `woken` 0 and sets the latch again (the next wait returns at once, or
-    // stop_waiting passes it on).
+    // waiter before now (the swap reads the committer's compare-and-swap, which follows its
+    // commit), so the wakeup is consumed. A committer that chooses it after this finds
+    // `woken` 0 and sets the latch again (the next wait returns at once, or stop_waiting
+    // passes it on).
     consume_wakeup();
     pg_sys::check_for_interrupts!();
     true
@@ -458,7 +459,7 @@ fn consume_wakeup() {
     }
     let (Some(sh), me) = (AREA.get(), backend::my_procno()) else { return };
     if me >= 0 && (me as usize) < MAX_WAITERS {
-        sh.slots[me as usize].woken.store(0, Ordering::SeqCst);
+        sh.slots[me as usize].woken.swap(0, Ordering::SeqCst);
     }
 }
 
