@@ -59,15 +59,16 @@ fn both_asleep(c: &mut Client, pids: &[i32]) -> bool {
 
 /// Two waiters asleep on queue `q`; two producers commit one enqueue each at the same instant
 /// (released together by a barrier); both waiters must return with one job each within
-/// `ROUND_LIMIT`, every one of 200 rounds. In a database no maintenance worker serves, so only
-/// the commits' wakeups can end a wait early.
+/// `ROUND_LIMIT`, every one of 500 rounds (about 2 s). In a database no maintenance worker
+/// serves, so only the commits' wakeups can end a wait early.
 ///
-/// Before the fix (src/wakeup.rs, `Waiter::woken`) both producers' commits could pick the same
-/// waiter — its latch still set from the first, the second wakeup merged into it and the other
-/// waiter slept its whole wait: seen failing in round 1 of 200, "round 1: a waiter was not
-/// woken within 5s (lost wakeup)", in each of three runs. The control
-/// `JQ_TEST_BREAK=wake_merge` (built in by `cargo pgrx install --features break-wake-merge`,
-/// see src/wakeup.rs) restores that choice and fails the same way.
+/// Before the fix (src/wakeup.rs, `Waiter::woken`) both commits could choose the same waiter:
+/// its latch, still set from the first, merged the second wakeup into it, and the other waiter
+/// slept its whole wait. Seen failing against that build in rounds 5, 6 and 14 of three runs
+/// ("round 5: a waiter was not woken within 5s (lost wakeup); returned: [(\"w1\", 1)]"). The
+/// negative control, a jq built with the cargo feature `break-wake-merge` (src/wakeup.rs,
+/// `claim_waiter`: any registered waiter is taken), fails the same way: seen in rounds 3, 6
+/// and 2 of three runs.
 #[test]
 fn simultaneous_commits_wake_both_waiters_every_round() {
     let db = TestDb::new("lostwake");

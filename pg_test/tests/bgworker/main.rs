@@ -9,6 +9,9 @@
 //! * `JQ_TEST_BREAK=no_promote`: the worker's promote duty does nothing → the retry test fails.
 //! * `JQ_TEST_BREAK=no_reap`: the worker's reap duty does nothing → the lease test fails.
 //! * `JQ_TEST_BREAK=no_cron_duty`: the worker never runs jq.cron_tick → the cron test fails.
+//! * The cargo feature `break-wake-merge` (a jq built with `tools/install --features
+//!   break-wake-merge`): a wakeup may choose a waiter that already owes a look, merging two
+//!   wakeups into one → lost_wakeups.rs fails ("a waiter was not woken within 5s").
 //! * The restart tests were seen failing with the launcher's respawn of exited workers removed
 //!   (a manual edit of `launcher_pass` in src/bgworker/launcher.rs: `SlotState::Exited => false`).
 
