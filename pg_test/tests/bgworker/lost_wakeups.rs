@@ -71,6 +71,7 @@ fn both_asleep(c: &mut Client, pids: &[i32]) -> bool {
 /// and 2 of three runs.
 #[test]
 fn simultaneous_commits_wake_both_waiters_every_round() {
+    let _counting = super::wakeup_counting();
     let db = TestDb::new("lostwake");
     let mut c = db.connect();
     c.batch_execute("SELECT jq.create_queue('q')").unwrap();

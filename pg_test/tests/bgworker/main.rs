@@ -25,6 +25,17 @@ use std::time::{Duration, Instant};
 
 const TICK: Duration = Duration::from_secs(1);
 
+/// Held by the test that counts `jq._wakeups()` (a cluster-wide counter,
+/// long_poll.rs `one_job_wakes_one_of_many_waiters`) and by the test that sets a thousand
+/// latches (lost_wakeups.rs), so that the one's wakeups never land in the other's count (seen:
+/// "one job woke 202 waiters" with both running at once).
+static WAKEUP_COUNTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Takes [`WAKEUP_COUNTING`] (also after a test that held it panicked).
+fn wakeup_counting() -> std::sync::MutexGuard<'static, ()> {
+    WAKEUP_COUNTING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn status(c: &mut Client, db: &str) -> Option<(String, Option<i32>, i64, Option<String>)> {
     c.query_opt(
         "SELECT state, pid, passes, last_error FROM jq.status() WHERE database = $1",
