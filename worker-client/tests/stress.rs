@@ -70,9 +70,12 @@ fn summary(c: &mut Client, long: i64) -> Summary {
 /// lease throughout (one run, attempt 1, completed, no lease_expired execution), and every
 /// failure must be charged (attempt 1, retry an hour out, a `failed` execution, none expired).
 ///
-/// Seen failing under the control `starving_reporter` (the reporter as it was): the wait below
-/// ran out with the long job run twice and most failures refunded by the reaper (lease_expired
-/// executions) instead of charged; the figures are in the assertion message.
+/// Seen failing on the code before the fix and, in three runs, under the control
+/// `starving_reporter` (the reporter as it was): the summary's `long` held five `lease_expired`
+/// executions before its `completed` one (the long job lost its lease every 3 s and ran again),
+/// and the flood 25,000 to 27,000 `lease_expired` executions (failures refunded by the reaper
+/// before they were reported). With the room semaphore alone disabled (a local edit), the
+/// bound below failed: "641 jobs running at once".
 #[test]
 fn a_long_job_keeps_its_lease_while_instant_failures_flood_the_worker() {
     // A control asked for in a build without the feature would test the real worker.
