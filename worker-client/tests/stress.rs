@@ -70,7 +70,7 @@ fn summary(c: &mut Client, long: i64) -> Summary {
 /// lease throughout (one run, attempt 1, completed, no lease_expired execution), and every
 /// failure must be charged (attempt 1, retry an hour out, a `failed` execution, none expired).
 ///
-/// Seen failing on the code before the fix and, in three runs, under the control
+/// Seen failing on the code before the fix (one run) and under the control (two runs),
 /// `starving_reporter` (the reporter as it was): the summary's `long` held five `lease_expired`
 /// executions before its `completed` one (the long job lost its lease every 3 s and ran again),
 /// and the flood 25,000 to 27,000 `lease_expired` executions (failures refunded by the reaper
