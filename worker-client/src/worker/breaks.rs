@@ -20,6 +20,10 @@ pub(super) struct Breaks {
     /// `no_reconnect`: the claim connection is never re-established once lost, so the worker
     /// stays up but claims nothing more. tests/reconnect.rs must fail with it.
     no_reconnect: bool,
+    /// `starving_reporter`: the reporter as it was before heartbeats had a task of their own:
+    /// it heartbeats only when no outcome waits, reports failures one round trip each, and
+    /// claims never wait for it. tests/stress.rs must fail with it.
+    starving_reporter: bool,
 }
 
 /// Without the feature `test-breaks`: no switch can be turned on.
@@ -36,6 +40,7 @@ impl Breaks {
             fail_on_shutdown: v == "fail_on_shutdown",
             no_heartbeat_on_shutdown: v == "no_heartbeat_on_shutdown",
             no_reconnect: v == "no_reconnect",
+            starving_reporter: v == "starving_reporter",
         };
         if !v.is_empty() {
             tracing::warn!(variant = %v, "JQ_CLIENT_BREAK is set: running a deliberately broken worker");
@@ -51,6 +56,11 @@ impl Breaks {
     /// Whether heartbeats stop once shutdown starts.
     pub(super) fn no_heartbeat_on_shutdown(self) -> bool {
         self.no_heartbeat_on_shutdown
+    }
+
+    /// Whether heartbeats, failures and claims work as before the heartbeat task existed.
+    pub(super) fn starving_reporter(self) -> bool {
+        self.starving_reporter
     }
 
     /// The claim loop's connection: one that never reconnects under `no_reconnect`.
@@ -77,6 +87,11 @@ impl Breaks {
 
     /// Always false.
     pub(super) fn no_heartbeat_on_shutdown(self) -> bool {
+        false
+    }
+
+    /// Always false.
+    pub(super) fn starving_reporter(self) -> bool {
         false
     }
 
