@@ -31,7 +31,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, Semaphore};
-use tokio_postgres::Config;
+use crate::ConnConfig;
 use tokio_util::sync::CancellationToken;
 
 pub use builder::WorkerBuilder;
@@ -77,7 +77,7 @@ use state::{Finished, Shared};
 /// }
 /// ```
 pub struct Worker {
-    config: Config,
+    config: ConnConfig,
     opts: Arc<Opts>,
 }
 
@@ -85,8 +85,8 @@ impl Worker {
     /// Starts configuring a worker that connects with `config` (see
     /// [`crate::config_from_env`]). The worker uses two connections: one for claims and one
     /// for heartbeats and outcomes.
-    pub fn builder(config: Config) -> WorkerBuilder {
-        WorkerBuilder::new(config)
+    pub fn builder(config: impl Into<ConnConfig>) -> WorkerBuilder {
+        WorkerBuilder::new(config.into())
     }
 
     /// Runs until SIGTERM or SIGINT (Ctrl-C), then shuts down gracefully (see

@@ -185,21 +185,15 @@ pub type CliResult = Result<(), CliError>;
 /// Connects and checks that jq is installed.
 pub async fn connect(cli: &Cli) -> Result<tokio_postgres::Client, CliError> {
     let mut config = worker_client::config_from_env(cli.database_url.as_deref())?;
-    if config.get_application_name() == Some("jq-worker-client") {
-        config.application_name("jqctl");
+    if config.pg().get_application_name() == Some("jq-worker-client") {
+        config.pg_mut().application_name("jqctl");
     }
-    let (client, connection) = config
-        .connect(tokio_postgres::NoTls)
-        .await
-        .map_err(|e| CliError::from(worker_client::connect_error(&config, &e)))?;
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
+    let client = worker_client::connect(&config).await?;
     let installed = client
         .query_opt("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'jq'", &[])
         .await?;
     if installed.is_none() {
-        return Err(worker_client::Error::NotInstalled(config.get_dbname().unwrap_or("?").to_string()).into());
+        return Err(worker_client::Error::NotInstalled(config.pg().get_dbname().unwrap_or("?").to_string()).into());
     }
     Ok(client)
 }
