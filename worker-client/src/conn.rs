@@ -400,7 +400,7 @@ mod tests {
         let mut conn = Conn::new(test_config());
         let sql = "SELECT pg_backend_pid()";
         let pid: i32 = conn.query(sql, &[]).await.expect("pid")[0].get(0);
-        let other = connect(&test_config()).await.expect("second connection");
+        let other = connect(&test_config().into()).await.expect("second connection");
         other.query("SELECT pg_terminate_backend($1)", &[&pid]).await.expect("terminate");
         // Either the client already saw the connection close (the next call reconnects at
         // once), or the next call fails with a connection error and drops the client.

@@ -41,3 +41,10 @@ pub(crate) fn cancel_no_tls() -> bool {
 pub(crate) fn prefer_no_fallback() -> bool {
     is("tls_prefer_no_fallback")
 }
+
+/// `tls_ignore_url_sslmode`: the connection string's `sslmode` is taken out but not used
+/// (PGSSLMODE or prefer instead): `disable_and_prefer_work_on_a_server_without_tls` and
+/// `environment_variables_set_the_mode_and_root_certificate` fail.
+pub(crate) fn ignore_url_sslmode() -> bool {
+    is("tls_ignore_url_sslmode")
+}

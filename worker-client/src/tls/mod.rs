@@ -35,10 +35,11 @@ use crate::Error;
 /// plain once when the TLS attempt failed (libpq does the same).
 pub(crate) async fn connect(config: &Config, tls: &TlsSettings) -> Result<Client, Error> {
     let tls = connector::effective(config, tls);
-    if tls.mode == SslMode::Disable || breaks::no_tls() {
-        return spawn(config, NoTls).await.map_err(|e| connect_error(config, &e));
-    }
     let mut pg = config.clone();
+    if tls.mode == SslMode::Disable || breaks::no_tls() {
+        pg.ssl_mode(PgSslMode::Disable);
+        return spawn(&pg, NoTls).await.map_err(|e| connect_error(config, &e));
+    }
     pg.ssl_mode(tls.pg_mode());
     let attempted = Arc::new(AtomicBool::new(false));
     let connector = tried::Tried::new(connector::build(&tls)?, attempted.clone());
@@ -49,7 +50,7 @@ pub(crate) async fn connect(config: &Config, tls: &TlsSettings) -> Result<Client
             pg.ssl_mode(PgSslMode::Disable);
             spawn(&pg, NoTls).await.map_err(|plain| Error::Connect {
                 target: crate::describe_target(config),
-                reason: format!("{} (and over TLS: {})", describe(&plain), describe(&e)),
+                reason: format!("{} (and over TLS: {})", describe(&plain), shorten(&describe(&e))),
             })
         }
         Err(e) => Err(tls_error(config, &tls, &e, attempted.load(Ordering::SeqCst))),
@@ -61,9 +62,20 @@ pub(crate) async fn connect(config: &Config, tls: &TlsSettings) -> Result<Client
 fn tls_error(config: &Config, tls: &TlsSettings, e: &tokio_postgres::Error, attempted: bool) -> Error {
     match connect_error(config, e) {
         Error::Connect { target, reason } if attempted && e.as_db_error().is_none() => {
-            Error::Connect { target, reason: format!("{reason} ({})", tls.describe()) }
+            Error::Connect { target, reason: format!("{} ({})", shorten(&reason), tls.describe()) }
         }
         other => other,
+    }
+}
+
+/// OpenSSL's verification failure, `…:certificate verify failed:…:1889: (hostname mismatch)`,
+/// as `the server certificate does not verify: hostname mismatch`; other text unchanged.
+fn shorten(reason: &str) -> String {
+    match (reason.contains("certificate verify failed"), reason.rfind(" (")) {
+        (true, Some(i)) if reason.ends_with(')') => {
+            format!("the server certificate does not verify: {}", &reason[i + 2..reason.len() - 1])
+        }
+        _ => reason.to_owned(),
     }
 }
 

@@ -84,6 +84,7 @@ impl TlsSettings {
     /// `sslrootcert=system`, `verify-full`, the only mode libpq allows with it).
     pub fn resolve(sslmode: Option<String>, sslrootcert: Option<String>) -> Result<TlsSettings, Error> {
         let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let sslmode = sslmode.filter(|_| !super::breaks::ignore_url_sslmode());
         let root_cert = match sslrootcert.or_else(|| env("PGSSLROOTCERT")) {
             None => RootCert::Default,
             Some(s) if s == "system" => RootCert::System,
