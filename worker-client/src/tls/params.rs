@@ -135,6 +135,7 @@ mod tests {
         (e.rest, e.sslmode, e.sslrootcert)
     }
 
+    /// Seen failing with the values kept percent-encoded (`v.to_owned()` for `decode(v)?`).
     #[test]
     fn url_query_keys_are_taken_out_and_decoded() {
         assert_eq!(
@@ -145,6 +146,7 @@ mod tests {
         assert_eq!(ex("postgres://h/db"), ("postgres://h/db".into(), None, None));
     }
 
+    /// Seen failing with `\` escapes ignored (`missing "=" after "b\'.pem'"`).
     #[test]
     fn key_value_pairs_are_taken_out_with_quoting() {
         assert_eq!(
@@ -155,6 +157,7 @@ mod tests {
         assert_eq!(ex("sslrootcert=c\\ d.pem"), (String::new(), None, Some("c d.pem".into())));
     }
 
+    /// Seen failing with an unterminated quote accepted as the end of the value.
     #[test]
     fn malformed_key_values_are_one_line_errors() {
         let e = extract("host=h sslrootcert='/tmp/x").unwrap_err().to_string();
