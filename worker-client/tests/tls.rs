@@ -240,8 +240,10 @@ fn prefer_falls_back_to_plain_when_tls_is_refused() {
 }
 
 /// `PGSSLMODE` and `PGSSLROOTCERT` set the mode and the CA when the URL has neither; the URL
-/// wins over them; a bad PGSSLMODE is a one-line error. Control `tls_no_tls` seen failing
-/// ("PGSSLMODE=verify-full with the right CA: expected to connect; … no encryption").
+/// wins over them; a bad PGSSLMODE is a one-line error. Controls: `tls_no_tls` seen failing
+/// ("PGSSLMODE=verify-full with the right CA: expected to connect; … no encryption"),
+/// `tls_ignore_url_sslmode` seen failing ("the URL's sslmode=disable over PGSSLMODE: expected
+/// exit 1").
 #[test]
 fn environment_variables_set_the_mode_and_root_certificate() {
     let cl = cluster();
@@ -259,8 +261,8 @@ fn environment_variables_set_the_mode_and_root_certificate() {
 }
 
 /// On the shared test cluster (no TLS): disable and prefer connect; require and verify-full
-/// fail with one line. Control `tls_no_tls` seen failing ("require on a server without TLS:
-/// expected exit 1" — it connected plain).
+/// fail with one line. Controls `tls_no_tls` and `tls_ignore_url_sslmode` seen failing
+/// ("require on a server without TLS: expected exit 1" — it connected plain).
 #[test]
 fn disable_and_prefer_work_on_a_server_without_tls() {
     let db = TestDb::with_setup("tlsnone", "CREATE EXTENSION jq; SELECT jq.create_queue('q')");
