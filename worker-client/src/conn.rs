@@ -92,7 +92,8 @@ pub(crate) fn describe(e: &tokio_postgres::Error) -> String {
 /// transaction mode this needs its prepared-statement support (`max_prepared_statements`,
 /// PgBouncer 1.21+), as tokio-postgres' uncached statements already do.
 pub(crate) struct Conn {
-    config: ConnConfig,
+    /// Shared so that a cancellable call can hold it while the client borrows `self`.
+    config: std::sync::Arc<ConnConfig>,
     client: Option<Client>,
     /// Statements prepared on `client`, by SQL text; emptied with the client.
     statements: HashMap<String, Statement>,
@@ -106,7 +107,7 @@ pub(crate) struct Conn {
 impl Conn {
     pub(crate) fn new(config: impl Into<ConnConfig>) -> Conn {
         Conn {
-            config: config.into(),
+            config: std::sync::Arc::new(config.into()),
             client: None,
             statements: HashMap::new(),
             #[cfg(feature = "test-breaks")]
@@ -230,7 +231,7 @@ impl Conn {
         cancel_on: Option<&CancellationToken>,
     ) -> Result<Vec<Row>, QueryError> {
         // for the cancel request, which cannot borrow self while the query does
-        let config = self.config.clone();
+        let config = std::sync::Arc::clone(&self.config);
         let r = match self.prepared(sql).await {
             Err(QueryError::Db(e)) => Err(e),
             Err(e) => return Err(e),

@@ -136,3 +136,25 @@ impl TlsSettings {
         format!("sslmode={}, sslrootcert={root}", self.mode.name())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve(mode: &str, root: &str) -> Result<TlsSettings, String> {
+        TlsSettings::resolve(Some(mode.into()), Some(root.into())).map_err(|e| e.to_string())
+    }
+
+    /// libpq's rules for `sslrootcert=system`. Seen failing with the weak-mode check removed
+    /// (`require` with `system` was accepted).
+    #[test]
+    fn system_roots_allow_verify_full_only() {
+        let s = resolve("verify-full", "system").unwrap();
+        assert_eq!((s.mode, s.root_cert), (SslMode::VerifyFull, RootCert::System));
+        let e = resolve("require", "system").unwrap_err();
+        assert_eq!(e, "weak sslmode \"require\" may not be used with sslrootcert=system (use verify-full)");
+        let s = resolve("verify-ca", "/etc/ca.pem").unwrap();
+        assert_eq!((s.mode, s.root_cert), (SslMode::VerifyCa, RootCert::File("/etc/ca.pem".into())));
+        assert!(resolve("allow", "").unwrap_err().contains("not supported"));
+    }
+}
