@@ -16,11 +16,14 @@ use clap::{Parser, Subcommand, ValueEnum};
 /// Command line for jq, the job queue inside PostgreSQL.
 ///
 /// Connects with --database-url, else DATABASE_URL, else the libpq environment variables
-/// (PGHOST, PGPORT, PGUSER, PGDATABASE, PGPASSWORD) as psql does.
+/// (PGHOST, PGPORT, PGUSER, PGDATABASE, PGPASSWORD) as psql does. TLS as libpq: sslmode
+/// (disable, prefer, require, verify-ca, verify-full) and sslrootcert in the URL, or
+/// PGSSLMODE and PGSSLROOTCERT.
 #[derive(Parser, Debug)]
 #[command(name = "jqctl", version, propagate_version = true)]
 pub struct Cli {
-    /// PostgreSQL URL (postgresql://user@host:port/db) or key=value connection string.
+    /// PostgreSQL URL (postgresql://user@host:port/db?sslmode=verify-full&sslrootcert=ca.pem)
+    /// or key=value connection string.
     #[arg(long, global = true, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
 
