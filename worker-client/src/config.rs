@@ -16,10 +16,10 @@ use crate::Error;
 /// taken from the libpq environment variables `PGHOST` (a comma-separated list; a value starting
 /// with `/` is a Unix-socket directory), `PGPORT`, `PGUSER`, `PGDATABASE`, `PGPASSWORD`,
 /// `PGAPPNAME`, `PGOPTIONS`, `PGCONNECT_TIMEOUT`, `PGSSLMODE` and `PGSSLROOTCERT`, and then from
-/// libpq's defaults: the socket
-/// directory `/var/run/postgresql` when it exists (else `localhost`), port 5432, the operating
-/// system user (`USER`), and a database named like the user. The connect timeout defaults to
-/// 10 seconds so that an unreachable server gives an error rather than a hang.
+/// libpq's defaults: the socket directory `/var/run/postgresql` when it exists (else
+/// `localhost`), port 5432, the operating system user (`USER`), and a database named like the
+/// user. The connect timeout defaults to 10 seconds so that an unreachable server gives an error
+/// rather than a hang.
 ///
 /// `sslmode` (disable, prefer — the default —, require, verify-ca, verify-full) and
 /// `sslrootcert` (a PEM file, or `system`) mean what they mean to libpq; see [`TlsSettings`] and
@@ -158,7 +158,8 @@ impl ConnConfig {
         &self.pg
     }
 
-    /// The tokio-postgres half, to change (e.g. `application_name`).
+    /// The tokio-postgres half, to change (e.g. `application_name`). Its `ssl_mode` is not
+    /// used: TLS follows [`ConnConfig::tls`].
     pub fn pg_mut(&mut self) -> &mut Config {
         &mut self.pg
     }
