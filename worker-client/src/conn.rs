@@ -5,20 +5,21 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, Config, NoTls, Row, Statement};
+use tokio_postgres::{Client, Config, Row, Statement};
 use tokio_util::sync::CancellationToken;
 
-use crate::Error;
+use crate::{ConnConfig, Error};
 
-/// Connects once, spawning the connection's I/O task on the current runtime.
-pub(crate) async fn connect(config: &Config) -> Result<Client, Error> {
-    let (client, connection) = config.connect(NoTls).await.map_err(|e| connect_error(config, &e))?;
-    tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            tracing::debug!(error = %e, "connection closed");
-        }
-    });
-    Ok(client)
+/// Connects once, with TLS as `config` says (docs/worker-client.md, "TLS"), spawning the
+/// connection's I/O task on the current runtime.
+///
+/// # Errors
+///
+/// [`Error::Connect`] (one line) when the server cannot be reached, refuses the connection,
+/// or its certificate does not verify; [`Error::Config`] when the root certificate file cannot
+/// be read or `verify-ca` / `verify-full` has none.
+pub async fn connect(config: &ConnConfig) -> Result<Client, Error> {
+    crate::tls::connect(config.pg(), config.tls()).await
 }
 
 /// [`Error::Connect`] for a failed connection attempt to `config`, as one line: the server's
@@ -91,7 +92,8 @@ pub(crate) fn describe(e: &tokio_postgres::Error) -> String {
 /// transaction mode this needs its prepared-statement support (`max_prepared_statements`,
 /// PgBouncer 1.21+), as tokio-postgres' uncached statements already do.
 pub(crate) struct Conn {
-    config: Config,
+    /// Shared so that a cancellable call can hold it while the client borrows `self`.
+    config: std::sync::Arc<ConnConfig>,
     client: Option<Client>,
     /// Statements prepared on `client`, by SQL text; emptied with the client.
     statements: HashMap<String, Statement>,
@@ -103,9 +105,9 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    pub(crate) fn new(config: Config) -> Conn {
+    pub(crate) fn new(config: impl Into<ConnConfig>) -> Conn {
         Conn {
-            config,
+            config: std::sync::Arc::new(config.into()),
             client: None,
             statements: HashMap::new(),
             #[cfg(feature = "test-breaks")]
@@ -118,7 +120,7 @@ impl Conn {
     /// A connection that is never re-established once lost: the `no_reconnect` negative
     /// control of tests/reconnect.rs.
     #[cfg(feature = "test-breaks")]
-    pub(crate) fn broken_once(config: Config) -> Conn {
+    pub(crate) fn broken_once(config: ConnConfig) -> Conn {
         Conn { once: true, ..Conn::new(config) }
     }
 
@@ -136,7 +138,7 @@ impl Conn {
                 self.connected_before = true;
             }
             self.client = Some(connect(&self.config).await?);
-            tracing::debug!(target = %crate::describe_target(&self.config), "connected");
+            tracing::debug!(target = %crate::describe_target(self.config.pg()), "connected");
         }
         Ok(self.client.as_ref().expect("just connected"))
     }
@@ -228,6 +230,8 @@ impl Conn {
         params: &[&(dyn ToSql + Sync)],
         cancel_on: Option<&CancellationToken>,
     ) -> Result<Vec<Row>, QueryError> {
+        // for the cancel request, which cannot borrow self while the query does
+        let config = std::sync::Arc::clone(&self.config);
         let r = match self.prepared(sql).await {
             Err(QueryError::Db(e)) => Err(e),
             Err(e) => return Err(e),
@@ -244,7 +248,7 @@ impl Conn {
                 tokio::select! {
                     r = &mut fut => r,
                     _ = stop => {
-                        let _ = cancel.cancel_query(NoTls).await;
+                        crate::tls::cancel(&cancel, config.pg(), config.tls()).await;
                         fut.await
                     }
                 }
@@ -397,7 +401,7 @@ mod tests {
         let mut conn = Conn::new(test_config());
         let sql = "SELECT pg_backend_pid()";
         let pid: i32 = conn.query(sql, &[]).await.expect("pid")[0].get(0);
-        let other = connect(&test_config()).await.expect("second connection");
+        let other = connect(&test_config().into()).await.expect("second connection");
         other.query("SELECT pg_terminate_backend($1)", &[&pid]).await.expect("terminate");
         // Either the client already saw the connection close (the next call reconnects at
         // once), or the next call fails with a connection error and drops the client.

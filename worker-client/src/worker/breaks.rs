@@ -2,7 +2,7 @@
 //! with the cargo feature `test-breaks` and then chosen with the environment variable
 //! `JQ_CLIENT_BREAK`. Without the feature every switch is a constant `false`.
 
-use tokio_postgres::Config;
+use crate::ConnConfig;
 
 use crate::conn::Conn;
 
@@ -64,7 +64,7 @@ impl Breaks {
     }
 
     /// The claim loop's connection: one that never reconnects under `no_reconnect`.
-    pub(super) fn claim_conn(self, config: Config) -> Conn {
+    pub(super) fn claim_conn(self, config: ConnConfig) -> Conn {
         if self.no_reconnect {
             Conn::broken_once(config)
         } else {
@@ -96,7 +96,7 @@ impl Breaks {
     }
 
     /// The claim loop's connection.
-    pub(super) fn claim_conn(self, config: Config) -> Conn {
+    pub(super) fn claim_conn(self, config: ConnConfig) -> Conn {
         Conn::new(config)
     }
 }

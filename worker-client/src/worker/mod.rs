@@ -31,7 +31,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, Semaphore};
-use tokio_postgres::Config;
+use crate::ConnConfig;
 use tokio_util::sync::CancellationToken;
 
 pub use builder::WorkerBuilder;
@@ -83,7 +83,7 @@ pub(crate) const MAX_UNREPORTED: usize = reporter::REPORT_BATCH;
 /// }
 /// ```
 pub struct Worker {
-    config: Config,
+    config: ConnConfig,
     opts: Arc<Opts>,
 }
 
@@ -91,8 +91,8 @@ impl Worker {
     /// Starts configuring a worker that connects with `config` (see
     /// [`crate::config_from_env`]). The worker uses three connections: one for claims, one
     /// for outcomes and one for heartbeats.
-    pub fn builder(config: Config) -> WorkerBuilder {
-        WorkerBuilder::new(config)
+    pub fn builder(config: impl Into<ConnConfig>) -> WorkerBuilder {
+        WorkerBuilder::new(config.into())
     }
 
     /// Runs until SIGTERM or SIGINT (Ctrl-C), then shuts down gracefully (see
