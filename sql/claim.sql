@@ -153,8 +153,8 @@ BEGIN
             worker = claim.worker,
             lease_token = jq._lease_token(),
             started_at = pg_catalog.clock_timestamp(),
-            lease = coalesce(claim.lease, q.lease),
-            lease_expires_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) coalesce(claim.lease, q.lease)
+            lease = LEAST(coalesce(claim.lease, q.lease), q.max_lease),
+            lease_expires_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) LEAST(coalesce(claim.lease, q.lease), q.max_lease)
         FROM jq.queues q
         WHERE q.name OPERATOR(pg_catalog.=) claim.queue
           AND j.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
@@ -204,8 +204,8 @@ BEGIN
             worker = claim.worker,
             lease_token = jq._lease_token(),
             started_at = pg_catalog.clock_timestamp(),
-            lease = coalesce(claim.lease, q.lease),
-            lease_expires_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) coalesce(claim.lease, q.lease)
+            lease = LEAST(coalesce(claim.lease, q.lease), q.max_lease),
+            lease_expires_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) LEAST(coalesce(claim.lease, q.lease), q.max_lease)
         FROM jq.queues q
         WHERE q.name OPERATOR(pg_catalog.=) claim.queue
           AND j.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
@@ -269,7 +269,7 @@ COMMENT ON FUNCTION jq.claim(text, text, integer, interval, interval, bigint) IS
 'Claims up to n (1..jq.max_claim_batch()) ready jobs of one queue for worker (a free-form name '
 'of at most 200 characters, kept for operators; recovery never depends on it), in order '
 'priority DESC, run_at, id, and returns them (jq.claimed_job) with a fresh lease_token each. '
-'lease: interval, default the queue''s; every job of the batch gets its own lease of that length, '
+'lease: interval, default the queue''s, at most the queue''s max_lease; every job of the batch gets its own lease of that length, '
 'extended one by one with jq.heartbeat. One SELECT ... FOR UPDATE SKIP LOCKED on the partial '
 'claim index, then UPDATE, in one statement (a one-job claim that locked a row updated after its '
 'snapshot looks again by id in a second): concurrent claimers never get the same job while '
@@ -331,8 +331,8 @@ BEGIN
                 worker = _claim_batch.worker,
                 lease_token = jq._lease_token(),
                 started_at = pg_catalog.clock_timestamp(),
-                lease = coalesce(_claim_batch.lease, q.lease),
-                lease_expires_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) coalesce(_claim_batch.lease, q.lease)
+                lease = LEAST(coalesce(_claim_batch.lease, q.lease), q.max_lease),
+                lease_expires_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) LEAST(coalesce(_claim_batch.lease, q.lease), q.max_lease)
             FROM jq.queues q
             WHERE q.name OPERATOR(pg_catalog.=) _claim_batch.queue
               AND j.id OPERATOR(pg_catalog.=) ANY (ARRAY(
@@ -366,8 +366,8 @@ BEGIN
                 worker = _claim_batch.worker,
                 lease_token = jq._lease_token(),
                 started_at = pg_catalog.clock_timestamp(),
-                lease = coalesce(_claim_batch.lease, q.lease),
-                lease_expires_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) coalesce(_claim_batch.lease, q.lease)
+                lease = LEAST(coalesce(_claim_batch.lease, q.lease), q.max_lease),
+                lease_expires_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) LEAST(coalesce(_claim_batch.lease, q.lease), q.max_lease)
             FROM jq.queues q
             WHERE q.name OPERATOR(pg_catalog.=) _claim_batch.queue
               AND j.id OPERATOR(pg_catalog.=) ANY (ARRAY(

@@ -278,16 +278,19 @@ BEGIN
         RAISE EXCEPTION 'extend must be greater than zero and at most 100 years, got %',
             heartbeat.extend USING ERRCODE = '22023';
     END IF;
+    -- Bounded by the queue's max_lease (a lease of years pins the job and its slots).
     UPDATE jq.jobs j SET
-        lease_expires_at = pg_catalog.clock_timestamp() + coalesce(heartbeat.extend, j.lease),
-        lease = coalesce(heartbeat.extend, j.lease)
+        lease_expires_at = pg_catalog.clock_timestamp() + LEAST(coalesce(heartbeat.extend, j.lease),
+                               (SELECT q.max_lease FROM jq.queues q WHERE q.name = j.queue)),
+        lease = LEAST(coalesce(heartbeat.extend, j.lease),
+                      (SELECT q.max_lease FROM jq.queues q WHERE q.name = j.queue))
     WHERE j.id = heartbeat.id AND j.lease_token = heartbeat.lease_token AND j.state::text = 'running'
     RETURNING j.lease_expires_at, j.cancel_requested
     INTO heartbeat.lease_expires_at, heartbeat.cancel_requested;
 END $$;
 COMMENT ON FUNCTION jq.heartbeat(bigint, uuid, interval) IS
 'Extends the lease of a running job to now + extend (interval; default the lease length of the '
-'current claim) and returns (lease_expires_at, cancel_requested): a true cancel_requested asks '
+'current claim), at most the queue''s max_lease, and returns (lease_expires_at, cancel_requested): a true cancel_requested asks '
 'the handler to stop (jq.cancel). Fenced: both NULL and no change unless the job is running '
 'under this lease_token, so a stale worker cannot extend a newer claim. Errors: 22023 extend <= 0, '
 'over 100 years or with a negative field.';

@@ -123,7 +123,7 @@ COMMENT ON FUNCTION jq._authorize_job(bigint, bigint) IS
 
 CREATE OR REPLACE FUNCTION jq._queue_admin_functions() RETURNS regprocedure[]
 LANGUAGE sql STABLE AS $$
-    SELECT ARRAY['jq.alter_queue(text, integer, interval, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, interval, interval, integer, integer, boolean, integer, integer, interval, integer, interval, bigint)',
+    SELECT ARRAY['jq.alter_queue(text, integer, interval, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, interval, interval, integer, integer, boolean, integer, integer, interval, integer, interval, interval, bigint)',
                  'jq.pause(text, bigint)',
                  'jq.resume(text, bigint)',
                  'jq.cancel(bigint, bigint)',
@@ -312,7 +312,7 @@ DECLARE
     f regprocedure;
 BEGIN
     FOREACH f IN ARRAY jq._queue_admin_functions() || ARRAY[
-        'jq.create_queue(text, integer, interval, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, interval, interval, integer, integer, boolean, boolean, integer)',
+        'jq.create_queue(text, integer, interval, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, interval, interval, integer, integer, boolean, boolean, integer, interval)',
         'jq.drop_queue(text, boolean, bigint)', 'jq.tick()', 'jq.cron_tick(timestamptz)',
         'jq.grant(text, regrole, text, bigint)', 'jq.revoke(text, regrole, text)']::regprocedure[]
     LOOP

@@ -113,7 +113,8 @@ CREATE OR REPLACE FUNCTION jq.create_queue(
     max_lease_expiries integer DEFAULT 10,
     paused             boolean DEFAULT false,
     if_not_exists      boolean DEFAULT false,
-    key_concurrency    integer DEFAULT 1
+    key_concurrency    integer DEFAULT 1,
+    max_lease          interval DEFAULT NULL
 ) RETURNS jq.queues
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -142,18 +143,21 @@ BEGIN
             create_queue.max_concurrency USING ERRCODE = '22023';
     END IF;
     PERFORM jq._check_flow_options(create_queue.key_concurrency, NULL, NULL, NULL);
+    IF create_queue.max_lease IS NOT NULL THEN
+        PERFORM jq._check_interval('max_lease', create_queue.max_lease, false);
+    END IF;
 
     -- A conflict with a queue that a concurrent jq.drop_queue deletes before the re-read below
     -- sees neither that name nor a same-hash one: try again (bounded; 40001 if it never settles).
     FOR v_try IN 1..10 LOOP
         INSERT INTO jq.queues AS t (name, paused, max_concurrency, max_attempts, lease, backoff,
             backoff_base, backoff_max, jitter, retention, dead_retention, history_retention,
-            max_lease_expiries, key_concurrency)
+            max_lease_expiries, key_concurrency, max_lease)
         VALUES (create_queue.name, create_queue.paused, create_queue.max_concurrency,
             create_queue.max_attempts, create_queue.lease, create_queue.backoff,
             create_queue.backoff_base, create_queue.backoff_max, create_queue.jitter,
             create_queue.retention, create_queue.dead_retention, create_queue.history_retention,
-            create_queue.max_lease_expiries, create_queue.key_concurrency)
+            create_queue.max_lease_expiries, create_queue.key_concurrency, create_queue.max_lease)
         -- No conflict target: a concurrent create of the same name must wait and return here,
         -- not fail on queues_name_hash_idx (which a target of queues_pkey alone would check
         -- strictly).
@@ -180,7 +184,7 @@ BEGIN
     RAISE EXCEPTION 'queue "%" was created and dropped concurrently too often; retry', create_queue.name
         USING ERRCODE = '40001';
 END $$;
-COMMENT ON FUNCTION jq.create_queue(text, integer, interval, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, interval, interval, integer, integer, boolean, boolean, integer) IS
+COMMENT ON FUNCTION jq.create_queue(text, integer, interval, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, interval, interval, integer, integer, boolean, boolean, integer, interval) IS
 'Creates a queue and returns its row. name: 1-128 characters of [A-Za-z0-9_.:-]. Defaults of its '
 'jobs: max_attempts 25; lease 5 minutes; retry backoff exponential from backoff_base 1 second, '
 'capped at backoff_max 1 hour, with full jitter; finished jobs kept for retention 1 day '
@@ -189,7 +193,8 @@ COMMENT ON FUNCTION jq.create_queue(text, integer, interval, jq.backoff_policy, 
 'released, snoozed, cancelled) kept for history_retention 7 days (a completed execution is kept '
 'with its job); max_concurrency NULL = unlimited running jobs; a job whose lease '
 'expires more than max_lease_expiries (10) times goes dead; key_concurrency (1): jobs per '
-'concurrency_key holding a slot at once (docs/flow-control.md). Errors: 22004 NULL option, 22023 '
+'concurrency_key holding a slot at once (docs/flow-control.md); max_lease (NULL: none): the '
+'longest lease a claim or heartbeat may take, longer requests get max_lease. Errors: 22004 NULL option, 22023 '
 'invalid name or value (intervals are at most 100 years), 42710 queue exists (unless '
 'if_not_exists, which returns the existing row; its options are not compared), 23505 another '
 'queue''s name has the same hash (pg_catalog.hashtextextended(name, 0), the claim index''s key), '
@@ -214,6 +219,7 @@ CREATE OR REPLACE FUNCTION jq.alter_queue(
     rate_period        interval DEFAULT NULL,
     burst              integer DEFAULT NULL,
     priority_aging     interval DEFAULT NULL,
+    max_lease          interval DEFAULT NULL,
     caller_ticket bigint DEFAULT jq._ticket()
 ) RETURNS jq.queues
 LANGUAGE plpgsql
@@ -237,6 +243,9 @@ BEGIN
     IF alter_queue.priority_aging IS NOT NULL AND alter_queue.priority_aging <> interval '0' THEN
         PERFORM jq._check_interval('priority_aging', alter_queue.priority_aging, false);
     END IF;
+    IF alter_queue.max_lease IS NOT NULL AND alter_queue.max_lease <> interval '0' THEN
+        PERFORM jq._check_interval('max_lease', alter_queue.max_lease, false);
+    END IF;
     LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;  -- before the queue row, as jq.drop_queue
     UPDATE jq.queues t SET
         max_attempts       = coalesce(alter_queue.max_attempts, t.max_attempts),
@@ -257,6 +266,10 @@ BEGIN
         priority_aging     = CASE WHEN alter_queue.priority_aging IS NULL THEN t.priority_aging
                                   WHEN alter_queue.priority_aging = interval '0' THEN NULL
                                   ELSE alter_queue.priority_aging END,
+        -- max_lease => '0' removes the bound; a lower one applies to later claims and heartbeats.
+        max_lease          = CASE WHEN alter_queue.max_lease IS NULL THEN t.max_lease
+                                  WHEN alter_queue.max_lease = interval '0' THEN NULL
+                                  ELSE alter_queue.max_lease END,
         -- rate_limit => 0 removes the limit; setting it fills the bucket (rate_burst tokens).
         rate_limit         = CASE WHEN alter_queue.rate_limit IS NULL THEN t.rate_limit
                                   WHEN alter_queue.rate_limit = 0 THEN NULL
@@ -288,7 +301,7 @@ BEGIN
     END IF;
     RETURN q;
 END $$;
-COMMENT ON FUNCTION jq.alter_queue(text, integer, interval, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, interval, interval, integer, integer, boolean, integer, integer, interval, integer, interval, bigint) IS
+COMMENT ON FUNCTION jq.alter_queue(text, integer, interval, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, interval, interval, integer, integer, boolean, integer, integer, interval, integer, interval, interval, bigint) IS
 'Changes the given options of a queue (NULL = leave unchanged; max_concurrency => 0 removes the '
 'cap) and returns the new row. New defaults apply to jobs enqueued afterwards (max_attempts) and '
 'to the next claim, failure or pass (lease, backoff, retention, cap). Flow control '
@@ -297,7 +310,9 @@ COMMENT ON FUNCTION jq.alter_queue(text, integer, interval, jq.backoff_policy, i
 'default 1 second) with a bucket of burst tokens (default 1): no window of rate_period sees more '
 'than rate_limit + burst claims; changing any of the three refills the bucket. priority_aging '
 '(interval > 0, at most 100 years; 0 turns it off): a ready job''s priority rises by 1 per '
-'interval waited since run_at, for jobs enqueued while it is set. Errors: 22023 '
+'interval waited since run_at, for jobs enqueued while it is set. max_lease (interval > 0, at '
+'most 100 years; 0 removes it): the longest lease later claims and heartbeats may take (a running '
+'lease keeps its expiry; jq.expire_lease takes one back). Errors: 22023 '
 'invalid value (also rate_period or burst without a rate limit), 42704 unknown queue. 42501: the caller holds no admin grant on the queue; 0A000: the name under a nondeterministic collation.';
 
 CREATE OR REPLACE FUNCTION jq._check_flow_options(key_concurrency integer, rate_limit integer,

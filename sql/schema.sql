@@ -62,7 +62,10 @@ CREATE TABLE jq.queues (
     priority_aging     interval CHECK (priority_aging IS NULL OR priority_aging > interval '0'),
     CONSTRAINT rate_limit_complete CHECK ((rate_limit IS NULL) = (rate_period IS NULL)
                                           AND (rate_limit IS NULL) = (rate_burst IS NULL)),
-    created_at         timestamptz NOT NULL DEFAULT now()
+    created_at         timestamptz NOT NULL DEFAULT now(),
+    -- The longest lease a claim or heartbeat of this queue may take (NULL: 100 years, the bound
+    -- of every interval argument); longer requests get this one. Last: added in 0.2.0.
+    max_lease          interval CHECK (max_lease IS NULL OR max_lease > interval '0')
 );
 -- A queue's key in jobs_claim_idx is the 64-bit hash of its name (see there), so no two queues
 -- may share one. Two names with the same hash are about 2^-64 apart by chance; a second queue

@@ -49,3 +49,28 @@ fn a_command_whose_result_cannot_be_stored_runs_once_and_completes() {
     let ran = std::fs::read_to_string(&runs).unwrap_or_default().lines().count();
     assert_eq!(ran, 1, "the command ran {ran} times");
 }
+
+/// `jqctl expire-lease ID` takes back a running job (jq.expire_lease): exit 0 and the job ready
+/// again; a second call, with nothing running, is a one-line error and exit 1; a lease token of
+/// another attempt changes nothing.
+#[test]
+fn expire_lease_takes_back_a_running_job_once() {
+    let db = TestDb::new("cmd_expire");
+    let mut c = db.connect();
+    create_queue(&mut c, "ex", "60 seconds", "");
+    let id: i64 = c.query_one("SELECT jq.enqueue('ex', '{}')", &[]).unwrap().get(0);
+    c.batch_execute("SELECT jq.claim('ex', 'w', lease => '100 years')").unwrap();
+    let wrong = db.jqctl().args(["expire-lease", &id.to_string(), "--lease-token",
+                                 "00000000-0000-4000-8000-000000000000"]).output().unwrap();
+    assert_eq!(wrong.status.code(), Some(1), "{wrong:?}");
+    assert_eq!(state(&mut c, id).as_deref(), Some("running"));
+    let out = db.jqctl().args(["expire-lease", &id.to_string()]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("taken back: now ready"), "{out:?}");
+    assert_eq!(state(&mut c, id).as_deref(), Some("ready"));
+    let again = db.jqctl().args(["expire-lease", &id.to_string()]).output().unwrap();
+    assert_eq!(again.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("not running"), "{err}");
+}

@@ -125,3 +125,62 @@ fn a_take_back_waits_for_a_completion_in_flight_and_leaves_it_completed() {
     assert_eq!(state(&mut c, id).as_deref(), Some("completed"), "the completed job was taken back");
     assert_eq!(taken, Ok(0));
 }
+
+/// A queue's max_lease bounds the lease every claim path asks for (one job, a batch) and what a
+/// heartbeat extends to; max_lease => '0' removes the bound, and 0 at creation is refused.
+///
+/// Negative controls: `claim_unbounded_lease` (the bound left out of jq.claim and
+/// jq._claim_batch): seen failing with "a claim took a lease past max_lease";
+/// `heartbeat_unbounded_lease` (left out of jq.heartbeat): "a heartbeat extended past max_lease".
+#[test]
+fn max_lease_bounds_claims_and_heartbeats() {
+    let db = TestDb::new("max_lease");
+    let mut c = db.connect();
+    if broken("claim_unbounded_lease") {
+        sabotage(&mut c, "jq.claim(text,text,integer,interval,interval,bigint)",
+                 "LEAST(coalesce(claim.lease, q.lease), q.max_lease)", "coalesce(claim.lease, q.lease)", 4);
+        sabotage(&mut c, "jq._claim_batch(text,text,integer,interval,boolean,bigint,boolean)",
+                 "LEAST(coalesce(_claim_batch.lease, q.lease), q.max_lease)", "coalesce(_claim_batch.lease, q.lease)", 4);
+    }
+    if broken("heartbeat_unbounded_lease") {
+        sabotage(&mut c, "jq.heartbeat(bigint,uuid,interval)",
+                 "(SELECT q.max_lease FROM jq.queues q WHERE q.name = j.queue)", "NULL::interval", 2);
+    }
+    assert_eq!(jq_pg_test::sqlstate(c.batch_execute("SELECT jq.create_queue('z', max_lease => '0')")), "22023");
+    c.batch_execute("SELECT jq.create_queue('q', max_lease => '1 hour')").unwrap();
+    for _ in 0..3 {
+        enqueue(&mut c, "q");
+    }
+    // Seconds left on the lease of each job claimed (one-job claim, then a batch of two).
+    let left = |c: &mut Client, n: i32| -> Vec<(i64, uuid::Uuid, f64)> {
+        c.query(
+            "SELECT id, lease_token, extract(epoch FROM lease_expires_at - now())::float8
+               FROM jq.claim('q', 'w', $1, lease => '100 years')",
+            &[&n],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect()
+    };
+    let mut claimed = left(&mut c, 1);
+    claimed.extend(left(&mut c, 2));
+    assert_eq!(claimed.len(), 3);
+    for (_, _, secs) in &claimed {
+        assert!(*secs <= 3600.0 + 60.0, "a claim took a lease past max_lease: {secs} s");
+    }
+    let (id, token, _) = claimed[0];
+    let extended: f64 = c
+        .query_one("SELECT extract(epoch FROM lease_expires_at - now())::float8 FROM jq.heartbeat($1, $2, '10 years')",
+                   &[&id, &token])
+        .unwrap()
+        .get(0);
+    assert!(extended <= 3600.0 + 60.0, "a heartbeat extended past max_lease: {extended} s");
+    c.batch_execute("SELECT jq.alter_queue('q', max_lease => '0')").unwrap();
+    let free: f64 = c
+        .query_one("SELECT extract(epoch FROM lease_expires_at - now())::float8 FROM jq.heartbeat($1, $2, '10 years')",
+                   &[&id, &token])
+        .unwrap()
+        .get(0);
+    assert!(free > 86400.0 * 365.0, "max_lease => '0' did not remove the bound: {free} s");
+}

@@ -60,7 +60,7 @@ fn a_name_with_another_queues_hash_is_refused_and_concurrent_creates_of_one_name
     if broken("create_queue_no_hash_check") {
         sabotage(
             &mut c,
-            "jq.create_queue(text,integer,interval,jq.backoff_policy,interval,interval,jq.jitter_mode,interval,interval,interval,integer,integer,boolean,boolean,integer)",
+            "jq.create_queue(text,integer,interval,jq.backoff_policy,interval,interval,jq.jitter_mode,interval,interval,interval,integer,integer,boolean,boolean,integer,interval)",
             "IF EXISTS (SELECT 1 FROM jq.queues t\n",
             "IF false AND EXISTS (SELECT 1 FROM jq.queues t\n",
             1,

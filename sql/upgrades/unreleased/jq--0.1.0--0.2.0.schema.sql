@@ -31,6 +31,7 @@
 -- and dependents.
 DROP FUNCTION jq.enqueue(text, jsonb, text, timestamptz, interval, integer, integer, text, text);
 DROP FUNCTION jq.enqueue_many(text, jsonb, text, timestamptz, interval, integer, integer, boolean);
+DROP FUNCTION jq.create_queue(text, integer, interval, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, interval, interval, integer, integer, boolean, boolean, integer);
 DROP FUNCTION jq.claim(text, text, integer, interval, interval);
 DROP FUNCTION jq.claim(text[], text, integer, interval, interval);
 DROP FUNCTION jq.cancel(bigint);
@@ -96,6 +97,7 @@ CREATE UNIQUE INDEX queues_name_hash_idx ON jq.queues (pg_catalog.hashtextextend
 
 -- Schedules remember who defined them (as in sql/cron.sql).
 ALTER TABLE jq.schedules ADD COLUMN created_by regrole;
+ALTER TABLE jq.queues ADD COLUMN max_lease interval CHECK (max_lease IS NULL OR max_lease > interval '0');
 
 COMMENT ON TABLE jq.schedules IS
 'One row per cron schedule. Write it through jq.schedule / jq.alter_schedule / jq.unschedule. '

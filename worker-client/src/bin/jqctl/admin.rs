@@ -144,6 +144,21 @@ pub async fn cancel(cli: &Cli, id: i64) -> CliResult {
     Ok(())
 }
 
+pub async fn expire_lease(cli: &Cli, id: i64, lease_token: Option<uuid::Uuid>) -> CliResult {
+    let client = connect(cli).await?;
+    let ok: bool = client.query_one("SELECT jq.expire_lease($1, $2)", &[&id, &lease_token]).await?.get(0);
+    if !ok {
+        return Err(CliError(format!(
+            "job {id} was not taken back: it is not running{}, or does not exist",
+            if lease_token.is_some() { " under that lease" } else { "" }
+        )));
+    }
+    let state: Option<String> =
+        client.query_opt("SELECT state::text FROM jq.jobs WHERE id = $1", &[&id]).await?.map(|r| r.get(0));
+    println!("job {id} taken back: now {}", state.as_deref().unwrap_or("gone"));
+    Ok(())
+}
+
 pub async fn pause_resume(cli: &Cli, queue: &str, pause: bool) -> CliResult {
     let client = connect(cli).await?;
     let sql = if pause { "SELECT jq.pause($1)" } else { "SELECT jq.resume($1)" };
@@ -194,6 +209,10 @@ pub struct QueueOptions {
     /// Lease expiries before a job goes dead.
     #[arg(long)]
     pub max_lease_expiries: Option<i32>,
+    /// The longest lease a claim or heartbeat may take; longer requests get this (interval;
+    /// alter-queue: 0 removes it).
+    #[arg(long)]
+    pub max_lease: Option<String>,
     /// How long completed and cancelled jobs are kept (interval).
     #[arg(long)]
     pub retention: Option<String>,
@@ -217,6 +236,7 @@ impl QueueOptions {
         args.opt("jitter", self.jitter.map(|j| format!("{j:?}").to_lowercase()), "text::jq.jitter_mode");
         args.opt("max_concurrency", self.max_concurrency, "int4");
         args.opt("max_lease_expiries", self.max_lease_expiries, "int4");
+        args.opt("max_lease", self.max_lease.clone(), "text::interval");
         args.opt("retention", self.retention.clone(), "text::interval");
         args.opt("dead_retention", self.dead_retention.clone(), "text::interval");
         args.opt("history_retention", self.history_retention.clone(), "text::interval");

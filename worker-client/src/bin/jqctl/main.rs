@@ -85,6 +85,15 @@ pub enum Command {
         /// Job id.
         id: i64,
     },
+    /// Take back a running job now (jq.expire_lease), as the reaper does when its lease expires:
+    /// ready again with the attempt refunded; its worker's later calls change nothing.
+    ExpireLease {
+        /// Job id.
+        id: i64,
+        /// Only if the job still runs under this lease (its lease_token in jq.jobs).
+        #[arg(long)]
+        lease_token: Option<uuid::Uuid>,
+    },
     /// Stop handing out jobs of a queue (jq.pause).
     Pause {
         /// Queue name.
@@ -250,6 +259,7 @@ async fn run(cli: &Cli) -> CliResult {
         Command::Jobs { queue, state, limit } => admin::jobs(cli, queue, *state, *limit).await,
         Command::Retry { id } => admin::retry(cli, *id).await,
         Command::Cancel { id } => admin::cancel(cli, *id).await,
+        Command::ExpireLease { id, lease_token } => admin::expire_lease(cli, *id, *lease_token).await,
         Command::Pause { queue } => admin::pause_resume(cli, queue, true).await,
         Command::Resume { queue } => admin::pause_resume(cli, queue, false).await,
         Command::CreateQueue(args) => admin::create_queue(cli, args).await,
