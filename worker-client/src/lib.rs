@@ -56,12 +56,15 @@ use std::time::Duration;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 mod api;
+mod cancel;
 mod config;
 mod conn;
+mod statement;
 mod worker;
 
 pub use config::{config_from_env, describe_target};
 pub use conn::connect_error;
+pub use statement::{StatementMode, STATEMENT_MODE_ENV};
 pub use worker::{RunStats, Worker, WorkerBuilder};
 
 /// The error type handlers return: any error, turned into the `jq.fail` message with its

@@ -37,7 +37,6 @@ use tokio_util::sync::CancellationToken;
 pub use builder::WorkerBuilder;
 pub use state::RunStats;
 
-use crate::conn::Conn;
 use crate::Error;
 use claim_loop::{claim_loop, ClaimLoop};
 use options::Opts;
@@ -151,7 +150,7 @@ impl Worker {
         let hard_stop = CancellationToken::new();
         let slots = Arc::new(Semaphore::new(opts.concurrency));
 
-        let reporter = tokio::spawn(reporter::run(shared.clone(), opts.clone(), Conn::new(self.config.clone()), rx));
+        let reporter = tokio::spawn(reporter::run(shared.clone(), opts.clone(), opts.breaks.report_conn(self.config.clone(), opts.statement_mode), rx));
         let mut claimer = tokio::spawn(claim_loop(ClaimLoop {
             shared: shared.clone(),
             opts: opts.clone(),
