@@ -4,6 +4,8 @@
 //! No client-side negative control: what is checked here (expiry, refund, rerun elsewhere) is
 //! jq's reaper plus ordinary claims, and the reaper's controls are in pg_test/tests/leases/.
 //! The test shows the pieces work together through real processes and a real SIGKILL.
+//!
+//! The scenario is in tests/common/scenarios.rs; tests/pooler.rs runs it through PgBouncer.
 
 mod common;
 use common::*;

@@ -5,6 +5,8 @@
 //! makes jobs run twice), and claim exclusivity is jq's (pg_test/tests/exactly_once/).
 //! What this adds is the whole path through real processes at volume: `jqctl enqueue` in
 //! batches, batched claims, one child process per job, batched `jq.complete_many`.
+//!
+//! The scenario is in tests/common/scenarios.rs; tests/pooler.rs runs it through PgBouncer.
 
 mod common;
 use common::*;

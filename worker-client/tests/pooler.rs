@@ -14,13 +14,19 @@
 //! Negative controls, all seen failing:
 //!   JQ_CLIENT_BREAK=always_prepared cargo test -p worker-client --features test-breaks --test pooler
 //!     (the worker prepares and never falls back, as before statement modes):
-//!     `drain_through_pgbouncer` → `timed out after 120s waiting for: all 3000 jobs completed`
-//!     (workers stuck retrying `prepared statement "s4" does not exist (SQLSTATE 26000)`);
-//!     `crash_through_pgbouncer`, `shutdown_through_pgbouncer`, `pickup_through_pgbouncer` →
-//!     the worker exits at start with `prepared statement "s4" already exists (SQLSTATE 42P05)`.
-//!   JQ_TEST_JQCTL=<jqctl built from the commit before statement modes> cargo test -p worker-client --test pooler
-//!     → `every_jqctl_command_through_pgbouncer` fails at its first command with
-//!     `jqctl: error: prepared statement "s0" already exists (SQLSTATE 42P05)`.
+//!     `drain_through_pgbouncer` → `timed out after 600s waiting for: all 10000 jobs completed`,
+//!     its workers' logs the flood (one of them: 1,206 `claim failed; retrying
+//!     error=prepared statement "s…" does not exist (SQLSTATE 26000)`, 644 results not stored,
+//!     24 `fail refused`); `crash_through_pgbouncer` → `timed out after 30s waiting for: A runs
+//!     all 3 jobs`, `shutdown_through_pgbouncer` → `… waiting for: all 4 jobs running`,
+//!     `pickup_through_pgbouncer` → `worker exited`: each worker exits at start with `jqctl:
+//!     error: prepared statement "s5" already exists (SQLSTATE 42P05)`.
+//!   JQ_TEST_JQCTL=<jqctl built before statement modes> cargo test -p worker-client --test pooler every_jqctl
+//!     → `jqctl ["create-queue", …]: jqctl: error: prepared statement "s0" already exists
+//!     (SQLSTATE 42P05)`.
+//!   The cancel of src/cancel.rs replaced by tokio-postgres' `cancel_query(NoTls)` →
+//!     `pickup_through_pgbouncer` fails: the worker is still in its 30 s claim after SIGTERM
+//!     (PgBouncer logs the cancel client "closing because: client unexpected eof").
 
 mod common;
 use common::bouncer::Bouncer;
@@ -51,7 +57,7 @@ fn assert_clean(logs: &[String], fallbacks: usize) {
     }
 }
 
-/// The scenario: 3,000 jobs, three `jqctl work` processes in the default mode through
+/// The scenario: 10,000 jobs, three `jqctl work` processes in the default mode through
 /// PgBouncer (pool of 8 server connections for 6 client connections).
 #[test]
 fn drain_through_pgbouncer() {
@@ -59,8 +65,8 @@ fn drain_through_pgbouncer() {
     let Some(bouncer) = Bouncer::start(5, 8) else { return };
     let env = worker_env(&[]);
     let start = Instant::now();
-    let logs = scenarios::drain(&db, &bouncer.url(&db), 3000, &as_refs(&env));
-    eprintln!("drain through pgbouncer: 3000 jobs in {:?} (enqueue included)", start.elapsed());
+    let logs = scenarios::drain(&db, &bouncer.url(&db), 10_000, &as_refs(&env));
+    eprintln!("drain through pgbouncer: 10,000 jobs in {:?} (enqueue included)", start.elapsed());
     assert_clean(&logs, 2);
 }
 

@@ -9,6 +9,8 @@
 //!     → the long jobs are failed (outcome 'failed', attempt charged);
 //!   JQ_CLIENT_BREAK=no_heartbeat_on_shutdown cargo test -p worker-client --features test-breaks --test shutdown
 //!     → the short jobs (longer than the 2 s lease) are reaped during the grace period.
+//!
+//! The scenario is in tests/common/scenarios.rs; tests/pooler.rs runs it through PgBouncer.
 
 mod common;
 use common::*;
