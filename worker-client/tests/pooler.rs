@@ -24,9 +24,10 @@
 //!   JQ_TEST_JQCTL=<jqctl built before statement modes> cargo test -p worker-client --test pooler every_jqctl
 //!     → `jqctl ["create-queue", …]: jqctl: error: prepared statement "s0" already exists
 //!     (SQLSTATE 42P05)`.
-//!   The cancel of src/cancel.rs replaced by tokio-postgres' `cancel_query(NoTls)` →
-//!     `pickup_through_pgbouncer` fails: the worker is still in its 30 s claim after SIGTERM
-//!     (PgBouncer logs the cancel client "closing because: client unexpected eof").
+//!   The cancel of src/cancel.rs replaced by tokio-postgres' `cancel_query(NoTls)` (the code
+//!     before it) → `pickup_through_pgbouncer` panics `worker exits within 5 s of SIGTERM`:
+//!     its 30 s claim was never cancelled (PgBouncer logs the cancel client "closing because:
+//!     client unexpected eof").
 
 mod common;
 use common::bouncer::Bouncer;
