@@ -12,6 +12,59 @@
 -- the key's order; a dead, cancelled or completed head frees it (pg_test/tests/flow/keys.rs,
 -- a_dead_head_blocks_no_other_key_and_priority_does_not_reorder_a_key).
 
+-- The advisory lock a transaction holds while it creates a key's slot row: class and id.
+-- The two-integer form, with a class of jq's own (27249, 0x6A71: "jq"), stays apart from an
+-- application's one-bigint advisory locks. Two keys with the same id share the lock: a creation
+-- waits for the other's transaction, and maintenance leaves the other key for its next pass.
+CREATE OR REPLACE FUNCTION jq._key_lock_class() RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 27249 $$;
+COMMENT ON FUNCTION jq._key_lock_class() IS
+'Internal: the first key (27249) of the advisory lock jq._key_fill holds while it creates a key''s slot row.';
+
+CREATE OR REPLACE FUNCTION jq._key_lock_id(queue text, concurrency_key text) RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT pg_catalog.hashtext(queue OPERATOR(pg_catalog.||) E'\x1f' OPERATOR(pg_catalog.||) concurrency_key)
+$$;
+COMMENT ON FUNCTION jq._key_lock_id(text, text) IS
+'Internal: the second key of the advisory lock jq._key_fill holds while it creates the slot row of (queue, concurrency_key).';
+
+-- Maintenance takes a key's slot row only if nobody holds it: a transaction that enqueued,
+-- completed or failed a job of the key and is still open keeps the row locked (or, having just
+-- created it, keeps the advisory lock above), and waiting for it stalled every queue's
+-- promotions behind one key (pg_test/tests/robustness/held_locks.rs).
+CREATE OR REPLACE FUNCTION jq._key_try_lock(queue text, concurrency_key text) RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
+AS $$
+#variable_conflict use_column
+BEGIN
+    FOR i IN 1..3 LOOP
+        PERFORM FROM jq.key_slots s
+        WHERE s.queue = _key_try_lock.queue AND s.concurrency_key = _key_try_lock.concurrency_key
+        FOR UPDATE SKIP LOCKED;
+        IF FOUND THEN
+            RETURN true;
+        END IF;
+        IF EXISTS (SELECT FROM jq.key_slots s WHERE s.queue = _key_try_lock.queue
+                                               AND s.concurrency_key = _key_try_lock.concurrency_key) THEN
+            RETURN false;  -- there, and locked by another transaction
+        END IF;
+        IF NOT pg_catalog.pg_try_advisory_xact_lock(jq._key_lock_class(),
+                                                    jq._key_lock_id(_key_try_lock.queue, _key_try_lock.concurrency_key)) THEN
+            RETURN false;  -- being created by another transaction
+        END IF;
+        INSERT INTO jq.key_slots AS s (queue, concurrency_key, used)
+        VALUES (_key_try_lock.queue, _key_try_lock.concurrency_key, 0)
+        ON CONFLICT (queue, concurrency_key) DO NOTHING;
+    END LOOP;
+    RETURN false;
+END $$;
+COMMENT ON FUNCTION jq._key_try_lock(text, text) IS
+'Internal: locks the slot row of (queue, concurrency_key) for this transaction, creating it if '
+'missing, without ever waiting: false when another transaction holds the row or is creating it. '
+'For maintenance (jq._promote, jq._reap), which leaves that key''s jobs for its next pass.';
+
 CREATE OR REPLACE FUNCTION jq._key_fill(queue text, concurrency_key text, freed integer DEFAULT 0)
 RETURNS integer
 LANGUAGE plpgsql
@@ -37,6 +90,9 @@ BEGIN
         WHERE s.queue = _key_fill.queue AND s.concurrency_key = _key_fill.concurrency_key
         FOR UPDATE;
         EXIT WHEN FOUND;
+        -- The creator of a key's row holds this lock until it ends, so maintenance can tell a row
+        -- being created from a missing one without waiting (jq._key_try_lock).
+        PERFORM pg_catalog.pg_advisory_xact_lock(jq._key_lock_class(), jq._key_lock_id(_key_fill.queue, _key_fill.concurrency_key));
         INSERT INTO jq.key_slots AS s (queue, concurrency_key, used)
         VALUES (_key_fill.queue, _key_fill.concurrency_key, 0)
         ON CONFLICT (queue, concurrency_key) DO NOTHING;

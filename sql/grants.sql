@@ -128,6 +128,7 @@ LANGUAGE sql STABLE AS $$
                  'jq.resume(text, bigint)',
                  'jq.cancel(bigint, bigint)',
                  'jq.retry(bigint, bigint)',
+                 'jq.expire_lease(bigint, uuid, bigint)',
                  'jq.schedule(text, text, text, jsonb, text, text, integer, integer, text, text, bigint)',
                  'jq.alter_schedule(text, text, text, jsonb, text, text, integer, integer, text, text, boolean, bigint)',
                  'jq.unschedule(text, boolean, bigint)']::regprocedure[]

@@ -34,54 +34,65 @@ RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
     v_count integer := 0;
+    v_read  integer := 0;   -- due rows picked, moved or left for their key's next pass
+    v_ids   bigint[];
     v_keys  record;
     v_at    timestamptz := '-infinity';  -- the (run_at, id) key the last pass reached
     v_id    bigint := 0;
 BEGIN
-    -- In passes of batch, due order, until a pass moves fewer or budget went (budget NULL: one
+    -- In passes of batch, due order, until a pass picks fewer or budget went (budget NULL: one
     -- pass). Each pass starts past the key the previous one reached: the entries of the rows
     -- this transaction already moved stay in jobs_scheduled_idx until vacuum, and a pass from
     -- the head would walk them all again (see jq._prune_jobs).
     LOOP
-    -- jq._wake (per row, deduplicated in memory) wakes waiting claims of these queues at commit.
-    -- A job with a concurrency key that never ran has no slot of its key: it goes blocked, and
-    -- jq._key_fill_many (after, in key order) makes the keys' next jobs ready; one scheduled
-    -- again after a claim (retry, snooze) still holds its slot and goes ready.
-    WITH moved AS (
-        UPDATE jq.jobs j SET state = CASE WHEN j.concurrency_key IS NULL OR j.claims > 0 THEN 'ready'
-                                          ELSE 'blocked' END::jq.job_state
-        WHERE j.id = ANY (ARRAY(
+    v_ids := ARRAY(
             SELECT d.id FROM jq.jobs d
             WHERE d.state = 'scheduled' AND (d.run_at, d.id) > (v_at, v_id) AND d.run_at <= _promote.now
             ORDER BY d.run_at, d.id
             LIMIT _promote.batch
-            FOR UPDATE SKIP LOCKED)) AND j.state::text = 'scheduled' AND j.run_at <= _promote.now
+            FOR UPDATE SKIP LOCKED);
+    EXIT WHEN pg_catalog.cardinality(v_ids) = 0;
+    -- jq._wake (per row, deduplicated in memory) wakes waiting claims of these queues at commit.
+    -- A job with a concurrency key that never ran has no slot of its key: it goes blocked, and
+    -- jq._key_fill_many (after, in key order) makes the keys' next jobs ready; one scheduled
+    -- again after a claim (retry, snooze) still holds its slot and goes ready. The first kind
+    -- moves only if its key's slot row can be locked without waiting (jq._key_try_lock): one
+    -- another transaction holds stays scheduled for the next pass, and the other keys and queues
+    -- are promoted now (pg_test/tests/robustness/held_locks.rs).
+    WITH moved AS (
+        UPDATE jq.jobs j SET state = CASE WHEN j.concurrency_key IS NULL OR j.claims > 0 THEN 'ready'
+                                          ELSE 'blocked' END::jq.job_state
+        WHERE j.id = ANY (v_ids) AND j.state::text = 'scheduled' AND j.run_at <= _promote.now
+          AND (j.concurrency_key IS NULL OR j.claims > 0 OR jq._key_try_lock(j.queue, j.concurrency_key))
         RETURNING j.id, j.queue, j.state, j.concurrency_key, j.priority, j.run_at
     )
     SELECT count(*) AS n,
            pg_catalog.array_agg(m.queue) FILTER (WHERE m.state = 'blocked') AS queues,
-           pg_catalog.array_agg(m.concurrency_key) FILTER (WHERE m.state = 'blocked') AS keys,
-           (pg_catalog.array_agg(m.run_at ORDER BY m.run_at DESC, m.id DESC))[1] AS at,
-           (pg_catalog.array_agg(m.id ORDER BY m.run_at DESC, m.id DESC))[1] AS id
+           pg_catalog.array_agg(m.concurrency_key) FILTER (WHERE m.state = 'blocked') AS keys
     INTO v_keys
     FROM moved m WHERE jq._note_promoted(m.queue, m.state, m.priority, m.run_at);
     v_count := v_count + v_keys.n;
+    v_read := v_read + pg_catalog.cardinality(v_ids);
     IF v_keys.queues IS NOT NULL THEN
         PERFORM jq._key_fill_many(v_keys.queues, v_keys.keys,
                                   pg_catalog.array_fill(0, ARRAY[pg_catalog.cardinality(v_keys.queues)]));
     END IF;
-    EXIT WHEN v_keys.n = 0 OR v_keys.n < _promote.batch OR _promote.budget IS NULL OR v_count >= _promote.budget;
-    v_at := v_keys.at;
-    v_id := v_keys.id;
+    -- Rows left for a busy key count against twice the budget, so a key with a long due backlog
+    -- held by another transaction cannot make one pass read without end.
+    EXIT WHEN pg_catalog.cardinality(v_ids) < _promote.batch OR _promote.budget IS NULL
+              OR v_count >= _promote.budget OR v_read >= 2 * _promote.budget;
+    SELECT d.run_at, d.id INTO v_at, v_id FROM jq.jobs d WHERE d.id = v_ids[pg_catalog.cardinality(v_ids)];
     END LOOP;
     RETURN v_count;
 END $$;
 COMMENT ON FUNCTION jq._promote(timestamptz, integer, integer) IS
 'Maintenance: moves scheduled jobs with run_at <= now to ready, oldest first, in passes of batch '
-'until a pass moves fewer or budget went (budget NULL, the default: one pass), each pass starting '
-'past the (run_at, id) key the last one reached (run_at is kept: it is '
+'until a pass picks fewer or budget went (budget NULL, the default: one pass; at most 2 x budget '
+'rows read), each pass starting past the (run_at, id) key the last one reached (run_at is kept: it is '
 'when the job became due) and returns how many. A job with a concurrency key that has not run '
-'yet goes through its key: blocked, then ready if the key has a free slot. Safe to run concurrently.';
+'yet goes through its key: blocked, then ready if the key has a free slot; while another '
+'transaction holds the key''s slot row it stays scheduled (jq._key_try_lock). Never waits for a '
+'lock: rows other sessions hold are left for the next pass. Safe to run concurrently.';
 
 CREATE OR REPLACE FUNCTION jq._age_steps(now timestamptz, run_at timestamptz, aging interval) RETURNS bigint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
@@ -133,18 +144,15 @@ COMMENT ON FUNCTION jq._age(timestamptz, integer) IS
 'count (2^31-1) reached its cap; returns how many. Run by the promote duty. '
 'Safe to run concurrently (FOR UPDATE SKIP LOCKED).';
 
-CREATE OR REPLACE FUNCTION jq._reap(now timestamptz, batch integer DEFAULT 1000, budget integer DEFAULT NULL)
-RETURNS integer
+-- The end of an attempt whose lease is over, for the reaper (jq._reap: leases that expired) and
+-- the operator (jq.expire_lease: a lease taken back before it expired). The worker vanished or
+-- is to be ignored and gave no verdict, so the attempt is refunded, as for jq.release.
+CREATE OR REPLACE FUNCTION jq._end_leases(ids bigint[], now timestamptz, expired_before timestamptz,
+                                          wait_for_keys boolean, taken_by text) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_count integer := 0;
-    v_n     integer;
-    v_at    timestamptz := '-infinity';  -- the latest lease_expires_at the last pass reached
+    v_n integer;
 BEGIN
-    -- In passes of batch, oldest expiry first, until a pass ends fewer or budget went (budget
-    -- NULL: one pass), each starting at the expiry the previous one reached (see jq._promote;
-    -- rows of that same expiry already reaped are read again, and skipped).
-    LOOP
     WITH back AS (
         UPDATE jq.jobs j SET
             state = CASE
@@ -158,19 +166,22 @@ BEGIN
             finished_at = CASE
                 WHEN j.cancel_requested OR j.lease_expiries + 1 > coalesce(
                     (SELECT q.max_lease_expiries FROM jq.queues q WHERE q.name = j.queue), 10)
-                    THEN _reap.now END,
+                    THEN _end_leases.now END,
             last_error = CASE
                 WHEN NOT j.cancel_requested AND j.lease_expiries + 1 > coalesce(
                     (SELECT q.max_lease_expiries FROM jq.queues q WHERE q.name = j.queue), 10)
                     THEN pg_catalog.format('lease expired %s times (max_lease_expiries); the job '
                          'may be killing its worker', j.lease_expiries + 1)
                 ELSE j.last_error END
-        WHERE j.id = ANY (ARRAY(
-            SELECT x.id FROM jq.jobs x
-            WHERE x.state = 'running' AND x.lease_expires_at >= v_at AND x.lease_expires_at < _reap.now
-            ORDER BY x.lease_expires_at
-            LIMIT _reap.batch
-            FOR UPDATE SKIP LOCKED)) AND j.state::text = 'running' AND j.lease_expires_at < _reap.now
+        WHERE j.id = ANY (_end_leases.ids) AND j.state::text = 'running'
+          AND j.lease_expires_at < _end_leases.expired_before
+          -- A keyed job that ends here frees its key's slot, which needs the key's slot row: for
+          -- the reaper, one another open transaction holds stays running (its lease expired) for
+          -- the next pass (jq._key_try_lock; pg_test/tests/robustness/held_locks.rs).
+          AND (j.concurrency_key IS NULL OR _end_leases.wait_for_keys
+               OR NOT (j.cancel_requested OR j.lease_expiries + 1 > coalesce(
+                   (SELECT q.max_lease_expiries FROM jq.queues q WHERE q.name = j.queue), 10))
+               OR jq._key_try_lock(j.queue, j.concurrency_key))
         RETURNING j.id, j.claims, j.attempt, j.state, j.started_at, j.lease_expires_at, j.queue,
                   j.worker, j.concurrency_key, j.priority, j.run_at
     ), keyed AS (
@@ -184,19 +195,56 @@ BEGIN
     INSERT INTO jq.execution_log (job_id, seq, attempt, outcome, started_at, lease_expires_at,
                                finished_at, queue, worker, error)
     SELECT b.id, b.claims, b.attempt + 1, 'lease_expired', b.started_at, b.lease_expires_at,
-           _reap.now, b.queue, b.worker,
-           CASE WHEN b.state = 'dead' THEN 'lease expired; max_lease_expiries reached'
-                WHEN b.state = 'cancelled' THEN 'lease expired after a cancellation request'
-                ELSE 'lease expired' END
+           _end_leases.now, b.queue, b.worker,
+           coalesce('lease taken back by ' || _end_leases.taken_by, 'lease expired')
+           || CASE WHEN b.state = 'dead' THEN '; max_lease_expiries reached'
+                   WHEN b.state = 'cancelled' THEN ' after a cancellation request'
+                   ELSE '' END
     FROM back b, keyed k
     -- At commit, wake waiting claims: the job is claimable again, or its slot of a capped queue
     -- is free.
     WHERE jq._note_back(b.queue, b.state, b.priority, b.run_at)  -- sql/finish.sql
     RETURNING lease_expires_at
     )
-    SELECT count(*), max(l.lease_expires_at) INTO v_n, v_at FROM logged l;
+    SELECT count(*) INTO v_n FROM logged l;
+    RETURN v_n;
+END $$;
+COMMENT ON FUNCTION jq._end_leases(bigint[], timestamptz, timestamptz, boolean, text) IS
+'Internal: ends the attempts of the jobs ids (locked by the caller) that are running with '
+'lease_expires_at < expired_before, at instant now: ready again with the attempt refunded and '
+'lease_expiries + 1; cancelled if a cancellation was requested; dead once lease_expiries exceeds '
+'the queue''s max_lease_expiries. Each gets an execution row with outcome lease_expired (error '
+'"lease expired…", or "lease taken back by <taken_by>…"). A keyed job that ends frees its key''s '
+'slot; unless wait_for_keys, one whose key''s slot row another transaction holds is left running '
+'(jq._key_try_lock). Returns how many attempts it ended.';
+
+CREATE OR REPLACE FUNCTION jq._reap(now timestamptz, batch integer DEFAULT 1000, budget integer DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_count integer := 0;
+    v_n     integer;
+    v_read  integer := 0;   -- expired leases picked, ended or left for their key's next pass
+    v_ids   bigint[];
+    v_at    timestamptz := '-infinity';  -- the latest lease_expires_at the last pass reached
+BEGIN
+    -- In passes of batch, oldest expiry first, until a pass picks fewer or budget went (budget
+    -- NULL: one pass), each starting at the expiry the previous one reached (see jq._promote;
+    -- rows of that same expiry already reaped are read again, and skipped).
+    LOOP
+    v_ids := ARRAY(
+            SELECT x.id FROM jq.jobs x
+            WHERE x.state = 'running' AND x.lease_expires_at >= v_at AND x.lease_expires_at < _reap.now
+            ORDER BY x.lease_expires_at
+            LIMIT _reap.batch
+            FOR UPDATE SKIP LOCKED);
+    EXIT WHEN pg_catalog.cardinality(v_ids) = 0;
+    v_n := jq._end_leases(v_ids, _reap.now, _reap.now, false, NULL);
     v_count := v_count + v_n;
-    EXIT WHEN v_n = 0 OR v_n < _reap.batch OR _reap.budget IS NULL OR v_count >= _reap.budget;
+    v_read := v_read + pg_catalog.cardinality(v_ids);
+    EXIT WHEN pg_catalog.cardinality(v_ids) < _reap.batch OR _reap.budget IS NULL
+              OR v_count >= _reap.budget OR v_read >= 2 * _reap.budget;
+    SELECT x.lease_expires_at INTO v_at FROM jq.jobs x WHERE x.id = v_ids[pg_catalog.cardinality(v_ids)];
     END LOOP;
     RETURN v_count;
 END $$;
@@ -208,7 +256,9 @@ COMMENT ON FUNCTION jq._reap(timestamptz, integer, integer) IS
 'the job is ready again at its old place; cancelled if a cancellation was requested; dead once '
 'lease_expiries exceeds the queue''s max_lease_expiries (a job that kills its worker must not loop '
 'forever). Recovery depends only on the job row, never on worker names. Each gets an execution '
-'row with outcome lease_expired. Safe to run concurrently; a job completed meanwhile is skipped.';
+'row with outcome lease_expired. Never waits for a lock: rows other sessions hold, and keyed jobs '
+'that would end while another transaction holds their key''s slot row (jq._key_try_lock), are left '
+'for the next pass. Safe to run concurrently; a job completed meanwhile is skipped.';
 
 -- jq._prune_jobs deletes in passes, each past the (finished_at, id) key the previous one
 -- reached, which only an Index Scan of jobs_finished_idx / jobs_dead_idx in key order keeps
@@ -352,19 +402,33 @@ BEGIN
         EXIT WHEN v_count = 0 OR v_count < _prune.batch OR _prune.budget IS NULL OR v_hist >= _prune.budget;
     END LOOP;
     v_total := v_total + v_hist;
-    -- Grants to roles that were dropped (a later role could get the same OID).
-    DELETE FROM jq.queue_grants g
-    WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = g.grantee);
-    GET DIAGNOSTICS v_count = ROW_COUNT;
-    v_total := v_total + v_count;
+    -- Grants to roles that were dropped (a later role could get the same OID). jq.grant and
+    -- jq.revoke hold jq.queue_grants in SHARE ROW EXCLUSIVE mode: while one is open this is left
+    -- for the next pass (NOWAIT, in a subtransaction of its own, so the jobs pruned above stay
+    -- pruned; pg_test/tests/robustness/held_locks.rs).
+    BEGIN
+        LOCK TABLE jq.queue_grants IN ROW EXCLUSIVE MODE NOWAIT;
+        DELETE FROM jq.queue_grants g WHERE g.ctid = ANY (ARRAY(
+            SELECT d.ctid FROM jq.queue_grants d
+            WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = d.grantee)
+            FOR UPDATE SKIP LOCKED));
+        GET DIAGNOSTICS v_count = ROW_COUNT;
+        v_total := v_total + v_count;
+    EXCEPTION WHEN lock_not_available THEN
+        NULL;
+    END;
     -- Schedules whose creator was dropped: disabled and unbound, so that neither a later role with
     -- the same OID nor a restore into another cluster inherits them; enabling one binds it to the
-    -- role that does (jq.alter_schedule).
+    -- role that does (jq.alter_schedule). A row another session holds waits for the next pass.
     UPDATE jq.schedules s SET enabled = false, created_by = NULL,
            last_error = pg_catalog.format('disabled: the role that defined it (OID %s) was dropped', s.created_by::oid),
            last_error_at = _prune.now
-    WHERE s.created_by IS NOT NULL
-      AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = s.created_by);
+    WHERE s.name = ANY (ARRAY(
+            SELECT d.name FROM jq.schedules d
+            WHERE d.created_by IS NOT NULL
+              AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = d.created_by)
+            FOR UPDATE SKIP LOCKED))
+      AND s.created_by IS NOT NULL;
     GET DIAGNOSTICS v_count = ROW_COUNT;
     RETURN v_total + v_count;
 END $$;
@@ -379,13 +443,18 @@ COMMENT ON FUNCTION jq._prune(timestamptz, integer, integer) IS
 'longer exist (history outlives its jobs), in passes of batch until a pass deletes fewer or '
 'budget went. budget NULL (the default): one pass each. Then jq.queue_grants rows of dropped roles; and disables (created_by NULL, '
 'last_error set) schedules whose creator was dropped. Returns how many rows it deleted or disabled. Safe to run concurrently: it '
-'skips rows another session has locked.';
+'skips rows another session has locked, and the grants while a jq.grant or jq.revoke is open; it never waits for a lock.';
 
 CREATE OR REPLACE FUNCTION jq._maintain(duty text, now timestamptz) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
     v_total integer := 0;
 BEGIN
+    -- Every duty writes jq.jobs. A session holding it in a mode that excludes writers (an open
+    -- jq.drop_queue, a DBA's LOCK TABLE) fails the duty at once (55P03, recorded by
+    -- jq._maintain_guarded; jq.tick raises it) instead of making it wait: nothing else in a duty
+    -- waits for a lock either (pg_test/tests/robustness/held_locks.rs).
+    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE NOWAIT;
     CASE _maintain.duty
     WHEN 'promote' THEN
         -- In passes of 5,000, each from where the last one ended, until the due backlog is

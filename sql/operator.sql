@@ -1,6 +1,6 @@
--- The operator's calls on one job: cancel (any unfinished job) and retry (a dead or cancelled
--- one). Both check the caller's admin grant on the job's queue (jq._authorize_job, sql/grants.sql)
--- and run as the owner with a pinned search_path.
+-- The operator's calls on one job: cancel (any unfinished job), retry (a dead or cancelled one)
+-- and expire_lease (a running one). Each checks the caller's admin grant on the job's queue
+-- (jq._authorize_job, sql/grants.sql) and runs as the owner with a pinned search_path.
 
 CREATE OR REPLACE FUNCTION jq.cancel(id bigint, caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
 LANGUAGE plpgsql
@@ -96,3 +96,42 @@ COMMENT ON FUNCTION jq.retry(bigint, bigint) IS
 'Puts a dead or cancelled job back to ready now, with attempt and lease_expiries reset (its '
 'history and last_error stay). Returns false for other states or unknown ids. Errors: 23505 when '
 'another unfinished job in the queue holds its idempotency key. 42501: the job exists and the caller holds no admin grant on its queue.';
+
+-- An operator takes back a running attempt: a worker that set a lease of years, or one that hangs,
+-- pins the job (and a slot of a capped queue or of its key) until the lease ends; this ends it
+-- now, as the reaper ends an expired one. Fenced: it acts only on a job still running (and, when
+-- lease_token is given, still under that lease), and the worker's later calls with its token
+-- change nothing. pg_test/tests/leases/take_back.rs.
+CREATE OR REPLACE FUNCTION jq.expire_lease(id bigint, lease_token uuid DEFAULT NULL,
+                                caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
+AS $$
+BEGIN
+    IF NOT jq._authorize_job(expire_lease.caller_ticket, expire_lease.id) THEN
+        RETURN false;
+    END IF;
+    -- The job row first (waiting for a worker's call in flight: the operator owns this outcome),
+    -- then its key's slot row in jq._end_leases, the order every job end takes them in.
+    PERFORM FROM jq.jobs j
+    WHERE j.id = expire_lease.id AND j.state = 'running'
+      AND (expire_lease.lease_token IS NULL OR j.lease_token = expire_lease.lease_token)
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    -- The session's login role names who took it back (the history's error text).
+    RETURN jq._end_leases(ARRAY[expire_lease.id], pg_catalog.clock_timestamp(), 'infinity', true,
+                          session_user::text) OPERATOR(pg_catalog.=) 1;
+END $$;
+COMMENT ON FUNCTION jq.expire_lease(bigint, uuid, bigint) IS
+'Takes back the running attempt of job id now, as the reaper does when a lease expires: the job is '
+'ready again with the attempt refunded and lease_expiries + 1 (cancelled if a cancellation was '
+'requested; dead once lease_expiries exceeds the queue''s max_lease_expiries), its key''s or '
+'capped queue''s slot is freed, and the execution is recorded with outcome lease_expired and error '
+'"lease taken back by <session user>". The worker''s later heartbeat, complete, fail or release with its '
+'token change nothing. lease_token (optional): act only if the job still runs under that lease. '
+'Returns false when the job is not running (or runs under another lease) or does not exist. '
+'Errors: 42501 when the job exists and the caller holds no admin grant on its queue.';

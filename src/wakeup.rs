@@ -13,7 +13,12 @@
 //! A waiting claim registers *before* it looks for jobs and resets its latch before each look,
 //! so a commit either is visible to the look or sets the latch after it: no lost wakeup
 //! (`a_waiting_claim_returns_right_after_the_enqueue_commits_and_not_before` in
-//! pg_test/tests/bgworker/long_poll.rs). Wakeups are hints: a woken claim re-runs the claim, and polling
+//! pg_test/tests/bgworker/long_poll.rs). Two commits at the same instant each wake a waiter of
+//! their own: a committer wakes only a waiter that owes no look for an earlier wakeup
+//! ([`Waiter::woken`]); waking one whose latch is still set would merge the second wakeup into
+//! the first and leave the other waiter asleep for its whole wait
+//! (`simultaneous_commits_wake_both_waiters_every_round` in pg_test/tests/bgworker/lost_wakeups.rs).
+//! Wakeups are hints: a woken claim re-runs the claim, and polling
 //! (`wait` running out) remains the correctness path. Without `shared_preload_libraries = 'jq'`
 //! waiting falls back to sleeping `jq.poll_interval` between looks.
 
@@ -44,6 +49,12 @@ pub struct Waiter {
     count: AtomicU32,
     /// [`QueueHash::low31`] of each queue, `| CAPPED_BIT` for a capped one.
     hashes: [AtomicU32; WAITER_QUEUES],
+    /// 1 from the moment a committer chose this waiter (and set its latch) until the waiter
+    /// wakes and is about to look again ([`_wait`]): it owes a look for a wakeup. Committers
+    /// take it with a compare-and-swap from 0 ([`claim_waiter`]), so each wakeup goes to a
+    /// waiter of its own; a waiter that leaves still owing a look passes the wakeup on
+    /// ([`stop_waiting`]).
+    woken: AtomicU32,
 }
 
 /// The shared area of the wakeups.
@@ -237,16 +248,42 @@ fn set_latches(mut budget: Vec<Budget>) {
         if i as i32 == me || w.db.load(Ordering::Acquire) != db {
             continue;
         }
-        if take_budget(w, &mut budget) {
-            sh.wakeups.fetch_add(1, Ordering::Relaxed);
-            backend::set_latch_of(i as i32);
+        let Some((k, ready)) = owed_by(w, &budget) else { continue };
+        if !claim_waiter(w, db) {
+            continue;
         }
+        let b = &mut budget[k];
+        if ready {
+            b.ready -= 1;
+        } else {
+            b.slot -= 1;
+        }
+        sh.wakeups.fetch_add(1, Ordering::Relaxed);
+        backend::set_latch_of(i as i32);
     }
 }
 
-/// Whether waiter `w` is owed a wakeup by one of the entries of `budget`; takes it from that
-/// entry's budget.
-fn take_budget(w: &Waiter, budget: &mut [Budget]) -> bool {
+/// Makes waiter `w` (of database `db`) this committer's to wake. False when it still owes a
+/// look for an earlier wakeup — that look starts after this commit is visible, so it sees this
+/// commit's jobs too, and setting its latch again would merge two wakeups into one — or when
+/// it stopped waiting meanwhile. Under the negative control feature `break-wake-merge`, any
+/// registered waiter is taken (the merging choice; lost_wakeups.rs fails with it).
+fn claim_waiter(w: &Waiter, db: u32) -> bool {
+    if cfg!(feature = "break-wake-merge") {
+        w.woken.store(1, Ordering::SeqCst);
+        return true;
+    }
+    if w.woken.compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst).is_err() {
+        return false;
+    }
+    // It may have left between the scan's check and the swap: then its stop_waiting either
+    // saw the 1 (and passes the wakeup on) or ran before it; either way, find another waiter.
+    w.db.load(Ordering::SeqCst) == db
+}
+
+/// Which entry of `budget` owes waiter `w` a wakeup, and whether as a ready job (true) or a
+/// capped queue's free slot (false).
+fn owed_by(w: &Waiter, budget: &[Budget]) -> Option<(usize, bool)> {
     let count = w.count.load(Ordering::Acquire);
     let all = count == ALL_QUEUES;
     let hashes: Vec<u32> = if all {
@@ -254,24 +291,23 @@ fn take_budget(w: &Waiter, budget: &mut [Budget]) -> bool {
     } else {
         w.hashes[..(count as usize).min(WAITER_QUEUES)].iter().map(|x| x.load(Ordering::Relaxed)).collect()
     };
-    budget.iter_mut().any(|b| {
+    budget.iter().enumerate().find_map(|(k, b)| {
         let mine = hashes.iter().find(|x| (**x & !CAPPED_BIT) == b.entry);
         if b.ready > 0 && (all || mine.is_some()) {
-            b.ready -= 1;
-            true
+            Some((k, true))
         } else if b.slot > 0 && mine.is_some_and(|x| x & CAPPED_BIT != 0) {
-            b.slot -= 1;
-            true
+            Some((k, false))
         } else {
-            false
+            None
         }
     })
 }
 
-/// Ends this backend's waiter registration. If its latch is set, a wakeup meant for it may be
-/// lost with it (it was woken for a job but is leaving without that job: its wait ran out, it
-/// was cancelled, or it claimed something else), so the wakeup is passed on to one other waiter
-/// of its first queue (a spurious one at worst).
+/// Ends this backend's waiter registration. If it still owes a look for a wakeup
+/// ([`Waiter::woken`]) or its latch is set, a wakeup meant for it may be lost with it (it was
+/// woken for a job but is leaving without that job: its wait ran out, it was cancelled, it
+/// claimed something else, or a commit chose it after its last look), so the wakeup is passed
+/// on to one other waiter of its first queue (a spurious one at worst).
 fn stop_waiting() {
     if !WAITING.replace(false) {
         return;
@@ -284,11 +320,13 @@ fn stop_waiting() {
     let w = &sh.slots[me as usize];
     let count = w.count.load(Ordering::Relaxed);
     let first = (count != ALL_QUEUES && count > 0).then(|| w.hashes[0].load(Ordering::Relaxed) & !CAPPED_BIT);
-    w.db.store(0, Ordering::Release);
+    w.db.store(0, Ordering::SeqCst);
     sh.active.fetch_sub(1, Ordering::SeqCst);
+    // After the store: a committer that chose this waiter later sees it gone (claim_waiter).
+    let owed = w.woken.swap(0, Ordering::SeqCst) != 0;
     // SAFETY: MyLatch is this backend's latch; reading its flag is what WaitLatch does.
     let latched = unsafe { std::ptr::read_volatile(&(*pg_sys::MyLatch).is_set) } != 0;
-    if let (true, Some(entry)) = (latched, first) {
+    if let (true, Some(entry)) = (owed || latched, first) {
         set_latches(vec![Budget { entry, ready: 1, slot: 0 }]);
     }
 }
@@ -364,6 +402,7 @@ fn _wait_register(queues: Vec<String>, capped: Vec<bool>) -> bool {
     }
     let w = &sh.slots[me as usize];
     w.db.store(0, Ordering::Release);
+    w.woken.store(0, Ordering::SeqCst);
     if queues.len() > WAITER_QUEUES {
         w.count.store(ALL_QUEUES, Ordering::Release);
     } else {
@@ -402,9 +441,26 @@ fn _wait(deadline: TimestampWithTimeZone) -> bool {
             pg_sys::PG_WAIT_EXTENSION,
         );
         pg_sys::ResetLatch(pg_sys::MyLatch);
-        pg_sys::check_for_interrupts!();
     }
+    // Awake, about to look again: that look sees every commit whose committer chose this
+    // waiter before now (the swap reads the committer's compare-and-swap, which follows its
+    // commit), so the wakeup is consumed. A committer that chooses it after this finds
+    // `woken` 0 and sets the latch again (the next wait returns at once, or stop_waiting
+    // passes it on).
+    consume_wakeup();
+    pg_sys::check_for_interrupts!();
     true
+}
+
+/// Clears this backend's [`Waiter::woken`] (it is about to look).
+fn consume_wakeup() {
+    if !WAITING.get() {
+        return;
+    }
+    let (Some(sh), me) = (AREA.get(), backend::my_procno()) else { return };
+    if me >= 0 && (me as usize) < MAX_WAITERS {
+        sh.slots[me as usize].woken.swap(0, Ordering::SeqCst);
+    }
 }
 
 /// `jq._wait_done()`: ends this backend's waiter registration (also done at transaction end).

@@ -180,6 +180,13 @@ impl Databases {
                 s.with(|st| {
                     if st.state == SlotState::Free {
                         *st = SlotStatus::new(dboid, state);
+                        // A freed slot keeps the ready bits its last database set and nobody took;
+                        // the new database must not NOTIFY its queues for them (checked by
+                        // bgworker::long_poll::a_session_with_wakeups_off_wakes_nobody_and_loses_nothing,
+                        // seen failing there without this when its database got a reused slot).
+                        for w in &s.ready {
+                            w.store(0, Ordering::Relaxed);
+                        }
                         true
                     } else {
                         false

@@ -167,6 +167,27 @@ pub(crate) async fn fail(conn: &mut Conn, deadline: Instant, id: i64, token: Uui
     Ok(rows.first().is_some_and(|r| r.get::<_, Option<String>>("outcome").is_some()))
 }
 
+/// `jq.fail(ids[i], tokens[i], messages[i])` for every job, in one statement and in array
+/// order (jq has no `fail_many`; each call is fenced by its token exactly as a lone `jq.fail`):
+/// the ids whose failure it recorded. Retried on connection errors until `deadline`.
+pub(crate) async fn fail_many(
+    conn: &mut Conn,
+    deadline: Instant,
+    ids: &[i64],
+    tokens: &[Uuid],
+    messages: &[String],
+) -> Result<Vec<i64>, CallErr> {
+    let rows = conn
+        .query_retrying(
+            deadline,
+            "SELECT u.id, jq.fail(u.id, u.token, u.message)::text AS outcome \
+             FROM unnest($1::int8[], $2::uuid[], $3::text[]) AS u(id, token, message)",
+            &[(&ids, Type::INT8_ARRAY), (&tokens, Type::UUID_ARRAY), (&messages, Type::TEXT_ARRAY)],
+        )
+        .await?;
+    Ok(rows.iter().filter(|r| r.get::<_, Option<String>>("outcome").is_some()).map(|r| r.get("id")).collect())
+}
+
 /// `jq.release(id, token)`: whether it handed the job back. Retried on connection errors until
 /// `deadline`.
 pub(crate) async fn release(conn: &mut Conn, deadline: Instant, id: i64, token: Uuid) -> Result<bool, CallErr> {

@@ -6,8 +6,9 @@
 //! client end has closed by then ("closing because: client unexpected eof"): the claim kept
 //! waiting and the worker's shutdown took the whole `idle_wait`. libpq's `PQcancel` instead
 //! waits for the other end to close the connection, which both PostgreSQL and PgBouncer do
-//! once they have handled the request; [`cancel`] does the same, bounded by
-//! [`CANCEL_WAIT`]. Checked by tests/pooler.rs `pickup_through_pgbouncer` (the worker stops
+//! once they have handled the request; [`send`] does the same, bounded by [`CANCEL_WAIT`].
+//! Over TLS the request is wrapped the same way, but whether the TLS stream's shutdown reaches
+//! the wait is up to the TLS crate (not tested through PgBouncer). Checked by tests/pooler.rs `pickup_through_pgbouncer` (the worker stops
 //! within 20 s of SIGTERM although its claim waits up to 30 s).
 
 use std::io;
@@ -16,44 +17,96 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+#[cfg(unix)]
+use tokio::net::UnixStream;
 use tokio_postgres::config::Host;
-use tokio_postgres::{CancelToken, Config, NoTls};
+use tokio_postgres::tls::MakeTlsConnect;
+use tokio_postgres::{CancelToken, Config};
 
-/// Longest wait for the server (or pooler) to close the cancel connection.
+/// Longest wait for the server (or pooler) to take the cancel request and close.
 pub(crate) const CANCEL_WAIT: Duration = Duration::from_secs(5);
 
-/// Sends `token`'s CancelRequest to the first host of `config` and waits until the other end
-/// closes the connection (at most [`CANCEL_WAIT`]). Errors are logged, not returned: the
-/// caller waits for its statement to end either way.
-pub(crate) async fn cancel(config: &Config, token: &CancelToken) {
-    let r = tokio::time::timeout(CANCEL_WAIT, send(config, token)).await;
-    match r {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::debug!(error = %e, "cancel request failed"),
-        Err(_) => tracing::debug!("cancel request: no answer within {CANCEL_WAIT:?}"),
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Sends `token`'s CancelRequest to the first host of `config` through `tls` (as the token's
+/// connection was made: its SSL mode is in the token) and waits until the other end closes
+/// the connection, at most [`CANCEL_WAIT`]. Called by `tls::cancel`.
+pub(crate) async fn send<M>(token: &CancelToken, config: &Config, mut tls: M) -> Result<(), BoxError>
+where
+    M: MakeTlsConnect<WaitForClose<Stream>>,
+    M::Error: Into<BoxError>,
+{
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let (stream, host) = match (config.get_hostaddrs().first(), config.get_hosts().first()) {
+        (Some(addr), host) => {
+            let name = match host {
+                Some(Host::Tcp(h)) => h.clone(),
+                _ => addr.to_string(),
+            };
+            (Stream::Tcp(TcpStream::connect((*addr, port)).await?), name)
+        }
+        (None, Some(Host::Tcp(h))) => (Stream::Tcp(TcpStream::connect((h.as_str(), port)).await?), h.clone()),
+        #[cfg(unix)]
+        (None, Some(Host::Unix(dir))) => {
+            (Stream::Unix(UnixStream::connect(dir.join(format!(".s.PGSQL.{port}"))).await?), String::new())
+        }
+        (None, None) => return Err("no host to send the cancel request to".into()),
+    };
+    let connect = tls.make_tls_connect(&host).map_err(Into::into)?;
+    let sent = tokio::time::timeout(CANCEL_WAIT, token.cancel_query_raw(WaitForClose(stream), connect)).await;
+    match sent {
+        Ok(r) => r.map_err(Into::into),
+        Err(_) => Err(format!("no answer within {CANCEL_WAIT:?}").into()),
     }
 }
 
-async fn send(config: &Config, token: &CancelToken) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let port = config.get_ports().first().copied().unwrap_or(5432);
-    match config.get_hosts().first() {
-        Some(Host::Tcp(host)) => {
-            let stream = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
-            token.cancel_query_raw(WaitForClose(stream), NoTls).await?;
+/// A TCP or Unix-domain stream.
+pub(crate) enum Stream {
+    Tcp(TcpStream),
+    #[cfg(unix)]
+    Unix(UnixStream),
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            #[cfg(unix)]
+            Stream::Unix(s) => Pin::new(s).poll_read(cx, buf),
         }
-        #[cfg(unix)]
-        Some(Host::Unix(dir)) => {
-            let stream = tokio::net::UnixStream::connect(dir.join(format!(".s.PGSQL.{port}"))).await?;
-            token.cancel_query_raw(WaitForClose(stream), NoTls).await?;
-        }
-        None => return Err("no host to send the cancel request to".into()),
     }
-    Ok(())
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            #[cfg(unix)]
+            Stream::Unix(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
+            #[cfg(unix)]
+            Stream::Unix(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            #[cfg(unix)]
+            Stream::Unix(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
 }
 
 /// A stream whose shutdown waits for the other end to close instead of closing this end: what
 /// `cancel_query_raw` calls after writing the request.
-struct WaitForClose<S>(S);
+pub(crate) struct WaitForClose<S>(S);
 
 impl<S: AsyncRead + Unpin> AsyncRead for WaitForClose<S> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {

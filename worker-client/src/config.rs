@@ -1,11 +1,12 @@
 //! Connection settings: a URL or `key=value` string, completed from the libpq environment
-//! variables the way `psql` completes them.
+//! variables the way `psql` completes them, with libpq's TLS settings beside them.
 
 use std::time::Duration;
 
 use tokio_postgres::config::Host;
 use tokio_postgres::Config;
 
+use crate::tls::{params, TlsSettings};
 use crate::Error;
 
 /// Builds connection settings the way libpq-based tools such as `psql` do.
@@ -14,30 +15,33 @@ use crate::Error;
 /// `DATABASE_URL`); `None` means "only the environment". Every setting the string leaves out is
 /// taken from the libpq environment variables `PGHOST` (a comma-separated list; a value starting
 /// with `/` is a Unix-socket directory), `PGPORT`, `PGUSER`, `PGDATABASE`, `PGPASSWORD`,
-/// `PGAPPNAME`, `PGOPTIONS` and `PGCONNECT_TIMEOUT`, and then from libpq's defaults: the socket
-/// directory `/var/run/postgresql` when it exists (else `localhost`), port 5432, the operating
-/// system user (`USER`), and a database named like the user. The connect timeout defaults to
-/// 10 seconds so that an unreachable server gives an error rather than a hang.
+/// `PGAPPNAME`, `PGOPTIONS`, `PGCONNECT_TIMEOUT`, `PGSSLMODE` and `PGSSLROOTCERT`, and then from
+/// libpq's defaults: the socket directory `/var/run/postgresql` when it exists (else
+/// `localhost`), port 5432, the operating system user (`USER`), and a database named like the
+/// user. The connect timeout defaults to 10 seconds so that an unreachable server gives an error
+/// rather than a hang.
 ///
-/// TLS is not supported: connections are made without it (see docs/worker-client.md).
+/// `sslmode` (disable, prefer — the default —, require, verify-ca, verify-full) and
+/// `sslrootcert` (a PEM file, or `system`) mean what they mean to libpq; see [`TlsSettings`] and
+/// docs/worker-client.md, "TLS".
 ///
 /// # Errors
 ///
-/// [`Error::Config`] when `url` or `PGPORT` / `PGCONNECT_TIMEOUT` cannot be parsed.
+/// [`Error::Config`] when `url`, `PGPORT`, `PGCONNECT_TIMEOUT` or the TLS settings cannot be
+/// parsed.
 ///
 /// # Example
 ///
 /// ```
 /// let config = worker_client::config_from_env(Some("postgresql://postgres@127.0.0.1:5432/app")).unwrap();
-/// assert_eq!(config.get_dbname(), Some("app"));
-/// assert_eq!(worker_client::describe_target(&config), "127.0.0.1:5432");
+/// assert_eq!(config.pg().get_dbname(), Some("app"));
+/// assert_eq!(worker_client::describe_target(config.pg()), "127.0.0.1:5432");
 /// ```
-pub fn config_from_env(url: Option<&str>) -> Result<Config, Error> {
-    let mut config = match url {
-        Some(u) if !u.trim().is_empty() => u
-            .parse::<Config>()
-            .map_err(|e| Error::Config(format!("invalid database URL: {e}")))?,
-        _ => Config::new(),
+pub fn config_from_env(url: Option<&str>) -> Result<ConnConfig, Error> {
+    let ssl = params::extract(url.unwrap_or("").trim())?;
+    let mut config = match ssl.rest.as_str() {
+        "" => Config::new(),
+        rest => rest.parse::<Config>().map_err(|e| Error::Config(format!("invalid database URL: {e}")))?,
     };
     let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
 
@@ -100,7 +104,9 @@ pub fn config_from_env(url: Option<&str>) -> Result<Config, Error> {
             config.connect_timeout(Duration::from_secs(secs));
         }
     }
-    Ok(config)
+    let tls = TlsSettings::resolve(ssl.sslmode, ssl.sslrootcert)?;
+    config.ssl_mode(tls.pg_mode());
+    Ok(ConnConfig { pg: config, tls })
 }
 
 /// Where `config` points, for messages: `host:port` or `socket-dir:port`, comma-separated when
@@ -130,4 +136,43 @@ pub fn describe_target(config: &Config) -> String {
         }
     }
     parts.join(",")
+}
+
+/// Where and how to connect: tokio-postgres' [`Config`] and the [`TlsSettings`] it cannot hold
+/// (`verify-ca`, `verify-full`, `sslrootcert`). Made by [`config_from_env`], or from a bare
+/// `Config` with `From` (its disable, prefer or require; the default root certificate file).
+#[derive(Debug, Clone)]
+pub struct ConnConfig {
+    pg: Config,
+    tls: TlsSettings,
+}
+
+impl ConnConfig {
+    /// Settings from both halves.
+    pub fn new(pg: Config, tls: TlsSettings) -> ConnConfig {
+        ConnConfig { pg, tls }
+    }
+
+    /// The tokio-postgres half: host, port, user, database, …
+    pub fn pg(&self) -> &Config {
+        &self.pg
+    }
+
+    /// The tokio-postgres half, to change (e.g. `application_name`). Its `ssl_mode` is not
+    /// used: TLS follows [`ConnConfig::tls`].
+    pub fn pg_mut(&mut self) -> &mut Config {
+        &mut self.pg
+    }
+
+    /// The TLS half.
+    pub fn tls(&self) -> &TlsSettings {
+        &self.tls
+    }
+}
+
+impl From<Config> for ConnConfig {
+    fn from(pg: Config) -> ConnConfig {
+        let tls = TlsSettings::from_pg(&pg);
+        ConnConfig { pg, tls }
+    }
 }

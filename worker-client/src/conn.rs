@@ -5,21 +5,22 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::{Client, Config, NoTls, Row, Statement};
+use tokio_postgres::{Client, Config, Row, Statement};
 use tokio_util::sync::CancellationToken;
 
 use crate::statement::{is_foreign_statement, Param, StatementMode};
-use crate::Error;
+use crate::{ConnConfig, Error};
 
-/// Connects once, spawning the connection's I/O task on the current runtime.
-pub(crate) async fn connect(config: &Config) -> Result<Client, Error> {
-    let (client, connection) = config.connect(NoTls).await.map_err(|e| connect_error(config, &e))?;
-    tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            tracing::debug!(error = %e, "connection closed");
-        }
-    });
-    Ok(client)
+/// Connects once, with TLS as `config` says (docs/worker-client.md, "TLS"), spawning the
+/// connection's I/O task on the current runtime.
+///
+/// # Errors
+///
+/// [`Error::Connect`] (one line) when the server cannot be reached, refuses the connection,
+/// or its certificate does not verify; [`Error::Config`] when the root certificate file cannot
+/// be read or `verify-ca` / `verify-full` has none.
+pub async fn connect(config: &ConnConfig) -> Result<Client, Error> {
+    crate::tls::connect(config.pg(), config.tls()).await
 }
 
 /// [`Error::Connect`] for a failed connection attempt to `config`, as one line: the server's
@@ -93,7 +94,8 @@ pub(crate) fn describe(e: &tokio_postgres::Error) -> String {
 /// route anywhere. A prepared connection that meets a statement that is not its own
 /// ([`is_foreign_statement`]) switches to unprepared for good ([`Conn::fall_back`]).
 pub(crate) struct Conn {
-    config: Config,
+    /// Shared so that a cancellable call can hold it while the client borrows `self`.
+    config: std::sync::Arc<ConnConfig>,
     mode: StatementMode,
     client: Option<Client>,
     /// Statements prepared on `client`, by SQL text; emptied with the client.
@@ -109,9 +111,9 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    pub(crate) fn new(config: Config, mode: StatementMode) -> Conn {
+    pub(crate) fn new(config: impl Into<ConnConfig>, mode: StatementMode) -> Conn {
         Conn {
-            config,
+            config: std::sync::Arc::new(config.into()),
             mode,
             client: None,
             statements: HashMap::new(),
@@ -127,7 +129,7 @@ impl Conn {
     /// A connection that is never re-established once lost: the `no_reconnect` negative
     /// control of tests/reconnect.rs.
     #[cfg(feature = "test-breaks")]
-    pub(crate) fn broken_once(config: Config, mode: StatementMode) -> Conn {
+    pub(crate) fn broken_once(config: ConnConfig, mode: StatementMode) -> Conn {
         Conn { once: true, ..Conn::new(config, mode) }
     }
 
@@ -135,7 +137,7 @@ impl Conn {
     /// client before statement modes): the `always_prepared` negative control of
     /// tests/pooler.rs.
     #[cfg(feature = "test-breaks")]
-    pub(crate) fn always_prepared(config: Config) -> Conn {
+    pub(crate) fn always_prepared(config: ConnConfig) -> Conn {
         Conn { never_fall_back: true, ..Conn::new(config, StatementMode::Prepared) }
     }
 
@@ -158,7 +160,7 @@ impl Conn {
                 self.connected_before = true;
             }
             self.client = Some(connect(&self.config).await?);
-            tracing::debug!(target = %crate::describe_target(&self.config), mode = %self.mode, "connected");
+            tracing::debug!(target = %crate::describe_target(self.config.pg()), mode = %self.mode, "connected");
         }
         Ok(self.client.as_ref().expect("just connected"))
     }
@@ -254,8 +256,8 @@ impl Conn {
         params: &[Param<'_>],
         cancel_on: Option<&CancellationToken>,
     ) -> Result<Vec<Row>, QueryError> {
-        // Cloned before the client is borrowed; only a cancellable call (an idle claim) needs it.
-        let cancel_target = cancel_on.map(|_| self.config.clone());
+        // for the cancel request, which cannot borrow self while the query does
+        let config = std::sync::Arc::clone(&self.config);
         let r = {
             let (client, statement) = match self.mode {
                 StatementMode::Prepared => {
@@ -285,9 +287,7 @@ impl Conn {
             tokio::select! {
                 r = &mut fut => r,
                 _ = stop => {
-                    if let Some(config) = &cancel_target {
-                        crate::cancel::cancel(config, &cancel).await;
-                    }
+                    crate::tls::cancel(&cancel, config.pg(), config.tls()).await;
                     fut.await
                 }
             }
@@ -481,7 +481,7 @@ mod tests {
         let mut conn = Conn::new(test_config(), StatementMode::Prepared);
         let sql = "SELECT pg_backend_pid()";
         let pid: i32 = conn.query(sql, &[]).await.expect("pid")[0].get(0);
-        let other = connect(&test_config()).await.expect("second connection");
+        let other = connect(&test_config().into()).await.expect("second connection");
         other.query("SELECT pg_terminate_backend($1)", &[&pid]).await.expect("terminate");
         // Either the client already saw the connection close (the next call reconnects at
         // once), or the next call fails with a connection error and drops the client.

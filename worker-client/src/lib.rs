@@ -60,11 +60,13 @@ mod cancel;
 mod config;
 mod conn;
 mod statement;
+mod tls;
 mod worker;
 
-pub use config::{config_from_env, describe_target};
-pub use conn::connect_error;
+pub use config::{config_from_env, describe_target, ConnConfig};
+pub use conn::{connect, connect_error};
 pub use statement::{StatementMode, STATEMENT_MODE_ENV};
+pub use tls::{RootCert, SslMode, TlsSettings};
 pub use worker::{RunStats, Worker, WorkerBuilder};
 
 /// The error type handlers return: any error, turned into the `jq.fail` message with its

@@ -48,7 +48,7 @@ fn as_refs<'a>(env: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)
 const FALLBACK: &str = "sending unprepared statements from now on";
 
 /// Every log line naming a SQLSTATE is a statement-mode fallback, at most `fallbacks` per
-/// log (one per connection: claim and reporter).
+/// log (one per connection: claim, reporter, heartbeat).
 fn assert_clean(logs: &[String], fallbacks: usize) {
     for log in logs {
         let errors: Vec<&str> = log.lines().filter(|l| l.contains("SQLSTATE")).collect();
@@ -59,23 +59,23 @@ fn assert_clean(logs: &[String], fallbacks: usize) {
 }
 
 /// The scenario: 10,000 jobs, three `jqctl work` processes in the default mode through
-/// PgBouncer (pool of 8 server connections for 6 client connections).
+/// PgBouncer (pool of 9 server connections: three per worker).
 #[test]
 fn drain_through_pgbouncer() {
     let db = TestDb::new("pool_drain");
-    let Some(bouncer) = Bouncer::start(5, 8) else { return };
+    let Some(bouncer) = Bouncer::start(5, 9) else { return };
     let env = worker_env(&[]);
     let start = Instant::now();
     let logs = scenarios::drain(&db, &bouncer.url(&db), 10_000, &as_refs(&env));
     eprintln!("drain through pgbouncer: 10,000 jobs in {:?} (enqueue included)", start.elapsed());
-    assert_clean(&logs, 2);
+    assert_clean(&logs, 3);
 }
 
 #[test]
 fn crash_through_pgbouncer() {
     let db = TestDb::new("pool_crash");
-    let Some(bouncer) = Bouncer::start(6, 4) else { return };
-    bouncer.leave_statements_behind(&db, 4);
+    let Some(bouncer) = Bouncer::start(6, 6) else { return };
+    bouncer.leave_statements_behind(&db, 6);
     let env = worker_env(&[("JQ_STATEMENT_MODE", "unprepared")]);
     let logs = scenarios::crash(&db, &bouncer.url(&db), &as_refs(&env));
     assert_clean(&logs, 0);
@@ -84,8 +84,8 @@ fn crash_through_pgbouncer() {
 #[test]
 fn shutdown_through_pgbouncer() {
     let db = TestDb::new("pool_shutdown");
-    let Some(bouncer) = Bouncer::start(7, 2) else { return };
-    bouncer.leave_statements_behind(&db, 2);
+    let Some(bouncer) = Bouncer::start(7, 3) else { return };
+    bouncer.leave_statements_behind(&db, 3);
     let env = worker_env(&[("JQ_STATEMENT_MODE", "unprepared")]);
     let logs = scenarios::shutdown(&db, &bouncer.url(&db), &as_refs(&env));
     assert_clean(&logs, 0);
@@ -97,8 +97,8 @@ fn shutdown_through_pgbouncer() {
 #[test]
 fn pickup_through_pgbouncer() {
     let db = TestDb::new("pool_pickup");
-    let Some(bouncer) = Bouncer::start(8, 2) else { return };
-    bouncer.leave_statements_behind(&db, 2);
+    let Some(bouncer) = Bouncer::start(8, 3) else { return };
+    bouncer.leave_statements_behind(&db, 3);
     let mut c = db.connect();
     create_queue(&mut c, "pick", "30 seconds", "");
     let env = worker_env(&[("JQ_STATEMENT_MODE", "unprepared")]);

@@ -16,7 +16,7 @@
 //!     long-poll claims): a job's pickup then ends when its handler starts, the target's
 //!     definition ("from the enqueue's commit to the handler's start").
 //! jq-bench client URL QUEUE WORKERS CONCURRENCY BATCH WARMUP_SECS SECS
-//!     Runs WORKERS `worker_client::Worker`s (each: one claim and one report connection) with
+//!     Runs WORKERS `worker_client::Worker`s (each: a claim, a report and a heartbeat connection) with
 //!     a no-op handler on a prefilled queue; jobs/s = completed jobs counted in the database
 //!     over SECS after WARMUP_SECS. Then shuts the workers down and checks that every claimed
 //!     job was completed or released, none failed or lost, no job's handler ran twice (the

@@ -176,6 +176,7 @@ fn a_waiting_claim_on_an_empty_capped_queue_waits() {
 /// `JQ_TEST_BREAK=wake_all` (enqueue wakes every waiter): seen failing.
 #[test]
 fn one_job_wakes_one_of_many_waiters() {
+    let _counting = super::wakeup_counting();
     let db = TestDb::new("bgw_herd");
     let mut c = db.connect();
     if broken("wake_all") {

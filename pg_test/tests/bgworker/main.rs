@@ -9,17 +9,32 @@
 //! * `JQ_TEST_BREAK=no_promote`: the worker's promote duty does nothing → the retry test fails.
 //! * `JQ_TEST_BREAK=no_reap`: the worker's reap duty does nothing → the lease test fails.
 //! * `JQ_TEST_BREAK=no_cron_duty`: the worker never runs jq.cron_tick → the cron test fails.
+//! * The cargo feature `break-wake-merge` (a jq built with `tools/install --features
+//!   break-wake-merge`): a wakeup may choose a waiter that already owes a look, merging two
+//!   wakeups into one → lost_wakeups.rs fails ("a waiter was not woken within 5s").
 //! * The restart tests were seen failing with the launcher's respawn of exited workers removed
 //!   (a manual edit of `launcher_pass` in src/bgworker/launcher.rs: `SlotState::Exited => false`).
 
 mod duties;
 mod launcher;
 mod long_poll;
+mod lost_wakeups;
 
 use jq_pg_test::*;
 use std::time::{Duration, Instant};
 
 const TICK: Duration = Duration::from_secs(1);
+
+/// Held by the test that counts `jq._wakeups()` (a cluster-wide counter,
+/// long_poll.rs `one_job_wakes_one_of_many_waiters`) and by the test that sets a thousand
+/// latches (lost_wakeups.rs), so that the one's wakeups never land in the other's count (seen:
+/// "one job woke 202 waiters" with both running at once).
+static WAKEUP_COUNTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Takes [`WAKEUP_COUNTING`] (also after a test that held it panicked).
+fn wakeup_counting() -> std::sync::MutexGuard<'static, ()> {
+    WAKEUP_COUNTING.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn status(c: &mut Client, db: &str) -> Option<(String, Option<i32>, i64, Option<String>)> {
     c.query_opt(

@@ -12,6 +12,7 @@
 mod fencing;
 mod heartbeats;
 mod reaper;
+mod take_back;
 
 use jq_pg_test::{backend_pid, broken, sabotage, waiting_on_lock, Claimed, Client};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
@@ -19,6 +20,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 const REAP: &str = "jq._reap(timestamptz,integer,integer)";
+const END_LEASES: &str = "jq._end_leases(bigint[],timestamptz,timestamptz,boolean,text)";
 const COMPLETE: &str = "jq.complete(bigint,uuid,jsonb)";
 
 /// The broken variants shared by several tests.
@@ -30,11 +32,12 @@ fn apply_breaks(c: &mut Client) {
     if broken("reap_no_lock_no_fence") {
         // A reaper that picks without locking and updates by id alone: the
         // picking sub-select loses FOR UPDATE SKIP LOCKED, the UPDATE its state and lease fence.
+        sabotage(c, REAP, "LIMIT _reap.batch\n            FOR UPDATE SKIP LOCKED);", "LIMIT _reap.batch);", 1);
         sabotage(
             c,
-            REAP,
-            "\n            FOR UPDATE SKIP LOCKED)) AND j.state::text = 'running' AND j.lease_expires_at < _reap.now\n",
-            "))\n",
+            END_LEASES,
+            "AND j.state::text = 'running'\n          AND j.lease_expires_at < _end_leases.expired_before",
+            "",
             1,
         );
     }

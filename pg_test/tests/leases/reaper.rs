@@ -4,7 +4,7 @@ use jq_pg_test::{backend_pid, broken, claim, complete, executions, sabotage, sta
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::{enqueue, ex, heartbeat, job, reap, REAP};
+use super::{enqueue, ex, heartbeat, job, reap, END_LEASES, REAP};
 
 // Negative control: JQ_TEST_BREAK=reap_no_ceiling (the reaper sends a job over the ceiling back
 // to ready instead of dead) made this test fail: after the third reap the job was 'ready'.
@@ -13,7 +13,7 @@ fn job_whose_lease_expires_more_than_max_lease_expiries_times_goes_dead() {
     let db = TestDb::new("ceiling");
     let mut c = db.connect();
     if broken("reap_no_ceiling") {
-        sabotage(&mut c, REAP, "THEN 'dead'", "THEN 'ready'", 1);
+        sabotage(&mut c, END_LEASES, "THEN 'dead'", "THEN 'ready'", 1);
     }
     c.execute("SELECT jq.create_queue('q', max_lease_expiries => 2)", &[]).unwrap();
     let id = enqueue(&mut c, "q");
@@ -115,7 +115,7 @@ fn x08_a_capped_keyed_queue_unlocks_when_its_crashed_holders_lease_expires() {
     let db = TestDb::new("x08");
     let mut c = db.connect();
     if broken("reap_keeps_key_slot") {
-        sabotage(&mut c, REAP, "FROM back b WHERE b.concurrency_key IS NOT NULL AND b.state <> 'ready'", "FROM back b WHERE false", 1);
+        sabotage(&mut c, END_LEASES, "FROM back b WHERE b.concurrency_key IS NOT NULL AND b.state <> 'ready'", "FROM back b WHERE false", 1);
     }
     c.batch_execute("SELECT jq.create_queue('x8', max_concurrency => 1, max_lease_expiries => 0)").unwrap();
     let first: i64 = c.query_one("SELECT jq.enqueue('x8', '{}', concurrency_key => 'k')", &[]).unwrap().get(0);
@@ -187,7 +187,7 @@ fn expired_lease_on_a_queue_without_live_workers_is_retried_not_dropped() {
     let db = TestDb::new("x05");
     let mut c = db.connect();
     if broken("reap_discards") {
-        sabotage(&mut c, REAP, "ELSE 'ready' END::jq.job_state", "ELSE 'dead' END::jq.job_state", 1);
+        sabotage(&mut c, END_LEASES, "ELSE 'ready' END::jq.job_state", "ELSE 'dead' END::jq.job_state", 1);
     }
     c.execute("SELECT jq.create_queue('orphans')", &[]).unwrap();
     let id: i64 = c

@@ -160,8 +160,8 @@ fn maintenance_plans_made_on_a_small_table_stay_index_lookups() {
             c.batch_execute(&format!("ALTER DATABASE {} SET jq.plan_min_pages = 0", db.name)).unwrap();
             jq_pg_test::sabotage(&mut c, "jq._promote(timestamptz,integer,integer)", "AND j.state::text = 'scheduled'",
                                  "AND j.state = 'scheduled'", 1);
-            jq_pg_test::sabotage(&mut c, "jq._reap(timestamptz,integer,integer)", "AND j.state::text = 'running'",
-                                 "AND j.state = 'running'", 1);
+            jq_pg_test::sabotage(&mut c, "jq._end_leases(bigint[],timestamptz,timestamptz,boolean,text)",
+                                 "AND j.state::text = 'running'", "AND j.state = 'running'", 1);
             jq_pg_test::sabotage(&mut c, "jq._age(timestamptz,integer)", "AND j.state::text = 'ready'",
                                  "AND j.state = 'ready'", 1);
         }

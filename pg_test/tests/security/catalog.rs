@@ -21,8 +21,8 @@ fn expected_execute(proname: &str) -> Option<&'static [&'static str]> {
         | "cron_max_catchup" => EVERYONE,
         "enqueue" | "enqueue_many" => PRODUCE,
         "claim" | "complete" | "complete_many" | "fail" | "heartbeat" | "release" | "snooze" => WORK,
-        "alter_queue" | "pause" | "resume" | "cancel" | "retry" | "schedule" | "alter_schedule"
-        | "unschedule" => QUEUE_ADMIN,
+        "alter_queue" | "pause" | "resume" | "cancel" | "retry" | "expire_lease" | "schedule"
+        | "alter_schedule" | "unschedule" => QUEUE_ADMIN,
         // drop_queue locks jq.jobs against writes until its transaction ends: global admins only.
         "create_queue" | "drop_queue" | "tick" | "cron_tick" | "grant" | "revoke" => ADMIN,
         n if n.starts_with('_') => NOBODY,

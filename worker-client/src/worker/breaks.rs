@@ -2,7 +2,7 @@
 //! with the cargo feature `test-breaks` and then chosen with the environment variable
 //! `JQ_CLIENT_BREAK`. Without the feature every switch is a constant `false`.
 
-use tokio_postgres::Config;
+use crate::ConnConfig;
 
 use crate::conn::Conn;
 use crate::StatementMode;
@@ -25,6 +25,10 @@ pub(super) struct Breaks {
     /// fall back to unnamed ones (the client before statement modes). tests/pooler.rs must
     /// fail with it.
     always_prepared: bool,
+    /// `starving_reporter`: the reporter as it was before heartbeats had a task of their own:
+    /// it heartbeats only when no outcome waits, reports failures one round trip each, and
+    /// claims never wait for it. tests/stress.rs must fail with it.
+    starving_reporter: bool,
 }
 
 /// Without the feature `test-breaks`: no switch can be turned on.
@@ -42,6 +46,7 @@ impl Breaks {
             no_heartbeat_on_shutdown: v == "no_heartbeat_on_shutdown",
             no_reconnect: v == "no_reconnect",
             always_prepared: v == "always_prepared",
+            starving_reporter: v == "starving_reporter",
         };
         if !v.is_empty() {
             tracing::warn!(variant = %v, "JQ_CLIENT_BREAK is set: running a deliberately broken worker");
@@ -59,9 +64,14 @@ impl Breaks {
         self.no_heartbeat_on_shutdown
     }
 
+    /// Whether heartbeats, failures and claims work as before the heartbeat task existed.
+    pub(super) fn starving_reporter(self) -> bool {
+        self.starving_reporter
+    }
+
     /// The claim loop's connection: one that never reconnects under `no_reconnect`, one that
     /// never falls back under `always_prepared`.
-    pub(super) fn claim_conn(self, config: Config, mode: StatementMode) -> Conn {
+    pub(super) fn claim_conn(self, config: ConnConfig, mode: StatementMode) -> Conn {
         if self.no_reconnect {
             Conn::broken_once(config, mode)
         } else {
@@ -70,7 +80,7 @@ impl Breaks {
     }
 
     /// The reporter's connection: one that never falls back under `always_prepared`.
-    pub(super) fn report_conn(self, config: Config, mode: StatementMode) -> Conn {
+    pub(super) fn report_conn(self, config: ConnConfig, mode: StatementMode) -> Conn {
         if self.always_prepared {
             Conn::always_prepared(config)
         } else {
@@ -96,13 +106,18 @@ impl Breaks {
         false
     }
 
+    /// Always false.
+    pub(super) fn starving_reporter(self) -> bool {
+        false
+    }
+
     /// The claim loop's connection.
-    pub(super) fn claim_conn(self, config: Config, mode: StatementMode) -> Conn {
+    pub(super) fn claim_conn(self, config: ConnConfig, mode: StatementMode) -> Conn {
         Conn::new(config, mode)
     }
 
-    /// The reporter's connection.
-    pub(super) fn report_conn(self, config: Config, mode: StatementMode) -> Conn {
+    /// The reporter's and the heartbeat task's connection.
+    pub(super) fn report_conn(self, config: ConnConfig, mode: StatementMode) -> Conn {
         Conn::new(config, mode)
     }
 }

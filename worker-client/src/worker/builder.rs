@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio_postgres::Config;
+use crate::ConnConfig;
 
 use super::breaks::Breaks;
 use super::options::{default_worker_name, Opts};
@@ -42,7 +42,7 @@ const MAX_CLAIM_BATCH: usize = 1000;
 /// # }
 /// ```
 pub struct WorkerBuilder {
-    config: Config,
+    config: ConnConfig,
     queues: Vec<String>,
     handlers: HashMap<String, Arc<dyn Handler>>,
     fallbacks: HashMap<String, Arc<dyn Handler>>,
@@ -63,7 +63,7 @@ pub struct WorkerBuilder {
 impl WorkerBuilder {
     /// The defaults: concurrency 4, grace 30 s, abort timeout 2 s, idle wait 5 s, idle poll
     /// 50 ms to 1 s; no queue, no handler.
-    pub(super) fn new(config: Config) -> WorkerBuilder {
+    pub(super) fn new(config: ConnConfig) -> WorkerBuilder {
         WorkerBuilder {
             config,
             queues: Vec::new(),

@@ -1,4 +1,5 @@
-//! The claim loop: waits for free handler slots, claims up to that many jobs with one
+//! The claim loop: waits for free handler slots, and for room among the jobs the worker holds
+//! (backpressure: outcomes not yet reported hold theirs), claims up to that many jobs with one
 //! `jq.claim`, and starts a supervised handler per job. Idle, it long-polls (`wait`) when jq
 //! has it, else polls with backoff; a lost connection is re-established with backoff.
 
@@ -27,6 +28,9 @@ pub(super) struct ClaimLoop {
     pub(super) tx: mpsc::UnboundedSender<Finished>,
     /// One permit per handler slot (the concurrency).
     pub(super) slots: Arc<Semaphore>,
+    /// One permit per job held, from claim until its outcome is reported: the concurrency
+    /// plus [`super::MAX_UNREPORTED`] (`None` under the negative control `starving_reporter`).
+    pub(super) room: Option<Arc<Semaphore>>,
     /// Stop claiming (shutdown has started).
     pub(super) stop: CancellationToken,
     /// Drop the handlers still running (the abort timeout passed).
@@ -71,6 +75,7 @@ pub(super) async fn claim_loop(mut cl: ClaimLoop) {
     loop {
         let Some(permits) = take_slots(&cl).await else { break };
         let n = permits.len();
+        let Some(room) = take_room(&cl, n).await else { break };
         let wait: Option<f64> = (cl.has_wait && pace.idle).then(|| cl.opts.idle_wait.as_secs_f64());
         let started = Instant::now();
         let (queues, worker) = (&cl.opts.queues, &cl.opts.worker_name);
@@ -80,7 +85,7 @@ pub(super) async fn claim_loop(mut cl: ClaimLoop) {
             Ok(jobs) => {
                 pace.reconnect.reset();
                 let got = jobs.len();
-                start_jobs(&cl, jobs, permits);
+                start_jobs(&cl, jobs, permits, room);
                 pace.after_claim(&cl, got, n, started)
             }
             Err(e) => {
@@ -118,6 +123,25 @@ async fn take_slots(cl: &ClaimLoop) -> Option<Vec<OwnedSemaphorePermit>> {
     Some(permits)
 }
 
+/// Waits until `n` more jobs may be held (outcomes waiting to be reported hold their room, so
+/// claims pause while more than [`super::MAX_UNREPORTED`] wait); `None` when `cl.stop` fires
+/// first. Without a room semaphore (the control `starving_reporter`), never waits.
+/// Checked by tests/stress.rs.
+async fn take_room(cl: &ClaimLoop, n: usize) -> Option<Vec<Option<OwnedSemaphorePermit>>> {
+    let Some(room) = &cl.room else { return Some((0..n).map(|_| None).collect()) };
+    let mut many = tokio::select! {
+        biased;
+        _ = cl.stop.cancelled() => return None,
+        p = room.clone().acquire_many_owned(n as u32) => p.expect("semaphore never closed"),
+    };
+    let mut one_each = Vec::with_capacity(n);
+    while many.num_permits() > 1 {
+        one_each.push(many.split(1));
+    }
+    one_each.push(Some(many));
+    Some(one_each)
+}
+
 fn log_claim_error(e: &QueryError) {
     match e {
         QueryError::Connect(e) => tracing::warn!(error = %e, "cannot connect; retrying"),
@@ -128,12 +152,17 @@ fn log_claim_error(e: &QueryError) {
     }
 }
 
-/// Starts each claimed job on a slot of its own; unused slots are freed.
-fn start_jobs(cl: &ClaimLoop, jobs: Vec<Claimed>, mut permits: Vec<OwnedSemaphorePermit>) {
+/// Starts each claimed job on a slot and a room of its own; unused ones are freed.
+fn start_jobs(
+    cl: &ClaimLoop,
+    jobs: Vec<Claimed>,
+    mut permits: Vec<OwnedSemaphorePermit>,
+    mut room: Vec<Option<OwnedSemaphorePermit>>,
+) {
     let got = jobs.len();
     for job in jobs {
         let permit = permits.pop().expect("at most n rows");
-        start_job(cl, job, permit);
+        start_job(cl, job, permit, room.pop().expect("as many as slots"));
     }
     if got > 0 {
         cl.shared.claimed.notify_one();
@@ -150,7 +179,7 @@ async fn sleep_or_stop(d: Duration, stop: &CancellationToken) -> bool {
 
 /// Records the lease of one claimed job, then releases it (claimed while stopping), fails it
 /// (no handler for its kind) or spawns its supervised handler.
-fn start_job(cl: &ClaimLoop, c: Claimed, permit: OwnedSemaphorePermit) {
+fn start_job(cl: &ClaimLoop, c: Claimed, permit: OwnedSemaphorePermit, room: Option<OwnedSemaphorePermit>) {
     let now = Instant::now();
     let id = c.id;
     let lease = Duration::from_secs_f64(c.lease_left.unwrap_or(0.0).max(0.05));
@@ -167,6 +196,8 @@ fn start_job(cl: &ClaimLoop, c: Claimed, permit: OwnedSemaphorePermit) {
             done: false,
             aborting: false,
             lost: false,
+            reporting: false,
+            _room: room,
         },
     );
     let handler = cl.opts.handler_for(&c.queue, &c.kind);

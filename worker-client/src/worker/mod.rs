@@ -8,8 +8,8 @@
 //! | startup.rs | start-up checks (jq installed, queues visible, long poll available) |
 //! | claim_loop.rs | the claim loop: claims into free slots and starts handlers |
 //! | supervise.rs | one handler's run: panic, timeout and abort turned into an outcome |
-//! | reporter.rs | the reporter task: outcomes (complete, fail, release, snooze) |
-//! | heartbeat.rs | the reporter's heartbeats of running jobs |
+//! | reporter.rs | the reporter task: outcomes (complete, fail, release, snooze), batched |
+//! | heartbeat.rs | the heartbeat task: leases of the jobs held, on a connection of its own |
 //! | shutdown.rs | signals, grace period and abort |
 //! | breaks.rs | negative-control switches (feature `test-breaks` only) |
 //!
@@ -31,7 +31,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, Semaphore};
-use tokio_postgres::Config;
+use crate::ConnConfig;
 use tokio_util::sync::CancellationToken;
 
 pub use builder::WorkerBuilder;
@@ -41,6 +41,12 @@ use crate::Error;
 use claim_loop::{claim_loop, ClaimLoop};
 use options::Opts;
 use state::{Finished, Shared};
+
+/// Most outcomes waiting to be reported before the claim loop pauses: a worker holds at most
+/// its concurrency plus this many jobs (claim_loop.rs, `take_room`). One full report batch:
+/// enough that claims rarely wait on a healthy reporter, few enough that the heartbeat of all
+/// of them stays one small statement.
+pub(crate) const MAX_UNREPORTED: usize = reporter::REPORT_BATCH;
 
 /// A worker: claims jobs from its queues and runs their handlers until shut down.
 ///
@@ -76,16 +82,16 @@ use state::{Finished, Shared};
 /// }
 /// ```
 pub struct Worker {
-    config: Config,
+    config: ConnConfig,
     opts: Arc<Opts>,
 }
 
 impl Worker {
     /// Starts configuring a worker that connects with `config` (see
-    /// [`crate::config_from_env`]). The worker uses two connections: one for claims and one
-    /// for heartbeats and outcomes.
-    pub fn builder(config: Config) -> WorkerBuilder {
-        WorkerBuilder::new(config)
+    /// [`crate::config_from_env`]). The worker uses three connections: one for claims, one
+    /// for outcomes and one for heartbeats.
+    pub fn builder(config: impl Into<ConnConfig>) -> WorkerBuilder {
+        WorkerBuilder::new(config.into())
     }
 
     /// Runs until SIGTERM or SIGINT (Ctrl-C), then shuts down gracefully (see
@@ -149,8 +155,20 @@ impl Worker {
         let stop_claiming = CancellationToken::new();
         let hard_stop = CancellationToken::new();
         let slots = Arc::new(Semaphore::new(opts.concurrency));
+        let starving = opts.breaks.starving_reporter();
+        let room = (!starving).then(|| Arc::new(Semaphore::new(opts.concurrency + MAX_UNREPORTED)));
 
-        let reporter = tokio::spawn(reporter::run(shared.clone(), opts.clone(), opts.breaks.report_conn(self.config.clone(), opts.statement_mode), rx));
+        let reporter = tokio::spawn(reporter::run(
+            shared.clone(),
+            opts.clone(),
+            opts.breaks.report_conn(self.config.clone(), opts.statement_mode),
+            rx,
+        ));
+        let beats_done = CancellationToken::new();
+        let beats = (!starving).then(|| {
+            let conn = opts.breaks.report_conn(self.config.clone(), opts.statement_mode);
+            tokio::spawn(heartbeat::run(shared.clone(), opts.clone(), conn, beats_done.clone()))
+        });
         let mut claimer = tokio::spawn(claim_loop(ClaimLoop {
             shared: shared.clone(),
             opts: opts.clone(),
@@ -158,6 +176,7 @@ impl Worker {
             has_wait,
             tx,
             slots: slots.clone(),
+            room,
             stop: stop_claiming.clone(),
             hard_stop: hard_stop.clone(),
         }));
@@ -180,6 +199,13 @@ impl Worker {
         shutdown::finish_handlers(&shared, &opts, &slots, &hard_stop).await;
         if let Err(e) = reporter.await {
             tracing::error!(error = %e, "reporter ended unexpectedly");
+        }
+        // Every outcome is reported: no lease is left to renew.
+        beats_done.cancel();
+        if let Some(beats) = beats {
+            if let Err(e) = beats.await {
+                tracing::error!(error = %e, "heartbeat task ended unexpectedly");
+            }
         }
         let stats = shared.counters.snapshot();
         tracing::info!(?stats, "worker stopped");

@@ -1,61 +1,84 @@
-//! The reporter: the only task that sends heartbeats (heartbeat.rs) and outcomes, on a
-//! connection of its own. Outcomes are batched: successes go out in one `jq.complete_many`,
-//! failures, releases and snoozes one call each, every call fenced by the job's lease token
-//! and retried on connection errors until the lease ends.
+//! The reporter: the only task that sends outcomes, on a connection of its own (heartbeats
+//! have their own task and connection, heartbeat.rs). Outcomes waiting together are reported
+//! together, fenced by each job's lease token and retried on connection errors until the lease
+//! ends: successes in one `jq.complete_many`, failures in one statement calling `jq.fail` per
+//! job, releases and snoozes (rare: shutdown, handlers that ask) one call each.
+//!
+//! A worker whose handlers fail at once (a downstream outage) produces failures as fast as it
+//! claims; reported one round trip each they fell behind without bound, and their leases ran
+//! out before they were charged. Batches keep the reporter's pace at the claim loop's, and the
+//! claim loop waits when more than [`super::MAX_UNREPORTED`] outcomes wait (claim_loop.rs,
+//! `take_room`). Checked by tests/stress.rs.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde_json::Value;
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
-use super::heartbeat::heartbeat;
+use super::heartbeat::{heartbeat, next_wake};
 use super::options::Opts;
 use super::state::{Finished, Outcome, Shared};
 use crate::api;
 use crate::conn::{CallErr, Conn};
 
 /// Most outcomes reported in one round trip.
-const REPORT_BATCH: usize = 500;
+pub(super) const REPORT_BATCH: usize = 500;
 
 /// Runs until every sender of `rx` is gone (the claim loop and every supervisor ended), i.e.
-/// until every claimed job's outcome has been reported; heartbeats jobs as they fall due.
+/// until every claimed job's outcome has been reported.
 pub(super) async fn run(shared: Arc<Shared>, opts: Arc<Opts>, mut conn: Conn, mut rx: mpsc::UnboundedReceiver<Finished>) {
-    // Never sleep longer than this, whatever the schedule says (a safety net: new jobs also
-    // wake the reporter through `shared.claimed`).
-    let far = Duration::from_secs(1);
+    let starving = opts.breaks.starving_reporter();
     loop {
-        let next_hb = {
-            let jobs = shared.jobs.lock().unwrap();
-            jobs.values().filter(|e| !e.lost).map(|e| e.next_heartbeat).min()
-        };
-        let wake = next_hb.unwrap_or_else(|| Instant::now() + far).min(Instant::now() + far);
-        tokio::select! {
-            biased;
-            msg = rx.recv() => match msg {
-                Some(m) => {
-                    let mut batch = vec![m];
-                    while batch.len() < REPORT_BATCH {
-                        match rx.try_recv() {
-                            Ok(m) => batch.push(m),
-                            Err(_) => break,
-                        }
-                    }
-                    report(&shared, &mut conn, batch).await;
-                }
+        let first = if starving {
+            match starving_next(&shared, &opts, &mut conn, &mut rx).await {
+                Some(Some(m)) => m,
+                Some(None) => continue,
                 None => break,
-            },
-            _ = shared.claimed.notified() => {}
-            _ = tokio::time::sleep_until(wake.into()) => heartbeat(&shared, &opts, &mut conn).await,
+            }
+        } else {
+            match rx.recv().await {
+                Some(m) => m,
+                None => break,
+            }
+        };
+        let mut batch = vec![first];
+        while batch.len() < REPORT_BATCH {
+            match rx.try_recv() {
+                Ok(m) => batch.push(m),
+                Err(_) => break,
+            }
         }
+        report(&shared, &opts, &mut conn, batch).await;
     }
     // Every sender is gone, so every job's outcome has been reported.
     let left = shared.jobs.lock().unwrap().len();
     if left > 0 {
         tracing::error!(jobs = left, "jobs left without an outcome; their leases will expire");
+    }
+}
+
+/// The negative control `starving_reporter`: the reporter as it was, sending heartbeats itself
+/// and only when no outcome waits (so a steady stream of outcomes starves them). The next
+/// outcome (`Some(Some)`), a heartbeat round done (`Some(None)`), or the end (`None`).
+async fn starving_next(
+    shared: &Shared,
+    opts: &Opts,
+    conn: &mut Conn,
+    rx: &mut mpsc::UnboundedReceiver<Finished>,
+) -> Option<Option<Finished>> {
+    let wake = next_wake(shared);
+    tokio::select! {
+        biased;
+        msg = rx.recv() => msg.map(Some),
+        _ = shared.claimed.notified() => Some(None),
+        _ = tokio::time::sleep_until(wake.into()) => {
+            heartbeat(shared, opts, conn).await;
+            Some(None)
+        }
     }
 }
 
@@ -68,21 +91,24 @@ struct Pending {
 }
 
 /// Reports one batch of outcomes; jobs whose lease was lost meanwhile are only counted.
-async fn report(shared: &Shared, conn: &mut Conn, batch: Vec<Finished>) {
+async fn report(shared: &Shared, opts: &Opts, conn: &mut Conn, batch: Vec<Finished>) {
     let mut completes: Vec<(Pending, Option<Value>)> = Vec::new();
+    let mut fails: Vec<(Pending, String)> = Vec::new();
     let mut others: Vec<(Pending, Outcome)> = Vec::new();
     {
         let mut jobs = shared.jobs.lock().unwrap();
         for f in batch {
-            let Some(e) = jobs.get(&f.id) else { continue };
+            let Some(e) = jobs.get_mut(&f.id) else { continue };
             if e.lost {
                 jobs.remove(&f.id);
                 shared.count_lost();
                 continue;
             }
+            e.reporting = true;
             let p = Pending { id: f.id, token: e.token, deadline: e.deadline };
             match f.outcome {
                 Outcome::Done(v) => completes.push((p, v)),
+                Outcome::Failed(msg) => fails.push((p, msg)),
                 o => others.push((p, o)),
             }
         }
@@ -91,9 +117,16 @@ async fn report(shared: &Shared, conn: &mut Conn, batch: Vec<Finished>) {
     if !completes.is_empty() {
         complete_batch(shared, conn, completes).await;
     }
+    if opts.breaks.starving_reporter() {
+        // The control: one round trip per failure, as before.
+        for (p, msg) in fails {
+            fail_one(shared, conn, &p, &msg).await;
+        }
+    } else if !fails.is_empty() {
+        fail_batch(shared, conn, fails).await;
+    }
     for (p, outcome) in others {
         match outcome {
-            Outcome::Failed(msg) => fail_one(shared, conn, &p, &msg).await,
             Outcome::Release => {
                 let r = api::release(conn, p.deadline, p.id, p.token).await;
                 finish(shared, &p, r, &shared.counters.released, "release");
@@ -102,7 +135,7 @@ async fn report(shared: &Shared, conn: &mut Conn, batch: Vec<Finished>) {
                 let r = api::snooze(conn, p.deadline, p.id, p.token, d).await;
                 finish(shared, &p, r, &shared.counters.snoozed, "snooze");
             }
-            Outcome::Done(_) => unreachable!("completes are batched"),
+            Outcome::Done(_) | Outcome::Failed(_) => unreachable!("completes and failures are batched"),
         }
     }
 }
@@ -174,19 +207,7 @@ async fn complete_batch(shared: &Shared, conn: &mut Conn, mut completes: Vec<(Pe
     let results: Vec<Option<Value>> = completes.iter().map(|(_, v)| v.clone()).collect();
     let deadline = completes.iter().map(|(p, _)| p.deadline).max().expect("non-empty");
     match api::complete_many(conn, deadline, &ids, &tokens, &results).await {
-        Ok(done) => {
-            let done: HashSet<i64> = done.into_iter().collect();
-            let mut jobs = shared.jobs.lock().unwrap();
-            for (p, _) in &completes {
-                jobs.remove(&p.id);
-                if done.contains(&p.id) {
-                    shared.counters.completed.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    tracing::warn!(job = p.id, "complete: the job was no longer running under our lease");
-                    shared.count_lost();
-                }
-            }
-        }
+        Ok(done) => settle_many(shared, completes.iter().map(|(p, _)| p.id), done, &shared.counters.completed, "complete"),
         Err(CallErr::Refused(e)) => {
             // One bad result (e.g. a JSON string jsonb refuses) must not strand the others:
             // complete one by one, and fail the job whose result cannot be stored.
@@ -195,13 +216,59 @@ async fn complete_batch(shared: &Shared, conn: &mut Conn, mut completes: Vec<(Pe
                 complete_one(shared, conn, p, v).await;
             }
         }
-        Err(CallErr::GaveUp(e)) => {
-            let mut jobs = shared.jobs.lock().unwrap();
-            for (p, _) in &completes {
-                jobs.remove(&p.id);
-                shared.count_lost();
+        Err(CallErr::GaveUp(e)) => give_up_many(shared, completes.iter().map(|(p, _)| p.id), &e.to_string(), "complete"),
+    }
+}
+
+/// Fails the jobs whose handlers failed, one `jq.fail` each in one statement (in id order, so
+/// its row locks are taken in the order a heartbeat takes them); one alone with `jq.fail`.
+async fn fail_batch(shared: &Shared, conn: &mut Conn, mut fails: Vec<(Pending, String)>) {
+    if fails.len() == 1 {
+        let (p, msg) = fails.pop().expect("one");
+        return fail_one(shared, conn, &p, &msg).await;
+    }
+    fails.sort_unstable_by_key(|(p, _)| p.id);
+    let ids: Vec<i64> = fails.iter().map(|(p, _)| p.id).collect();
+    let tokens: Vec<Uuid> = fails.iter().map(|(p, _)| p.token).collect();
+    let messages: Vec<String> = fails.iter().map(|(_, m)| clean_text(m)).collect();
+    let deadline = fails.iter().map(|(p, _)| p.deadline).max().expect("non-empty");
+    match api::fail_many(conn, deadline, &ids, &tokens, &messages).await {
+        Ok(failed) => settle_many(shared, ids.iter().copied(), failed, &shared.counters.failed, "fail"),
+        Err(CallErr::Refused(e)) => {
+            // Whatever one job's call raised must not strand the others.
+            tracing::warn!(error = %e, "failing a batch was refused; failing one by one");
+            for (p, msg) in fails {
+                fail_one(shared, conn, &p, &msg).await;
             }
-            tracing::warn!(jobs = completes.len(), error = %e, "complete: gave up at the end of the leases; the jobs will run again");
+        }
+        Err(CallErr::GaveUp(e)) => give_up_many(shared, ids.iter().copied(), &e.to_string(), "fail"),
+    }
+}
+
+/// Records a batch call's answer: the jobs in `done` are counted in `counter`, the others were
+/// no longer running under our lease and are counted as lost.
+fn settle_many(shared: &Shared, ids: impl Iterator<Item = i64>, done: Vec<i64>, counter: &AtomicU64, what: &str) {
+    let done: HashSet<i64> = done.into_iter().collect();
+    let mut jobs = shared.jobs.lock().unwrap();
+    for id in ids {
+        jobs.remove(&id);
+        if done.contains(&id) {
+            counter.fetch_add(1, Ordering::Relaxed);
+        } else {
+            tracing::warn!(job = id, "{what}: the job was no longer running under our lease");
+            shared.count_lost();
         }
     }
+}
+
+/// A batch call given up at the end of the leases: every job in it is counted as lost.
+fn give_up_many(shared: &Shared, ids: impl Iterator<Item = i64>, error: &str, what: &str) {
+    let mut jobs = shared.jobs.lock().unwrap();
+    let mut n = 0;
+    for id in ids {
+        jobs.remove(&id);
+        shared.count_lost();
+        n += 1;
+    }
+    tracing::warn!(jobs = n, error = %error, "{what}: gave up at the end of the leases; the jobs will run again");
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use tokio_postgres::Config;
+use crate::ConnConfig;
 
 use super::options::Opts;
 use crate::api;
@@ -17,7 +17,7 @@ use crate::Error;
 /// connection lost during these checks (backend terminated, server restarting) is retried like
 /// any later one, up to 5 times: a `pg_terminate_backend` racing the start must not make
 /// `jqctl work` exit (tests/reconnect.rs `terminated_backends_jobs_still_picked_up`).
-pub(super) async fn check(config: &Config, opts: &Opts) -> Result<(Conn, bool), Error> {
+pub(super) async fn check(config: &ConnConfig, opts: &Opts) -> Result<(Conn, bool), Error> {
     let mut conn = opts.breaks.claim_conn(config.clone(), opts.statement_mode);
     let mut attempt = 0u32;
     let has_wait = loop {
@@ -41,10 +41,10 @@ pub(super) async fn check(config: &Config, opts: &Opts) -> Result<(Conn, bool), 
 /// Connects, checks that jq is installed and the queues exist (as this role sees them:
 /// `jq.queue_stats` shows the queues it holds a jq.grant on), and tells whether `jq.claim`
 /// has the long-poll `wait` parameter.
-async fn preflight(conn: &mut Conn, config: &Config, queues: &[String]) -> Result<bool, Error> {
+async fn preflight(conn: &mut Conn, config: &ConnConfig, queues: &[String]) -> Result<bool, Error> {
     conn.get().await?;
     if !api::jq_installed(conn).await? {
-        return Err(Error::NotInstalled(config.get_dbname().unwrap_or("?").to_string()));
+        return Err(Error::NotInstalled(config.pg().get_dbname().unwrap_or("?").to_string()));
     }
     if let Some(q) = api::first_missing_queue(conn, queues).await? {
         return Err(Error::QueueNotFound(q));

@@ -69,6 +69,13 @@ pub(super) struct Entry {
     pub(super) aborting: bool,
     /// A heartbeat found the job no longer running under our token.
     pub(super) lost: bool,
+    /// The reporter is sending this job's outcome now: heartbeats leave it alone, so that a
+    /// heartbeat and a report never lock the same job rows at once.
+    pub(super) reporting: bool,
+    /// The job's place among the jobs held by this worker (`None` under the negative control
+    /// `starving_reporter`): freed when the entry is removed, i.e. once its outcome has been
+    /// reported, so the claim loop cannot run ahead of the reporter (claim_loop.rs, `take_room`).
+    pub(super) _room: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 /// State shared by the claim loop, the supervisors, the reporter and [`super::Worker::run_until`].
@@ -77,7 +84,7 @@ pub(super) struct Shared {
     pub(super) counters: Counters,
     /// Shutdown has started (only read by the `no_heartbeat_on_shutdown` negative control).
     pub(super) stopping: AtomicBool,
-    /// Wakes the reporter when jobs were claimed, so their first heartbeat is scheduled.
+    /// Wakes the heartbeat task when jobs were claimed, so their first heartbeat is scheduled.
     pub(super) claimed: tokio::sync::Notify,
 }
 

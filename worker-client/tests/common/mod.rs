@@ -6,7 +6,8 @@
 //! starts it with jq installed (background workers only for `jqt_bgw_*` databases, so these
 //! tests drive maintenance with a [`Ticker`]). The restart test starts a private cluster with
 //! pg_test/cluster.sh on `JQ_CLIENT_TEST_PGPORT2` (default: `JQ_TEST_PGPORT` + 1) using the
-//! PostgreSQL binaries in `JQ_PG_BIN`.
+//! PostgreSQL binaries in `JQ_PG_BIN`; the TLS tests (tls.rs) one with `ssl = on` on
+//! `JQ_CLIENT_TEST_TLS_PGPORT` (default: `JQ_TEST_PGPORT` + 20).
 
 #![allow(dead_code, unused_imports)]
 

@@ -16,11 +16,14 @@ use clap::{Parser, Subcommand, ValueEnum};
 /// Command line for jq, the job queue inside PostgreSQL.
 ///
 /// Connects with --database-url, else DATABASE_URL, else the libpq environment variables
-/// (PGHOST, PGPORT, PGUSER, PGDATABASE, PGPASSWORD) as psql does.
+/// (PGHOST, PGPORT, PGUSER, PGDATABASE, PGPASSWORD) as psql does. TLS as libpq: sslmode
+/// (disable, prefer, require, verify-ca, verify-full) and sslrootcert in the URL, or
+/// PGSSLMODE and PGSSLROOTCERT.
 #[derive(Parser, Debug)]
 #[command(name = "jqctl", version, propagate_version = true)]
 pub struct Cli {
-    /// PostgreSQL URL (postgresql://user@host:port/db) or key=value connection string.
+    /// PostgreSQL URL (postgresql://user@host:port/db?sslmode=verify-full&sslrootcert=ca.pem)
+    /// or key=value connection string.
     #[arg(long, global = true, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
 
@@ -185,21 +188,15 @@ pub type CliResult = Result<(), CliError>;
 /// Connects and checks that jq is installed.
 pub async fn connect(cli: &Cli) -> Result<tokio_postgres::Client, CliError> {
     let mut config = worker_client::config_from_env(cli.database_url.as_deref())?;
-    if config.get_application_name() == Some("jq-worker-client") {
-        config.application_name("jqctl");
+    if config.pg().get_application_name() == Some("jq-worker-client") {
+        config.pg_mut().application_name("jqctl");
     }
-    let (client, connection) = config
-        .connect(tokio_postgres::NoTls)
-        .await
-        .map_err(|e| CliError::from(worker_client::connect_error(&config, &e)))?;
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
+    let client = worker_client::connect(&config).await?;
     let installed = client
         .query_typed_opt("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'jq'", &[])
         .await?;
     if installed.is_none() {
-        return Err(worker_client::Error::NotInstalled(config.get_dbname().unwrap_or("?").to_string()).into());
+        return Err(worker_client::Error::NotInstalled(config.pg().get_dbname().unwrap_or("?").to_string()).into());
     }
     Ok(client)
 }

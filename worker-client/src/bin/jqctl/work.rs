@@ -79,8 +79,8 @@ pub async fn run(cli: &Cli, a: &WorkArgs) -> CliResult {
         return Err(format!("command not found or not executable: {}", a.command[0].to_string_lossy()).into());
     }
     let mut config = worker_client::config_from_env(cli.database_url.as_deref())?;
-    if config.get_application_name() == Some("jq-worker-client") {
-        config.application_name("jqctl-work");
+    if config.pg().get_application_name() == Some("jq-worker-client") {
+        config.pg_mut().application_name("jqctl-work");
     }
     let argv = Arc::new(a.command.clone());
     let mut b = Worker::builder(config)
