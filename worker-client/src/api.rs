@@ -2,18 +2,21 @@
 //! start-up checks. Result columns are read by name.
 //!
 //! Each function runs its statement through [`Conn`] (`Conn::query`, `Conn::query_retrying`,
-//! `Conn::query_cancellable`), which alone decides how a statement is sent (today: prepared
-//! once per connection and kept), so a change of statement mode is made in conn.rs only.
+//! `Conn::query_cancellable`), which alone decides how a statement is sent (prepared once per
+//! connection and kept, or unnamed: [`crate::StatementMode`]). Every parameter is passed with
+//! its type, the type its cast in the SQL names, so either mode can send it without asking the
+//! server first.
 
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tokio_postgres::types::ToSql;
+use tokio_postgres::types::Type;
 use tokio_postgres::Row;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::conn::{CallErr, Conn, QueryError};
+use crate::statement::Param;
 
 /// One row of `jq.claim`.
 pub(crate) struct Claimed {
@@ -82,8 +85,9 @@ impl ClaimCall {
         stop: &CancellationToken,
     ) -> Result<Vec<Claimed>, QueryError> {
         let single: &str = &queues[0];
-        let params: [&(dyn ToSql + Sync); 5] =
-            [if queues.len() == 1 { &single } else { &queues }, &worker, &n, &lease, &wait];
+        let queues_param: Param = if queues.len() == 1 { (&single, Type::TEXT) } else { (&queues, Type::TEXT_ARRAY) };
+        let params: [Param; 5] =
+            [queues_param, (&worker, Type::TEXT), (&n, Type::INT4), (&lease, Type::FLOAT8), (&wait, Type::FLOAT8)];
         let params = if self.has_wait { &params[..] } else { &params[..4] };
         let cancel_on = wait.is_some().then_some(stop);
         let rows = conn.query_cancellable(&self.sql, params, cancel_on).await?;
@@ -113,7 +117,7 @@ pub(crate) async fn heartbeat(
                     extract(epoch FROM h.lease_expires_at - clock_timestamp())::float8 AS lease_left \
              FROM unnest($1::int8[], $2::uuid[]) AS u(id, token) \
              CROSS JOIN LATERAL jq.heartbeat(u.id, u.token, $3::float8 * interval '1 second') AS h",
-            &[&ids, &tokens, &extend],
+            &[(&ids, Type::INT8_ARRAY), (&tokens, Type::UUID_ARRAY), (&extend, Type::FLOAT8)],
         )
         .await?;
     Ok(rows
@@ -126,7 +130,9 @@ pub(crate) async fn heartbeat(
 /// until `deadline`.
 pub(crate) async fn complete(conn: &mut Conn, deadline: Instant, id: i64, token: Uuid, result: &Option<Value>) -> Result<bool, CallErr> {
     let rows = conn
-        .query_retrying(deadline, "SELECT jq.complete($1, $2, $3::jsonb) AS completed", &[&id, &token, result])
+        .query_retrying(deadline, "SELECT jq.complete($1::int8, $2::uuid, $3::jsonb) AS completed",
+            &[(&id, Type::INT8), (&token, Type::UUID), (result, Type::JSONB)],
+        )
         .await?;
     Ok(rows.first().is_some_and(|r| r.get::<_, Option<bool>>("completed") == Some(true)))
 }
@@ -144,7 +150,7 @@ pub(crate) async fn complete_many(
         .query_retrying(
             deadline,
             "SELECT id FROM jq.complete_many($1::int8[], $2::uuid[], $3::jsonb[]) AS id",
-            &[&ids, &tokens, &results],
+            &[(&ids, Type::INT8_ARRAY), (&tokens, Type::UUID_ARRAY), (&results, Type::JSONB_ARRAY)],
         )
         .await?;
     Ok(rows.iter().map(|r| r.get("id")).collect())
@@ -154,7 +160,9 @@ pub(crate) async fn complete_many(
 /// Retried on connection errors until `deadline`.
 pub(crate) async fn fail(conn: &mut Conn, deadline: Instant, id: i64, token: Uuid, message: &str) -> Result<bool, CallErr> {
     let rows = conn
-        .query_retrying(deadline, "SELECT jq.fail($1, $2, $3)::text AS outcome", &[&id, &token, &message])
+        .query_retrying(deadline, "SELECT jq.fail($1::int8, $2::uuid, $3::text)::text AS outcome",
+            &[(&id, Type::INT8), (&token, Type::UUID), (&message, Type::TEXT)],
+        )
         .await?;
     Ok(rows.first().is_some_and(|r| r.get::<_, Option<String>>("outcome").is_some()))
 }
@@ -174,7 +182,7 @@ pub(crate) async fn fail_many(
             deadline,
             "SELECT u.id, jq.fail(u.id, u.token, u.message)::text AS outcome \
              FROM unnest($1::int8[], $2::uuid[], $3::text[]) AS u(id, token, message)",
-            &[&ids, &tokens, &messages],
+            &[(&ids, Type::INT8_ARRAY), (&tokens, Type::UUID_ARRAY), (&messages, Type::TEXT_ARRAY)],
         )
         .await?;
     Ok(rows.iter().filter(|r| r.get::<_, Option<String>>("outcome").is_some()).map(|r| r.get("id")).collect())
@@ -183,7 +191,9 @@ pub(crate) async fn fail_many(
 /// `jq.release(id, token)`: whether it handed the job back. Retried on connection errors until
 /// `deadline`.
 pub(crate) async fn release(conn: &mut Conn, deadline: Instant, id: i64, token: Uuid) -> Result<bool, CallErr> {
-    let rows = conn.query_retrying(deadline, "SELECT jq.release($1, $2) AS released", &[&id, &token]).await?;
+    let rows = conn
+        .query_retrying(deadline, "SELECT jq.release($1::int8, $2::uuid) AS released", &[(&id, Type::INT8), (&token, Type::UUID)])
+        .await?;
     Ok(rows.first().is_some_and(|r| r.get::<_, Option<bool>>("released") == Some(true)))
 }
 
@@ -192,7 +202,9 @@ pub(crate) async fn release(conn: &mut Conn, deadline: Instant, id: i64, token: 
 pub(crate) async fn snooze(conn: &mut Conn, deadline: Instant, id: i64, token: Uuid, delay: Duration) -> Result<bool, CallErr> {
     let delay = format!("{} milliseconds", delay.as_millis());
     let rows = conn
-        .query_retrying(deadline, "SELECT jq.snooze($1, $2, $3::text::interval) AS snoozed", &[&id, &token, &delay])
+        .query_retrying(deadline, "SELECT jq.snooze($1::int8, $2::uuid, $3::text::interval) AS snoozed",
+            &[(&id, Type::INT8), (&token, Type::UUID), (&delay, Type::TEXT)],
+        )
         .await?;
     Ok(rows.first().is_some_and(|r| r.get::<_, Option<bool>>("snoozed") == Some(true)))
 }
@@ -212,7 +224,7 @@ pub(crate) async fn first_missing_queue(conn: &mut Conn, queues: &[String]) -> R
         .query(
             "SELECT q FROM unnest($1::text[]) WITH ORDINALITY AS u(q, i) \
              WHERE NOT EXISTS (SELECT 1 FROM jq.queue_stats s WHERE s.queue = u.q) ORDER BY i",
-            &[&queues],
+            &[(&queues, Type::TEXT_ARRAY)],
         )
         .await?;
     Ok(rows.first().map(|r| r.get("q")))

@@ -4,10 +4,11 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use tokio_postgres::types::ToSql;
+use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Config, Row, Statement};
 use tokio_util::sync::CancellationToken;
 
+use crate::statement::{is_foreign_statement, Param, StatementMode};
 use crate::{ConnConfig, Error};
 
 /// Connects once, with TLS as `config` says (docs/worker-client.md, "TLS"), spawning the
@@ -84,16 +85,18 @@ pub(crate) fn describe(e: &tokio_postgres::Error) -> String {
 /// A lazily (re)connected client owned by one task, with the statements it prepared: the one
 /// place that decides how the library's statements (all in api.rs) are sent.
 ///
-/// The worker's hot calls (claim, complete, heartbeat) are prepared once per connection and
-/// then only bound and executed: one round trip per call, and PostgreSQL neither parses nor
-/// plans the statement again. `tokio_postgres::Client::query` with SQL text prepares a new
-/// statement every time, a second round trip and a parse and plan on the server; keeping them
-/// roughly halved the client's database CPU per job (docs/BENCHMARKS.md). Through PgBouncer in
-/// transaction mode this needs its prepared-statement support (`max_prepared_statements`,
-/// PgBouncer 1.21+), as tokio-postgres' uncached statements already do.
+/// In [`StatementMode::Prepared`] the worker's hot calls (claim, complete, heartbeat) are
+/// prepared once per connection and then only bound and executed: one round trip per call,
+/// and PostgreSQL neither parses nor plans the statement again; keeping them roughly halved
+/// the client's database CPU per job (docs/BENCHMARKS.md). In
+/// [`StatementMode::Unprepared`] each call is one unnamed Parse/Bind/Execute round trip
+/// (`query_typed`), which a transaction-mode pooler without prepared-statement support can
+/// route anywhere. A prepared connection that meets a statement that is not its own
+/// ([`is_foreign_statement`]) switches to unprepared for good ([`Conn::fall_back`]).
 pub(crate) struct Conn {
     /// Shared so that a cancellable call can hold it while the client borrows `self`.
     config: std::sync::Arc<ConnConfig>,
+    mode: StatementMode,
     client: Option<Client>,
     /// Statements prepared on `client`, by SQL text; emptied with the client.
     statements: HashMap<String, Statement>,
@@ -102,26 +105,45 @@ pub(crate) struct Conn {
     once: bool,
     #[cfg(feature = "test-breaks")]
     connected_before: bool,
+    /// Negative control only (`JQ_CLIENT_BREAK=always_prepared`): never fall back.
+    #[cfg(feature = "test-breaks")]
+    never_fall_back: bool,
 }
 
 impl Conn {
-    pub(crate) fn new(config: impl Into<ConnConfig>) -> Conn {
+    pub(crate) fn new(config: impl Into<ConnConfig>, mode: StatementMode) -> Conn {
         Conn {
             config: std::sync::Arc::new(config.into()),
+            mode,
             client: None,
             statements: HashMap::new(),
             #[cfg(feature = "test-breaks")]
             once: false,
             #[cfg(feature = "test-breaks")]
             connected_before: false,
+            #[cfg(feature = "test-breaks")]
+            never_fall_back: false,
         }
     }
 
     /// A connection that is never re-established once lost: the `no_reconnect` negative
     /// control of tests/reconnect.rs.
     #[cfg(feature = "test-breaks")]
-    pub(crate) fn broken_once(config: ConnConfig) -> Conn {
-        Conn { once: true, ..Conn::new(config) }
+    pub(crate) fn broken_once(config: ConnConfig, mode: StatementMode) -> Conn {
+        Conn { once: true, ..Conn::new(config, mode) }
+    }
+
+    /// A connection that always prepares and never falls back to unnamed statements (the
+    /// client before statement modes): the `always_prepared` negative control of
+    /// tests/pooler.rs.
+    #[cfg(feature = "test-breaks")]
+    pub(crate) fn always_prepared(config: ConnConfig) -> Conn {
+        Conn { never_fall_back: true, ..Conn::new(config, StatementMode::Prepared) }
+    }
+
+    /// How this connection sends statements now.
+    pub(crate) fn mode(&self) -> StatementMode {
+        self.mode
     }
 
     /// The current client, connecting first when there is none or it has closed.
@@ -138,7 +160,7 @@ impl Conn {
                 self.connected_before = true;
             }
             self.client = Some(connect(&self.config).await?);
-            tracing::debug!(target = %crate::describe_target(self.config.pg()), "connected");
+            tracing::debug!(target = %crate::describe_target(self.config.pg()), mode = %self.mode, "connected");
         }
         Ok(self.client.as_ref().expect("just connected"))
     }
@@ -150,14 +172,36 @@ impl Conn {
         self.statements.clear();
     }
 
-    /// The current client (connecting first if needed) and `sql` prepared on it, from the
-    /// cache after the first call on this connection.
-    pub(crate) async fn prepared(&mut self, sql: &str) -> Result<(&Client, Statement), QueryError> {
+    /// Switches this connection to [`StatementMode::Unprepared`] for the rest of its life (a
+    /// pooler in front of the server stays there across reconnects) and drops what it had
+    /// prepared. Returns false, changing nothing, when it was not in prepared mode (or under
+    /// the `always_prepared` control), so a call falls back at most once: never a retry storm.
+    fn fall_back(&mut self, why: &tokio_postgres::Error) -> bool {
+        #[cfg(feature = "test-breaks")]
+        if self.never_fall_back {
+            return false;
+        }
+        if self.mode != StatementMode::Prepared {
+            return false;
+        }
+        tracing::warn!(
+            error = %describe(why),
+            "the server does not hold this connection's prepared statements (a transaction-mode pooler?): \
+             sending unprepared statements from now on; set JQ_STATEMENT_MODE=unprepared to start that way"
+        );
+        self.mode = StatementMode::Unprepared;
+        self.statements.clear();
+        true
+    }
+
+    /// The current client (connecting first if needed) and `sql` prepared on it with the
+    /// parameter `types`, from the cache after the first call on this connection.
+    async fn prepared(&mut self, sql: &str, types: &[Type]) -> Result<(&Client, Statement), QueryError> {
         self.get().await.map_err(QueryError::Connect)?;
         let st = match self.statements.get(sql) {
             Some(st) => st.clone(),
             None => {
-                let prepared = self.client.as_ref().expect("connected above").prepare(sql).await;
+                let prepared = self.client.as_ref().expect("connected above").prepare_typed(sql, types).await;
                 match prepared {
                     Ok(st) => {
                         self.statements.insert(sql.to_owned(), st.clone());
@@ -175,23 +219,79 @@ impl Conn {
         Ok((self.client.as_ref().expect("connected above"), st))
     }
 
-    /// Runs `sql` as a statement prepared once per connection (see [`Conn::prepared`]). A kept
-    /// statement the server no longer accepts ([`is_stale_statement`]) is prepared again and
-    /// the call made once more: both errors come from Bind, before anything ran.
-    pub(crate) async fn query(&mut self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, QueryError> {
+    /// Runs `sql` in this connection's mode. A statement the server says is not this
+    /// connection's ([`is_foreign_statement`]) makes a prepared connection fall back and run
+    /// it once more, unnamed; a kept statement whose result type changed
+    /// ([`is_changed_result`]) is prepared again and run once more. Both errors come from
+    /// Parse or Bind, before anything ran.
+    pub(crate) async fn query(&mut self, sql: &str, params: &[Param<'_>]) -> Result<Vec<Row>, QueryError> {
+        self.query_cancellable(sql, params, None).await
+    }
+
+    /// Runs `sql` as [`Conn::query`] does; when `cancel_on` fires first, cancels it on the
+    /// server and returns what it ended with (rows it returned anyway included).
+    pub(crate) async fn query_cancellable(
+        &mut self,
+        sql: &str,
+        params: &[Param<'_>],
+        cancel_on: Option<&CancellationToken>,
+    ) -> Result<Vec<Row>, QueryError> {
         let kept = self.statements.contains_key(sql);
-        match self.query_once(sql, params).await {
-            Err(QueryError::Db(e)) if kept && is_stale_statement(&e) => {
+        match self.run_once(sql, params, cancel_on).await {
+            Err(QueryError::Db(e)) if is_foreign_statement(&e) && self.fall_back(&e) => {
+                self.run_once(sql, params, cancel_on).await
+            }
+            Err(QueryError::Db(e)) if kept && is_changed_result(&e) => {
                 tracing::debug!(error = %describe(&e), "kept statement refused; preparing it again");
-                self.query_once(sql, params).await
+                self.run_once(sql, params, cancel_on).await
             }
             r => r,
         }
     }
 
-    async fn query_once(&mut self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, QueryError> {
-        let (client, st) = self.prepared(sql).await?;
-        let r = client.query(&st, params).await;
+    /// One attempt of `sql` in the current mode, cancellable as [`Conn::query_cancellable`].
+    async fn run_once(
+        &mut self,
+        sql: &str,
+        params: &[Param<'_>],
+        cancel_on: Option<&CancellationToken>,
+    ) -> Result<Vec<Row>, QueryError> {
+        // for the cancel request, which cannot borrow self while the query does
+        let config = std::sync::Arc::clone(&self.config);
+        let r = {
+            let (client, statement) = match self.mode {
+                StatementMode::Prepared => {
+                    let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
+                    let (client, st) = self.prepared(sql, &types).await?;
+                    (client, Some(st))
+                }
+                StatementMode::Unprepared => (self.get().await.map_err(QueryError::Connect)?, None),
+            };
+            let cancel = client.cancel_token();
+            let fut = async {
+                match &statement {
+                    Some(st) => {
+                        let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(v, _)| *v).collect();
+                        client.query(st, &values).await
+                    }
+                    None => client.query_typed(sql, params).await,
+                }
+            };
+            tokio::pin!(fut);
+            let stop = async {
+                match cancel_on {
+                    Some(t) => t.cancelled().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                r = &mut fut => r,
+                _ = stop => {
+                    crate::tls::cancel(&cancel, config.pg(), config.tls()).await;
+                    fut.await
+                }
+            }
+        };
         self.settle(sql, r).map_err(QueryError::Db)
     }
 
@@ -201,7 +301,7 @@ impl Conn {
         &mut self,
         deadline: Instant,
         sql: &str,
-        params: &[&(dyn ToSql + Sync)],
+        params: &[Param<'_>],
     ) -> Result<Vec<Row>, CallErr> {
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
         loop {
@@ -221,42 +321,6 @@ impl Conn {
         }
     }
 
-    /// Runs `sql` (prepared and kept, as [`Conn::query`], without its retry of a refused kept
-    /// statement); when `cancel_on` fires first, cancels it on the server and returns what it
-    /// ended with (rows it returned anyway included).
-    pub(crate) async fn query_cancellable(
-        &mut self,
-        sql: &str,
-        params: &[&(dyn ToSql + Sync)],
-        cancel_on: Option<&CancellationToken>,
-    ) -> Result<Vec<Row>, QueryError> {
-        // for the cancel request, which cannot borrow self while the query does
-        let config = std::sync::Arc::clone(&self.config);
-        let r = match self.prepared(sql).await {
-            Err(QueryError::Db(e)) => Err(e),
-            Err(e) => return Err(e),
-            Ok((client, statement)) => {
-                let cancel = client.cancel_token();
-                let fut = client.query(&statement, params);
-                tokio::pin!(fut);
-                let stop = async {
-                    match cancel_on {
-                        Some(t) => t.cancelled().await,
-                        None => std::future::pending().await,
-                    }
-                };
-                tokio::select! {
-                    r = &mut fut => r,
-                    _ = stop => {
-                        crate::tls::cancel(&cancel, config.pg(), config.tls()).await;
-                        fut.await
-                    }
-                }
-            }
-        };
-        self.settle(sql, r).map_err(QueryError::Db)
-    }
-
     /// Looks at a call's result: a server error drops `sql`'s prepared statement, so the next
     /// call prepares it again; an error that makes the connection suspect drops the connection
     /// (and every statement).
@@ -272,19 +336,17 @@ impl Conn {
     }
 }
 
-/// True for the errors a kept statement gets when the server no longer accepts it, raised at
-/// Bind (before it runs), so preparing it again and retrying is safe: 26000 (the statement is
-/// gone: a pooler without prepared-statement support, or `DISCARD ALL` / `DEALLOCATE ALL`) and
-/// 0A000 "cached plan must not change result type", raised by the server's
-/// `RevalidateCachedQuery` (what it returns changed, e.g. after `ALTER EXTENSION jq UPDATE`).
-pub(crate) fn is_stale_statement(e: &tokio_postgres::Error) -> bool {
+/// True for the error a kept statement gets when what it returns changed since it was
+/// prepared (e.g. after `ALTER EXTENSION jq UPDATE`): 0A000 "cached plan must not change
+/// result type", raised by the server's `RevalidateCachedQuery` at Bind, before it runs, so
+/// preparing it again and retrying is safe.
+pub(crate) fn is_changed_result(e: &tokio_postgres::Error) -> bool {
     use tokio_postgres::error::SqlState;
     e.as_db_error().is_some_and(|db| {
-        *db.code() == SqlState::INVALID_SQL_STATEMENT_NAME
-            || (*db.code() == SqlState::FEATURE_NOT_SUPPORTED
-                // the routine is not translated (lc_messages); the message is, so it is a fallback
-                && (db.routine() == Some("RevalidateCachedQuery")
-                    || db.message().starts_with("cached plan must not change result type")))
+        *db.code() == SqlState::FEATURE_NOT_SUPPORTED
+            // the routine is not translated (lc_messages); the message is, so it is a fallback
+            && (db.routine() == Some("RevalidateCachedQuery")
+                || db.message().starts_with("cached plan must not change result type"))
     })
 }
 
@@ -370,7 +432,7 @@ mod tests {
     /// `Conn::query` (the call failed with 0A000 "cached plan must not change result type").
     #[tokio::test]
     async fn a_statement_whose_result_changed_is_prepared_again() {
-        let mut conn = Conn::new(test_config());
+        let mut conn = Conn::new(test_config(), StatementMode::Prepared);
         conn.query("CREATE TEMP TABLE kept (a int)", &[]).await.expect("create");
         conn.query("INSERT INTO kept VALUES (1)", &[]).await.expect("insert");
         let sql = "SELECT * FROM kept";
@@ -380,25 +442,43 @@ mod tests {
         assert_eq!(rows[0].len(), 2);
     }
 
-    /// A kept statement the server has forgotten (26000, as behind a pooler that runs
-    /// `DISCARD ALL`) is prepared again and the call succeeds. Seen failing without the retry
-    /// in `Conn::query` (26000 "prepared statement \"s0\" does not exist").
+    /// A kept statement the server has forgotten (26000, as behind a transaction-mode pooler,
+    /// or after `DEALLOCATE ALL`) switches the connection to unprepared statements and the
+    /// call succeeds, sent once more; from then on nothing named is kept on the server. Seen
+    /// failing with `Conn::fall_back` returning false at once (26000 "prepared statement
+    /// \"s0\" does not exist").
     #[tokio::test]
-    async fn a_forgotten_statement_is_prepared_again() {
-        let mut conn = Conn::new(test_config());
+    async fn a_forgotten_statement_switches_to_unprepared() {
+        let mut conn = Conn::new(test_config(), StatementMode::Prepared);
         let sql = "SELECT 1::int4 + $1::int4";
-        let two: i32 = conn.query(sql, &[&1i32]).await.expect("first call")[0].get(0);
+        let two: i32 = conn.query(sql, &[(&1i32, Type::INT4)]).await.expect("first call")[0].get(0);
         assert_eq!(two, 2);
         conn.get().await.expect("client").batch_execute("DEALLOCATE ALL").await.expect("deallocate");
-        let three: i32 = conn.query(sql, &[&2i32]).await.expect("prepared again and run")[0].get(0);
+        let three: i32 = conn.query(sql, &[(&2i32, Type::INT4)]).await.expect("sent again, unprepared")[0].get(0);
         assert_eq!(three, 3);
+        assert_eq!(conn.mode(), StatementMode::Unprepared);
+        conn.query(sql, &[(&3i32, Type::INT4)]).await.expect("unprepared call");
+        let kept: i64 = conn.query("SELECT count(*) FROM pg_prepared_statements", &[]).await.expect("count")[0].get(0);
+        assert_eq!(kept, 0);
+    }
+
+    /// Unprepared mode leaves no statement on the server; prepared mode keeps one per SQL text.
+    #[tokio::test]
+    async fn unprepared_mode_keeps_nothing_on_the_server() {
+        let count = "SELECT count(*) FROM pg_prepared_statements";
+        for (mode, kept) in [(StatementMode::Unprepared, 0i64), (StatementMode::Prepared, 2)] {
+            let mut conn = Conn::new(test_config(), mode);
+            conn.query("SELECT $1::text", &[(&"x", Type::TEXT)]).await.expect("call");
+            let n: i64 = conn.query(count, &[]).await.expect("count")[0].get(0);
+            assert_eq!(n, kept, "{mode}");
+        }
     }
 
     /// After its backend is killed, a connection comes back with nothing kept from the old one:
     /// the next calls run on a new backend.
     #[tokio::test]
     async fn a_killed_connection_comes_back() {
-        let mut conn = Conn::new(test_config());
+        let mut conn = Conn::new(test_config(), StatementMode::Prepared);
         let sql = "SELECT pg_backend_pid()";
         let pid: i32 = conn.query(sql, &[]).await.expect("pid")[0].get(0);
         let other = connect(&test_config().into()).await.expect("second connection");

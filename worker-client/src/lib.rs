@@ -56,13 +56,16 @@ use std::time::Duration;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 mod api;
+mod cancel;
 mod config;
 mod conn;
+mod statement;
 mod tls;
 mod worker;
 
 pub use config::{config_from_env, describe_target, ConnConfig};
 pub use conn::{connect, connect_error};
+pub use statement::{StatementMode, STATEMENT_MODE_ENV};
 pub use tls::{RootCert, SslMode, TlsSettings};
 pub use worker::{RunStats, Worker, WorkerBuilder};
 

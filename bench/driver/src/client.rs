@@ -7,7 +7,11 @@ use tokio_postgres::Client;
 use super::{connect, Res};
 
 async fn completed(c: &Client, queue: &str) -> Res<i64> {
-    Ok(c.query_one("SELECT count(*) FROM jq.jobs WHERE queue = $1 AND state = 'completed'", &[&queue])
+    // Unnamed (query_typed): the URL may be a transaction-mode pooler's.
+    Ok(c.query_typed_one(
+        "SELECT count(*) FROM jq.jobs WHERE queue = $1 AND state = 'completed'",
+        &[(&queue, tokio_postgres::types::Type::TEXT)],
+    )
         .await?
         .get(0))
 }
@@ -75,11 +79,11 @@ pub(crate) async fn client_drain(
     // ok false.
     let (reclaimed, stranded, c_end): (i64, i64, i64) = {
         let row = mon
-            .query_one(
+            .query_typed_one(
                 "SELECT count(*) FILTER (WHERE claims > 1), count(*) FILTER (WHERE state = 'running'), \
                         count(*) FILTER (WHERE state = 'completed') \
                  FROM jq.jobs WHERE queue = $1",
-                &[&queue],
+                &[(&queue, tokio_postgres::types::Type::TEXT)],
             )
             .await?;
         (row.get(0), row.get(1), row.get(2))

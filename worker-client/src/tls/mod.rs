@@ -99,16 +99,17 @@ where
 /// waits for the query to end either way.
 pub(crate) async fn cancel(token: &CancelToken, config: &Config, tls: &TlsSettings) {
     let tls = connector::effective(config, tls);
+    // crate::cancel::send waits for the other end to close, as PgBouncer needs (src/cancel.rs)
     let r = if tls.mode == SslMode::Disable || breaks::cancel_no_tls() {
-        token.cancel_query(NoTls).await
+        crate::cancel::send(token, config, NoTls).await
     } else {
         match connector::build(&tls) {
-            Ok(c) => token.cancel_query(c).await,
+            Ok(c) => crate::cancel::send(token, config, c).await,
             Err(e) => return tracing::warn!(error = %e, "cancel request not sent"),
         }
     };
     if let Err(e) = r {
-        tracing::warn!(error = %describe(&e), "cancel request failed");
+        tracing::warn!(error = %e, "cancel request failed");
     }
 }
 

@@ -5,6 +5,7 @@
 use crate::ConnConfig;
 
 use crate::conn::Conn;
+use crate::StatementMode;
 
 /// The negative-control switches of one worker; each names a bug a test must catch.
 #[cfg(feature = "test-breaks")]
@@ -20,6 +21,10 @@ pub(super) struct Breaks {
     /// `no_reconnect`: the claim connection is never re-established once lost, so the worker
     /// stays up but claims nothing more. tests/reconnect.rs must fail with it.
     no_reconnect: bool,
+    /// `always_prepared`: the worker's connections always prepare their statements and never
+    /// fall back to unnamed ones (the client before statement modes). tests/pooler.rs must
+    /// fail with it.
+    always_prepared: bool,
     /// `starving_reporter`: the reporter as it was before heartbeats had a task of their own:
     /// it heartbeats only when no outcome waits, reports failures one round trip each, and
     /// claims never wait for it. tests/stress.rs must fail with it.
@@ -40,6 +45,7 @@ impl Breaks {
             fail_on_shutdown: v == "fail_on_shutdown",
             no_heartbeat_on_shutdown: v == "no_heartbeat_on_shutdown",
             no_reconnect: v == "no_reconnect",
+            always_prepared: v == "always_prepared",
             starving_reporter: v == "starving_reporter",
         };
         if !v.is_empty() {
@@ -63,12 +69,22 @@ impl Breaks {
         self.starving_reporter
     }
 
-    /// The claim loop's connection: one that never reconnects under `no_reconnect`.
-    pub(super) fn claim_conn(self, config: ConnConfig) -> Conn {
+    /// The claim loop's connection: one that never reconnects under `no_reconnect`, one that
+    /// never falls back under `always_prepared`.
+    pub(super) fn claim_conn(self, config: ConnConfig, mode: StatementMode) -> Conn {
         if self.no_reconnect {
-            Conn::broken_once(config)
+            Conn::broken_once(config, mode)
         } else {
-            Conn::new(config)
+            self.report_conn(config, mode)
+        }
+    }
+
+    /// The reporter's connection: one that never falls back under `always_prepared`.
+    pub(super) fn report_conn(self, config: ConnConfig, mode: StatementMode) -> Conn {
+        if self.always_prepared {
+            Conn::always_prepared(config)
+        } else {
+            Conn::new(config, mode)
         }
     }
 }
@@ -96,7 +112,12 @@ impl Breaks {
     }
 
     /// The claim loop's connection.
-    pub(super) fn claim_conn(self, config: ConnConfig) -> Conn {
-        Conn::new(config)
+    pub(super) fn claim_conn(self, config: ConnConfig, mode: StatementMode) -> Conn {
+        Conn::new(config, mode)
+    }
+
+    /// The reporter's and the heartbeat task's connection.
+    pub(super) fn report_conn(self, config: ConnConfig, mode: StatementMode) -> Conn {
+        Conn::new(config, mode)
     }
 }

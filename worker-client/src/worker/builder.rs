@@ -9,7 +9,7 @@ use crate::ConnConfig;
 use super::breaks::Breaks;
 use super::options::{default_worker_name, Opts};
 use super::Worker;
-use crate::{Error, Handler};
+use crate::{Error, Handler, StatementMode};
 
 /// Largest `n` jq.claim accepts (`jq.max_claim_batch()`).
 const MAX_CLAIM_BATCH: usize = 1000;
@@ -57,6 +57,7 @@ pub struct WorkerBuilder {
     idle_wait: Duration,
     poll_min: Duration,
     poll_max: Duration,
+    statement_mode: Option<StatementMode>,
 }
 
 impl WorkerBuilder {
@@ -79,6 +80,7 @@ impl WorkerBuilder {
             idle_wait: Duration::from_secs(5),
             poll_min: Duration::from_millis(50),
             poll_max: Duration::from_secs(1),
+            statement_mode: None,
         }
     }
 
@@ -190,12 +192,23 @@ impl WorkerBuilder {
         self
     }
 
+    /// How the worker's connections send their statements (default: `JQ_STATEMENT_MODE` when
+    /// set, else [`StatementMode::Prepared`]). Use [`StatementMode::Unprepared`] behind a
+    /// transaction-mode pooler without prepared-statement support (PgBouncer before 1.21, or
+    /// without `max_prepared_statements`); a prepared connection falls back to it by itself
+    /// when the server forgets its statements (see [`StatementMode`]).
+    pub fn statement_mode(mut self, mode: StatementMode) -> Self {
+        self.statement_mode = Some(mode);
+        self
+    }
+
     /// Checks the settings and returns the worker.
     ///
     /// # Errors
     ///
     /// [`Error::Config`] when there is no queue or no handler, the concurrency or the claim
-    /// batch is 0, the batch is over 1000, or a lease or interval is zero.
+    /// batch is 0, the batch is over 1000, a lease or interval is zero, or no statement mode
+    /// was set and `JQ_STATEMENT_MODE` names none.
     pub fn build(self) -> Result<Worker, Error> {
         if self.queues.is_empty() {
             return Err(Error::Config("no queue to work: add one with .queue(…)".into()));
@@ -219,6 +232,10 @@ impl WorkerBuilder {
         if self.job_timeout.is_some_and(|t| t.is_zero()) {
             return Err(Error::Config("job timeout must be over zero".into()));
         }
+        let statement_mode = match self.statement_mode {
+            Some(m) => m,
+            None => StatementMode::from_env()?.unwrap_or_default(),
+        };
         let worker_name = self.worker_name.unwrap_or_else(default_worker_name);
         if worker_name.is_empty() || worker_name.chars().count() > 200 {
             return Err(Error::Config("worker name must have 1 to 200 characters".into()));
@@ -240,6 +257,7 @@ impl WorkerBuilder {
                 idle_wait: self.idle_wait,
                 poll_min: self.poll_min,
                 poll_max: self.poll_max,
+                statement_mode,
                 breaks: Breaks::from_env(),
             }),
         })

@@ -37,7 +37,6 @@ use tokio_util::sync::CancellationToken;
 pub use builder::WorkerBuilder;
 pub use state::RunStats;
 
-use crate::conn::Conn;
 use crate::Error;
 use claim_loop::{claim_loop, ClaimLoop};
 use options::Opts;
@@ -159,10 +158,15 @@ impl Worker {
         let starving = opts.breaks.starving_reporter();
         let room = (!starving).then(|| Arc::new(Semaphore::new(opts.concurrency + MAX_UNREPORTED)));
 
-        let reporter = tokio::spawn(reporter::run(shared.clone(), opts.clone(), Conn::new(self.config.clone()), rx));
+        let reporter = tokio::spawn(reporter::run(
+            shared.clone(),
+            opts.clone(),
+            opts.breaks.report_conn(self.config.clone(), opts.statement_mode),
+            rx,
+        ));
         let beats_done = CancellationToken::new();
         let beats = (!starving).then(|| {
-            let conn = Conn::new(self.config.clone());
+            let conn = opts.breaks.report_conn(self.config.clone(), opts.statement_mode);
             tokio::spawn(heartbeat::run(shared.clone(), opts.clone(), conn, beats_done.clone()))
         });
         let mut claimer = tokio::spawn(claim_loop(ClaimLoop {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::breaks::Breaks;
-use crate::Handler;
+use crate::{Handler, StatementMode};
 
 /// `HOSTNAME-PID` (at most 200 characters), `worker-PID` without a host name.
 pub(super) fn default_worker_name() -> String {
@@ -36,6 +36,7 @@ pub(super) struct Opts {
     pub(super) idle_wait: Duration,
     pub(super) poll_min: Duration,
     pub(super) poll_max: Duration,
+    pub(super) statement_mode: StatementMode,
     pub(super) breaks: Breaks,
 }
 

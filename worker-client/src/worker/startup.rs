@@ -18,7 +18,7 @@ use crate::Error;
 /// any later one, up to 5 times: a `pg_terminate_backend` racing the start must not make
 /// `jqctl work` exit (tests/reconnect.rs `terminated_backends_jobs_still_picked_up`).
 pub(super) async fn check(config: &ConnConfig, opts: &Opts) -> Result<(Conn, bool), Error> {
-    let mut conn = opts.breaks.claim_conn(config.clone());
+    let mut conn = opts.breaks.claim_conn(config.clone(), opts.statement_mode);
     let mut attempt = 0u32;
     let has_wait = loop {
         match preflight(&mut conn, config, &opts.queues).await {
@@ -33,7 +33,7 @@ pub(super) async fn check(config: &ConnConfig, opts: &Opts) -> Result<(Conn, boo
     };
     tracing::info!(
         queues = ?opts.queues, concurrency = opts.concurrency, worker = %opts.worker_name,
-        long_poll = has_wait, "worker started"
+        long_poll = has_wait, statements = %conn.mode(), "worker started"
     );
     Ok((conn, has_wait))
 }

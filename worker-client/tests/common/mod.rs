@@ -15,6 +15,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod bouncer;
+pub mod scenarios;
+
 pub use jq_pg_test::waiting::{cluster_cmd, cluster_sh, wait_until, Ticker};
 pub use jq_pg_test::{conninfo_at, host, port, state, Client, NoTls, TestDb};
 
@@ -22,11 +25,17 @@ pub use jq_pg_test::{conninfo_at, host, port, state, Client, NoTls, TestDb};
 pub trait Jqctl {
     /// `jqctl` with this database in DATABASE_URL and the libpq variables cleared.
     fn jqctl(&self) -> Command;
+    /// The URL of this database, straight to its cluster.
+    fn url(&self) -> String;
 }
 
 impl Jqctl for TestDb {
     fn jqctl(&self) -> Command {
-        jqctl_with_url(&format!("postgresql://postgres@{}:{}/{}", host(), self.port, self.name))
+        jqctl_with_url(&self.url())
+    }
+
+    fn url(&self) -> String {
+        format!("postgresql://postgres@{}:{}/{}", host(), self.port, self.name)
     }
 }
 
@@ -42,10 +51,12 @@ pub fn break_env() -> Vec<(&'static str, String)> {
     v.map(|v| vec![("JQ_CLIENT_BREAK", v)]).unwrap_or_default()
 }
 
-/// `jqctl` (the binary of this crate) with `url` in DATABASE_URL and the libpq variables
-/// cleared.
+/// `jqctl` (the binary of this crate, or the one `JQ_TEST_JQCTL` names: a negative control
+/// may run an older build) with `url` in DATABASE_URL and the libpq variables cleared.
 pub fn jqctl_with_url(url: &str) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_jqctl"));
+    let bin = std::env::var("JQ_TEST_JQCTL").ok().filter(|b| !b.is_empty());
+    let mut c = Command::new(bin.as_deref().unwrap_or(env!("CARGO_BIN_EXE_jqctl")));
+    c.env_remove("JQ_STATEMENT_MODE");
     for v in ["PGHOST", "PGPORT", "PGUSER", "PGDATABASE", "PGPASSWORD", "PGOPTIONS", "PGAPPNAME"] {
         c.env_remove(v);
     }
@@ -70,9 +81,23 @@ pub struct WorkerProc {
 impl WorkerProc {
     /// Starts `jqctl work --queue Q --worker NAME ARGS… -- sh -c SCRIPT`, logging to a file.
     pub fn start(db: &TestDb, queue: &str, name: &str, args: &[&str], script: &str, envs: &[(&str, &str)]) -> WorkerProc {
-        let log = log_dir().join(format!("{}-{name}.log", db.name));
+        WorkerProc::start_at(&db.url(), &db.name, queue, name, args, script, envs)
+    }
+
+    /// As [`WorkerProc::start`], connecting to `url` (e.g. through a pooler) and logging to
+    /// `<log_prefix>-NAME.log`.
+    pub fn start_at(
+        url: &str,
+        log_prefix: &str,
+        queue: &str,
+        name: &str,
+        args: &[&str],
+        script: &str,
+        envs: &[(&str, &str)],
+    ) -> WorkerProc {
+        let log = log_dir().join(format!("{log_prefix}-{name}.log"));
         let f = std::fs::File::create(&log).unwrap();
-        let mut cmd = db.jqctl();
+        let mut cmd = jqctl_with_url(url);
         cmd.args(["work", "--queue", queue, "--worker", name]).args(args).args(["--", "sh", "-c", script]);
         for (k, v) in envs {
             cmd.env(k, v);
@@ -118,9 +143,13 @@ impl Drop for WorkerProc {
 
 /// Enqueues `payloads` (one JSON text each) through `jqctl enqueue` on stdin.
 pub fn enqueue_lines(db: &TestDb, queue: &str, payloads: &[String]) {
+    enqueue_lines_at(&db.url(), queue, payloads)
+}
+
+/// As [`enqueue_lines`], connecting to `url` (e.g. through a pooler).
+pub fn enqueue_lines_at(url: &str, queue: &str, payloads: &[String]) {
     use std::io::Write;
-    let mut child = db
-        .jqctl()
+    let mut child = jqctl_with_url(url)
         .args(["enqueue", queue])
         .stdin(Stdio::piped())
         .stdout(Stdio::null())

@@ -3,23 +3,37 @@
 use std::io::{IsTerminal, Write};
 
 use clap::{Args, ValueEnum};
-use tokio_postgres::types::ToSql;
+use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Client;
 
 use crate::{connect, table, Cli, CliError, CliResult, JobState};
 
 /// Named arguments of a `jq.*` call, only those the user gave, so jq's own defaults apply
 /// to the rest.
+///
+/// Like every statement of jqctl's commands (docs/worker-client.md, "Through a pooler"), the
+/// call is sent unnamed with `query_typed`: one round trip, nothing kept on the server, so it
+/// works through a transaction-mode pooler; each value is sent as the type its cast starts
+/// from.
 #[derive(Default)]
 struct NamedArgs {
     parts: Vec<String>,
-    values: Vec<Box<dyn ToSql + Sync + Send>>,
+    values: Vec<(Box<dyn ToSql + Sync + Send>, Type)>,
+}
+
+/// The type a parameter with `cast` (`int4`, `bool`, `text`, `text::interval`, …) is sent as.
+fn sent_as(cast: &str) -> Type {
+    match cast.split("::").next() {
+        Some("int4") => Type::INT4,
+        Some("bool") => Type::BOOL,
+        _ => Type::TEXT,
+    }
 }
 
 impl NamedArgs {
     /// `name => $n::cast`.
     fn add<T: ToSql + Sync + Send + 'static>(&mut self, name: &str, value: T, cast: &str) {
-        self.values.push(Box::new(value));
+        self.values.push((Box::new(value), sent_as(cast)));
         self.parts.push(format!("{name} => ${}::{cast}", self.values.len()));
     }
 
@@ -33,8 +47,8 @@ impl NamedArgs {
         format!("SELECT {func}({})::text", self.parts.join(", "))
     }
 
-    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
-        self.values.iter().map(|v| &**v as &(dyn ToSql + Sync)).collect()
+    fn params(&self) -> Vec<(&(dyn ToSql + Sync), Type)> {
+        self.values.iter().map(|(v, t)| (&**v as &(dyn ToSql + Sync), t.clone())).collect()
     }
 }
 
@@ -66,7 +80,7 @@ pub async fn stats(cli: &Cli, watch: Option<f64>) -> CliResult {
     let tty = std::io::stdout().is_terminal();
     loop {
         let (h, rows) = table::query_text(&client, STATS_SQL).await?;
-        let now: String = client.query_one("SELECT to_char(clock_timestamp(), 'YYYY-MM-DD HH24:MI:SS')", &[]).await?.get(0);
+        let now: String = client.query_typed_one("SELECT to_char(clock_timestamp(), 'YYYY-MM-DD HH24:MI:SS')", &[]).await?.get(0);
         let mut text = String::new();
         if tty {
             text.push_str("\x1b[2J\x1b[H");
@@ -83,7 +97,7 @@ pub async fn stats(cli: &Cli, watch: Option<f64>) -> CliResult {
 }
 
 async fn queue_exists(client: &Client, queue: &str) -> Result<bool, CliError> {
-    Ok(client.query_opt("SELECT 1 FROM jq.queues WHERE name = $1", &[&queue]).await?.is_some())
+    Ok(client.query_typed_opt("SELECT 1 FROM jq.queues WHERE name = $1", &[(&queue, Type::TEXT)]).await?.is_some())
 }
 
 fn no_queue(queue: &str) -> CliError {
@@ -97,14 +111,14 @@ pub async fn jobs(cli: &Cli, queue: &str, state: Option<JobState>, limit: i64) -
     }
     let state = state.map(|s| s.as_str());
     let rows = client
-        .query(
+        .query_typed(
             "SELECT id::text, state::text, kind, attempt::text || '/' || max_attempts::text AS attempts, \
                     priority::text, to_char(run_at, 'YYYY-MM-DD HH24:MI:SS') AS run_at, \
                     to_char(finished_at, 'YYYY-MM-DD HH24:MI:SS') AS finished_at, \
                     left(regexp_replace(last_error, '\\s+', ' ', 'g'), 100) AS last_error \
              FROM jq.jobs WHERE queue = $1 AND ($2::text IS NULL OR state = $2::text::jq.job_state) \
              ORDER BY id DESC LIMIT $3",
-            &[&queue, &state, &limit],
+            &[(&queue, Type::TEXT), (&state, Type::TEXT), (&limit, Type::INT8)],
         )
         .await?;
     let (mut h, body) = table::rows_text(&rows);
@@ -120,7 +134,7 @@ pub async fn jobs(cli: &Cli, queue: &str, state: Option<JobState>, limit: i64) -
 
 pub async fn retry(cli: &Cli, id: i64) -> CliResult {
     let client = connect(cli).await?;
-    let ok: bool = client.query_one("SELECT jq.retry($1)", &[&id]).await?.get(0);
+    let ok: bool = client.query_typed_one("SELECT jq.retry($1)", &[(&id, Type::INT8)]).await?.get(0);
     if ok {
         println!("job {id} is ready again");
         Ok(())
@@ -131,12 +145,12 @@ pub async fn retry(cli: &Cli, id: i64) -> CliResult {
 
 pub async fn cancel(cli: &Cli, id: i64) -> CliResult {
     let client = connect(cli).await?;
-    let ok: bool = client.query_one("SELECT jq.cancel($1)", &[&id]).await?.get(0);
+    let ok: bool = client.query_typed_one("SELECT jq.cancel($1)", &[(&id, Type::INT8)]).await?.get(0);
     if !ok {
         return Err(CliError(format!("job {id} was not cancelled: it is already finished, or does not exist")));
     }
     let state: Option<String> =
-        client.query_opt("SELECT state::text FROM jq.jobs WHERE id = $1", &[&id]).await?.map(|r| r.get(0));
+        client.query_typed_opt("SELECT state::text FROM jq.jobs WHERE id = $1", &[(&id, Type::INT8)]).await?.map(|r| r.get(0));
     match state.as_deref() {
         Some("running") => println!("job {id}: cancel requested; its worker stops it at its next heartbeat"),
         _ => println!("job {id} cancelled"),
@@ -162,7 +176,7 @@ pub async fn expire_lease(cli: &Cli, id: i64, lease_token: Option<uuid::Uuid>) -
 pub async fn pause_resume(cli: &Cli, queue: &str, pause: bool) -> CliResult {
     let client = connect(cli).await?;
     let sql = if pause { "SELECT jq.pause($1)" } else { "SELECT jq.resume($1)" };
-    client.query_one(sql, &[&queue]).await?;
+    client.query_typed_one(sql, &[(&queue, Type::TEXT)]).await?;
     println!("queue {queue} {}", if pause { "paused" } else { "resumed" });
     Ok(())
 }
@@ -268,7 +282,7 @@ pub async fn create_queue(cli: &Cli, a: &CreateQueueArgs) -> CliResult {
     if a.if_not_exists {
         args.add("if_not_exists", true, "bool");
     }
-    client.query_one(&args.sql("jq.create_queue"), &args.params()).await?;
+    client.query_typed_one(&args.sql("jq.create_queue"), &args.params()).await?;
     println!("queue {} ready", a.name);
     Ok(())
 }
@@ -306,7 +320,7 @@ pub async fn alter_queue(cli: &Cli, a: &AlterQueueArgs) -> CliResult {
     args.opt("rate_period", a.rate_period.clone(), "text::interval");
     args.opt("burst", a.burst, "int4");
     args.opt("priority_aging", a.priority_aging.clone(), "text::interval");
-    client.query_one(&args.sql("jq.alter_queue"), &args.params()).await?;
+    client.query_typed_one(&args.sql("jq.alter_queue"), &args.params()).await?;
     println!("queue {} altered", a.name);
     Ok(())
 }
@@ -344,9 +358,9 @@ pub struct ScheduleArgs {
 
 async fn require_cron(client: &Client, what: &str) -> CliResult {
     let exists: bool = client
-        .query_one(
-            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_proc WHERE pronamespace = 'jq'::regnamespace AND proname = $1)",
-            &[&what],
+        .query_typed_one(
+            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_proc WHERE pronamespace = 'jq'::regnamespace AND proname = $1::text)",
+            &[(&what, Type::TEXT)],
         )
         .await?
         .get(0);
@@ -376,7 +390,7 @@ pub async fn schedule(cli: &Cli, a: &ScheduleArgs) -> CliResult {
     args.opt("max_attempts", a.max_attempts, "int4");
     args.opt("misfire", a.misfire.clone(), "text");
     args.opt("overlap", a.overlap.clone(), "text");
-    client.query_one(&args.sql("jq.schedule"), &args.params()).await?;
+    client.query_typed_one(&args.sql("jq.schedule"), &args.params()).await?;
     println!("schedule {} set: {:?} into queue {}", a.name, a.cron, a.queue);
     Ok(())
 }
@@ -384,7 +398,7 @@ pub async fn schedule(cli: &Cli, a: &ScheduleArgs) -> CliResult {
 pub async fn unschedule(cli: &Cli, name: &str) -> CliResult {
     let client = connect(cli).await?;
     require_cron(&client, "unschedule").await?;
-    let r: Option<String> = client.query_one("SELECT jq.unschedule($1)::text", &[&name]).await?.get(0);
+    let r: Option<String> = client.query_typed_one("SELECT jq.unschedule($1)::text", &[(&name, Type::TEXT)]).await?.get(0);
     match r.as_deref() {
         Some("false") => Err(CliError(format!("schedule {name} does not exist"))),
         _ => {
@@ -396,7 +410,7 @@ pub async fn unschedule(cli: &Cli, name: &str) -> CliResult {
 
 pub async fn schedules(cli: &Cli) -> CliResult {
     let client = connect(cli).await?;
-    let exists: bool = client.query_one("SELECT to_regclass('jq.schedules') IS NOT NULL", &[]).await?.get(0);
+    let exists: bool = client.query_typed_one("SELECT to_regclass('jq.schedules') IS NOT NULL", &[]).await?.get(0);
     if !exists {
         return Err(CliError(
             "this jq has no cron schedules (table jq.schedules does not exist); install a jq version with cron support"

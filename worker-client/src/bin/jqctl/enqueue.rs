@@ -4,7 +4,7 @@ use std::io::{BufRead, IsTerminal};
 
 use clap::Args;
 use serde_json::Value;
-use tokio_postgres::types::ToSql;
+use tokio_postgres::types::{ToSql, Type};
 
 use crate::{connect, Cli, CliError, CliResult};
 
@@ -45,7 +45,7 @@ pub struct EnqueueArgs {
 
 pub async fn run(cli: &Cli, a: &EnqueueArgs) -> CliResult {
     let client = connect(cli).await?;
-    if client.query_opt("SELECT 1 FROM jq.queue_stats WHERE queue = $1", &[&a.queue]).await?.is_none() {
+    if client.query_typed_opt("SELECT 1 FROM jq.queue_stats WHERE queue = $1", &[(&a.queue, Type::TEXT)]).await?.is_none() {
         return Err(worker_client::Error::QueueNotFound(a.queue.clone()).into());
     }
     match a.payload.as_deref() {
@@ -55,11 +55,20 @@ pub async fn run(cli: &Cli, a: &EnqueueArgs) -> CliResult {
             }
             let payload: Value = serde_json::from_str(p).map_err(|e| format!("the payload is not JSON: {e}"))?;
             let id: i64 = client
-                .query_one(
+                .query_typed_one(
                     "SELECT jq.enqueue($1::text, $2::jsonb, kind => $3::text, delay => $4::text::interval, \
                      priority => $5::int4, max_attempts => $6::int4, idempotency_key => $7::text, \
                      concurrency_key => $8::text)",
-                    &[&a.queue, &payload, &a.kind, &a.delay, &a.priority, &a.max_attempts, &a.key, &a.concurrency_key],
+                    &[
+                        (&a.queue, Type::TEXT),
+                        (&payload, Type::JSONB),
+                        (&a.kind, Type::TEXT),
+                        (&a.delay, Type::TEXT),
+                        (&a.priority, Type::INT4),
+                        (&a.max_attempts, Type::INT4),
+                        (&a.key, Type::TEXT),
+                        (&a.concurrency_key, Type::TEXT),
+                    ],
                 )
                 .await?
                 .get(0);
@@ -113,8 +122,16 @@ async fn from_stdin(client: &tokio_postgres::Client, a: &EnqueueArgs) -> CliResu
     });
     let send = |batch: Vec<Value>| async move {
         let arr = Value::Array(batch);
-        let params: [&(dyn ToSql + Sync); 7] = [&a.queue, &arr, &a.kind, &a.delay, &a.priority, &a.max_attempts, &a.specs];
-        let n: i64 = client.query_one(sql, &params).await?.get(0);
+        let params: [(&(dyn ToSql + Sync), Type); 7] = [
+            (&a.queue, Type::TEXT),
+            (&arr, Type::JSONB),
+            (&a.kind, Type::TEXT),
+            (&a.delay, Type::TEXT),
+            (&a.priority, Type::INT4),
+            (&a.max_attempts, Type::INT4),
+            (&a.specs, Type::BOOL),
+        ];
+        let n: i64 = client.query_typed_one(sql, &params).await?.get(0);
         Ok::<u64, CliError>(n as u64)
     };
     let result: CliResult = async {

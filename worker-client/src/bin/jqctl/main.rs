@@ -202,7 +202,7 @@ pub async fn connect(cli: &Cli) -> Result<tokio_postgres::Client, CliError> {
     }
     let client = worker_client::connect(&config).await?;
     let installed = client
-        .query_opt("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'jq'", &[])
+        .query_typed_opt("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'jq'", &[])
         .await?;
     if installed.is_none() {
         return Err(worker_client::Error::NotInstalled(config.pg().get_dbname().unwrap_or("?").to_string()).into());

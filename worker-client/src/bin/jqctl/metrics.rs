@@ -66,7 +66,7 @@ async fn scrape(client: &tokio_postgres::Client) -> Result<String, CliError> {
     let expired15 = q(&mut reg, "jq_queue_lease_expired_15m", "Expired leases reaped in the last 15 minutes");
     let wait95 = q(&mut reg, "jq_queue_wait_p95_5m_seconds", "95th percentile of due-to-claim wait of jobs claimed in the last 5 minutes");
     for r in client
-        .query(
+        .query_typed(
             "SELECT queue, depth::float8, claimable::float8, scheduled::float8, running::float8, dead::float8,
                     coalesce(extract(epoch FROM oldest_claimable_age), 0)::float8,
                     CASE WHEN paused THEN 1 ELSE 0 END::float8, blocked::float8,
@@ -94,11 +94,11 @@ async fn scrape(client: &tokio_postgres::Client) -> Result<String, CliError> {
     let ratio = t(&mut reg, "jq_table_dead_ratio", "dead / (live + dead)");
     let xmin_age = family::<DatabaseLabel>(&mut reg, "jq_oldest_xmin_age", "Age in transactions of the oldest xmin holding back vacuum");
     let xact_age = family::<DatabaseLabel>(&mut reg, "jq_oldest_xact_age_seconds", "Seconds the oldest snapshot-holding transaction has been open");
-    let db: String = client.query_one("SELECT current_database()::text", &[]).await?.get(0);
+    let db: String = client.query_typed_one("SELECT current_database()::text", &[]).await?.get(0);
     // jq.table_health is jq_admin's (docs/security.md): a least-privilege monitoring role gets
     // the queue and worker gauges without the table ones.
     let health: bool =
-        client.query_one("SELECT has_table_privilege('jq.table_health', 'SELECT')", &[]).await?.get(0);
+        client.query_typed_one("SELECT has_table_privilege('jq.table_health', 'SELECT')", &[]).await?.get(0);
     let health_sql = if health {
         "SELECT table_name, total_bytes::float8, coalesce(dead_tuples, 0)::float8, coalesce(dead_ratio, 0)::float8,
                 coalesce(oldest_xmin_age, 0)::float8, coalesce(extract(epoch FROM oldest_xact_age), 0)::float8
@@ -107,7 +107,7 @@ async fn scrape(client: &tokio_postgres::Client) -> Result<String, CliError> {
         "SELECT ''::text, 0::float8, 0::float8, 0::float8, 0::float8, 0::float8 WHERE false"
     };
     for (k, r) in client
-        .query(
+        .query_typed(
             health_sql,
             &[],
         )
@@ -129,7 +129,7 @@ async fn scrape(client: &tokio_postgres::Client) -> Result<String, CliError> {
     let pass_age = family::<DatabaseLabel>(&mut reg, "jq_worker_last_pass_age_seconds", "Seconds since the worker's last maintenance pass");
     let has_error = family::<DatabaseLabel>(&mut reg, "jq_worker_last_error", "1 when the last recorded worker error is less than 5 minutes old");
     for r in client
-        .query(
+        .query_typed(
             "SELECT coalesce(database::text, '?'), CASE WHEN state = 'running' THEN 1 ELSE 0 END::float8,
                     extract(epoch FROM clock_timestamp() - last_pass_at)::float8,
                     CASE WHEN last_error_at > clock_timestamp() - interval '5 minutes' THEN 1 ELSE 0 END::float8

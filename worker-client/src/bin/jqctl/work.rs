@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Args;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use worker_client::{parse_duration, HandlerResult, Job, Worker};
+use worker_client::{parse_duration, HandlerResult, Job, StatementMode, Worker};
 
 use crate::{Cli, CliResult};
 
@@ -47,9 +47,19 @@ pub struct WorkArgs {
     /// Longest idle long-poll claim, when jq supports it.
     #[arg(long, value_parser = parse_duration, default_value = "5s")]
     pub idle_wait: Duration,
+    /// How statements are sent: `prepared` (once per connection, then only bound and run: the
+    /// default) or `unprepared` (one unnamed round trip each), for a transaction-mode pooler
+    /// without prepared-statement support. A prepared connection switches to unprepared by
+    /// itself when the server does not hold its statements.
+    #[arg(long, env = "JQ_STATEMENT_MODE", value_name = "MODE", value_parser = parse_statement_mode)]
+    pub statement_mode: Option<StatementMode>,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<OsString>,
+}
+
+fn parse_statement_mode(s: &str) -> Result<StatementMode, String> {
+    s.parse().map_err(|e: worker_client::Error| e.to_string())
 }
 
 /// Whether `cmd` names an executable file, directly or through PATH — checked before any job
@@ -96,6 +106,9 @@ pub async fn run(cli: &Cli, a: &WorkArgs) -> CliResult {
     }
     if let Some(w) = &a.worker {
         b = b.worker_name(w.clone());
+    }
+    if let Some(m) = a.statement_mode {
+        b = b.statement_mode(m);
     }
     let worker = b.build()?;
     let s = worker.run().await?;
