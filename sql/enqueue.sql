@@ -1,12 +1,12 @@
 -- Producing jobs: jq.enqueue and jq.enqueue_many. Both run inside the caller's transaction, so
 -- a job commits or rolls back with the row that needed it (also from a trigger).
 
--- Limits shared by both producers.
-CREATE OR REPLACE FUNCTION jq.max_payload_bytes() RETURNS integer
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 1048576 $$;
+-- Limits shared by both producers: jq.max_payload_bytes() reads the setting of that name
+-- (src/gucs.rs).
 COMMENT ON FUNCTION jq.max_payload_bytes() IS
-'Largest accepted payload: 1 MiB (1,048,576 bytes), both as JSON text and as stored. '
-'Larger payloads raise 54000 (program_limit_exceeded): keep big data in a table and enqueue its key.';
+'Largest accepted payload in bytes, both as JSON text and as stored: the setting '
+'jq.max_payload_bytes (superuser; default 1 MiB, 1kB to 256MB). Larger payloads raise 54000 '
+'(program_limit_exceeded): keep big data in a table and enqueue its key.';
 
 -- When a job becomes due, from the run_at / delay arguments. NULL run_at and delay: now. A zero
 -- or negative delay means now; a past run_at keeps its place in the queue.
@@ -40,7 +40,7 @@ COMMENT ON FUNCTION jq._due_at(timestamptz, interval, timestamptz) IS
 -- the element's position).
 CREATE OR REPLACE FUNCTION jq._job_problem(payload jsonb, kind text, max_attempts integer,
                                 idempotency_key text, OUT sqlstate text, OUT message text)
-LANGUAGE plpgsql IMMUTABLE AS $$
+LANGUAGE plpgsql STABLE AS $$
 BEGIN
     IF payload IS NULL THEN
         sqlstate := '22004'; message := 'payload must not be SQL NULL (JSON null is accepted)';
@@ -50,7 +50,7 @@ BEGIN
         -- The second test measures the JSON text, so a compressed value is judged by its real
         -- size; it only runs for values big enough to have been compressed (over 2000 bytes).
         sqlstate := '54000';
-        message := pg_catalog.format('payload of %s bytes stored, %s bytes as JSON text, exceeds the maximum of %s bytes',
+        message := pg_catalog.format('payload of %s bytes stored, %s bytes as JSON text, exceeds the maximum of %s bytes (setting jq.max_payload_bytes)',
                                      pg_catalog.pg_column_size(payload), pg_catalog.octet_length(payload::text),
                                      jq.max_payload_bytes());
     ELSIF kind IS NOT NULL AND (kind = '' OR pg_catalog.length(kind) > 200) THEN

@@ -41,6 +41,18 @@ pub static CLAIM_HINTS: GucSetting<bool> = GucSetting::<bool>::new(true);
 /// plans made while it is small stay index lookups after it grows (src/planner.rs); 0 = off.
 pub static PLAN_MIN_PAGES: GucSetting<i32> = GucSetting::<i32>::new(1000);
 
+/// `jq.max_payload_bytes` (superuser): the largest payload `jq.enqueue` and `jq.enqueue_many`
+/// accept, both as JSON text and as stored (1 MiB by default; 1 kB to 256 MB).
+pub static MAX_PAYLOAD_BYTES: GucSetting<i32> = GucSetting::<i32>::new(1_048_576);
+
+/// `jq.max_payload_bytes() RETURNS integer`: the current `jq.max_payload_bytes` setting in bytes.
+/// A function of this library, so that calling it loads jq and the setting is read from
+/// postgresql.conf even where jq is not preloaded. Checked by pg_test/tests/producers.rs.
+#[pgrx::pg_extern(create_or_replace, stable, parallel_safe)]
+fn max_payload_bytes() -> i32 {
+    MAX_PAYLOAD_BYTES.get()
+}
+
 /// Registers every GUC. Called once from `_PG_init`.
 pub fn init() {
     GucRegistry::define_string_guc(
@@ -94,6 +106,16 @@ pub fn init() {
         60_000,
         GucContext::Userset,
         GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"jq.max_payload_bytes",
+        c"Largest job payload jq.enqueue accepts, as JSON text and as stored.",
+        c"Larger payloads raise 54000: keep big data in a table and enqueue its key. Superuser only.",
+        &MAX_PAYLOAD_BYTES,
+        1024,
+        268_435_455,
+        GucContext::Suset,
+        GucFlags::UNIT_BYTE,
     );
     GucRegistry::define_int_guc(
         c"jq.plan_min_pages",

@@ -181,3 +181,32 @@ fn claim_from_several_queues_takes_them_in_the_given_order() {
     assert_eq!(left.len(), 1);
     assert!(complete(&mut c, &left[0]));
 }
+
+/// `jq.max_payload_bytes` is a superuser setting (default 1 MiB) that both producers obey, and the
+/// 54000 error names it. Negative control `payload_limit_fixed` (jq._job_problem compares with
+/// the old constant 1 MiB): seen failing with "a payload over the 2kB setting was accepted".
+#[test]
+fn the_payload_limit_is_a_superuser_setting() {
+    let db = TestDb::new("payload_limit");
+    let mut c = db.connect();
+    if jq_pg_test::broken("payload_limit_fixed") {
+        jq_pg_test::sabotage(&mut c, "jq._job_problem(jsonb,text,integer,text)", "jq.max_payload_bytes()", "1048576", 3);
+    }
+    c.batch_execute("SELECT jq.create_queue('p')").unwrap();
+    let limit = |c: &mut postgres::Client| -> i32 { c.query_one("SELECT jq.max_payload_bytes()", &[]).unwrap().get(0) };
+    assert_eq!(limit(&mut c), 1_048_576);
+    c.batch_execute("SET jq.max_payload_bytes = '2kB'").unwrap();
+    assert_eq!(limit(&mut c), 2048);
+    let big = "SELECT jq.enqueue('p', jsonb_build_object('x', repeat('y', 3000)))";
+    let err = c.batch_execute(big).err().expect("a payload over the 2kB setting was accepted");
+    let db_err = err.as_db_error().expect("a database error");
+    assert_eq!(db_err.code().code(), "54000");
+    assert!(db_err.message().contains("(setting jq.max_payload_bytes)"), "{}", db_err.message());
+    let many = "SELECT jq.enqueue_many('p', jsonb_build_array(jsonb_build_object('x', repeat('y', 3000))))";
+    assert_eq!(jq_pg_test::sqlstate(c.batch_execute(many)), "54000");
+    c.batch_execute("SELECT jq.enqueue('p', jsonb_build_object('x', repeat('y', 1500)))").unwrap();
+    // Only a superuser may change it.
+    c.batch_execute("RESET jq.max_payload_bytes; SET ROLE jq_producer").unwrap();
+    assert_eq!(jq_pg_test::sqlstate(c.batch_execute("SET jq.max_payload_bytes = '4MB'")), "42501");
+    c.batch_execute("RESET ROLE").unwrap();
+}

@@ -131,14 +131,14 @@ SELECT * FROM written;
 -- Payloads. SQL NULL is 22004 (JSON null is a valid payload).
 SELECT jq.enqueue('bad_input', NULL);
 SELECT jq.enqueue('bad_input', payload => NULL);
--- The limit is 1 MiB (jq.max_payload_bytes()), measured before compression: a JSON string of
+-- The limit is 1 MiB by default (jq.max_payload_bytes()), measured before compression: a JSON string of
 -- 1,048,564 characters is exactly 1,048,576 bytes of jsonb and is accepted; one more character
 -- is 54000, even though the highly compressible value would be stored in a few kilobytes.
 SELECT jq.max_payload_bytes(), pg_column_size(to_jsonb(repeat('x', 1048564))) AS at_limit;
 SELECT jq.enqueue('bad_input', to_jsonb(repeat('x', 1048564))) AS big_id \gset
 SELECT length(payload #>> '{}') AS stored_len FROM jq.jobs WHERE id = :big_id;
 SELECT jq.enqueue('bad_input', to_jsonb(repeat('x', 1048565)));
-SELECT :'LAST_ERROR_MESSAGE' LIKE '%exceeds the maximum of 1048576 bytes' AS says_limit;
+SELECT :'LAST_ERROR_MESSAGE' LIKE '%exceeds the maximum of 1048576 bytes (setting jq.max_payload_bytes)' AS says_limit;
 SELECT jq.enqueue('bad_input', (SELECT jsonb_agg(g) FROM generate_series(1, 200000) g));
 -- The same 2 MB string read back from a table, where it is stored compressed: still refused.
 CREATE TEMP TABLE compressible AS SELECT to_jsonb(repeat('x', 2000000)) AS p;
@@ -187,7 +187,7 @@ SELECT :'LAST_ERROR_MESSAGE' LIKE 'job 1 of payloads (1-based)%' AS names_job_1;
 SELECT jq.enqueue_many('bad_input', '[{"payload": 1}, {"run_at": "infinity"}]', specs => true);
 SELECT :'LAST_ERROR_MESSAGE' LIKE 'job 2 of payloads (1-based)%' AS names_job_2;
 SELECT jq.enqueue_many('bad_input', jsonb_build_array(1, to_jsonb(repeat('x', 1048565))));
-SELECT :'LAST_ERROR_MESSAGE' LIKE 'job 2 of payloads (1-based): %exceeds the maximum of 1048576 bytes' AS names_job_2;
+SELECT :'LAST_ERROR_MESSAGE' LIKE 'job 2 of payloads (1-based): %exceeds the maximum of 1048576 bytes (setting jq.max_payload_bytes)' AS names_job_2;
 SELECT jq.enqueue_many('bad_input', jsonb_build_array(1, 2, 3), max_attempts => 0);
 \echo :LAST_ERROR_MESSAGE
 -- Casts of spec fields raise Postgres' own errors.
