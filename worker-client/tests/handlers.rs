@@ -80,13 +80,7 @@ fn outcomes_of_handlers() {
         .worker_name("lib-test")
         .build()
         .unwrap();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let runner = std::thread::spawn(move || {
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        rt.block_on(worker.run_until(async {
-            let _ = stop_rx.await;
-        }))
-    });
+    let runner = InProcess::start(worker);
 
     wait_until(Duration::from_secs(20), "cancelme running", || {
         state(&mut c, cancel).as_deref() == Some("running")
@@ -95,8 +89,7 @@ fn outcomes_of_handlers() {
     wait_until(Duration::from_secs(30), "all settled", || {
         db.count(&mut c, "SELECT count(*) FROM jq.jobs WHERE state IN ('completed','dead','cancelled')") == 8
     });
-    stop_tx.send(()).unwrap();
-    let stats = runner.join().unwrap().unwrap();
+    let stats = runner.stop();
     assert_eq!(stats.claimed, 8);
     assert_eq!(stats.completed, 2);
     assert_eq!(stats.failed, 6);

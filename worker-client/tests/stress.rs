@@ -114,13 +114,7 @@ fn a_long_job_keeps_its_lease_while_instant_failures_flood_the_worker() {
         .worker_name("flood-test")
         .build()
         .unwrap();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let runner = std::thread::spawn(move || {
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        rt.block_on(worker.run_until(async {
-            let _ = stop_rx.await;
-        }))
-    });
+    let runner = InProcess::start(worker);
 
     // Until nothing is left to claim or running, with a deadline; the summary then says what
     // went wrong if anything did.
@@ -138,8 +132,7 @@ fn a_long_job_keeps_its_lease_while_instant_failures_flood_the_worker() {
         std::thread::sleep(Duration::from_millis(100));
     }
     let settled = started.elapsed();
-    stop_tx.send(()).unwrap();
-    let stats = runner.join().unwrap().unwrap();
+    let stats = runner.stop();
     let got = summary(&mut c, long);
     eprintln!("settled after {settled:?}; at most {most_running} running; {stats:?}; {got:?}");
     let want = Summary {

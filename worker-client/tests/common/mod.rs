@@ -180,3 +180,28 @@ pub fn executions(c: &mut Client) -> Vec<(i64, i64, i32, String, Option<String>)
         .collect()
 }
 
+
+/// A library worker running on a runtime of its own in a thread, until [`InProcess::stop`].
+pub struct InProcess {
+    stop: tokio::sync::oneshot::Sender<()>,
+    runner: std::thread::JoinHandle<Result<worker_client::RunStats, worker_client::Error>>,
+}
+
+impl InProcess {
+    pub fn start(worker: worker_client::Worker) -> InProcess {
+        let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let runner = std::thread::spawn(move || {
+            let rt = tokio::runtime::Runtime::new().unwrap();
+            rt.block_on(worker.run_until(async {
+                let _ = stop_rx.await;
+            }))
+        });
+        InProcess { stop, runner }
+    }
+
+    /// Asks the worker to shut down and returns its run statistics.
+    pub fn stop(self) -> worker_client::RunStats {
+        self.stop.send(()).unwrap();
+        self.runner.join().unwrap().unwrap()
+    }
+}
