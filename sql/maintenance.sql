@@ -448,13 +448,18 @@ COMMENT ON FUNCTION jq._prune(timestamptz, integer, integer) IS
 CREATE OR REPLACE FUNCTION jq._maintain(duty text, now timestamptz) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_total integer := 0;
+    v_total   integer := 0;
+    v_timeout text := pg_catalog.current_setting('lock_timeout');
 BEGIN
     -- Every duty writes jq.jobs. A session holding it in a mode that excludes writers (an open
-    -- jq.drop_queue, a DBA's LOCK TABLE) fails the duty at once (55P03, recorded by
+    -- jq.drop_queue, a DBA's LOCK TABLE) fails the duty within 200 ms (55P03, recorded by
     -- jq._maintain_guarded; jq.tick raises it) instead of making it wait: nothing else in a duty
-    -- waits for a lock either (pg_test/tests/robustness/held_locks.rs).
-    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE NOWAIT;
+    -- waits for a lock either (pg_test/tests/robustness/held_locks.rs). Not NOWAIT: autovacuum
+    -- takes the table ACCESS EXCLUSIVE for a moment when it truncates empty pages at its end (and
+    -- gives way to a waiter), which failed a pass of the background worker under load.
+    PERFORM pg_catalog.set_config('lock_timeout', '200ms', true);
+    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;
+    PERFORM pg_catalog.set_config('lock_timeout', v_timeout, true);
     CASE _maintain.duty
     WHEN 'promote' THEN
         -- In passes of 5,000, each from where the last one ended, until the due backlog is
