@@ -38,13 +38,27 @@ SET search_path = pg_catalog, jq, pg_temp
 SET jit = off
 AS $$
 #variable_conflict use_column
+DECLARE
+    v_head bigint[];
 BEGIN
     FOR i IN 1..3 LOOP
         PERFORM FROM jq.key_slots s
         WHERE s.queue = _key_try_lock.queue AND s.concurrency_key = _key_try_lock.concurrency_key
         FOR UPDATE SKIP LOCKED;
         IF FOUND THEN
-            RETURN true;
+            -- The key's next blocked jobs, which jq._key_fill locks to make ready, must not be
+            -- held either (an open jq.cancel of one, a prepared transaction): locked here now, or
+            -- the key waits for the next pass (robustness/held_locks.rs,
+            -- reaping_skips_a_key_whose_next_blocked_job_another_transaction_holds).
+            v_head := ARRAY(
+                SELECT b.id FROM jq.jobs b
+                WHERE b.queue = _key_try_lock.queue AND b.concurrency_key = _key_try_lock.concurrency_key
+                  AND b.state = 'blocked'
+                ORDER BY b.run_at, b.id
+                LIMIT coalesce((SELECT t.key_concurrency FROM jq.queues t WHERE t.name = _key_try_lock.queue), 1));
+            RETURN pg_catalog.cardinality(v_head) = 0
+                OR pg_catalog.cardinality(ARRAY(SELECT b.id FROM jq.jobs b WHERE b.id = ANY (v_head)
+                                                FOR UPDATE SKIP LOCKED)) = pg_catalog.cardinality(v_head);
         END IF;
         IF EXISTS (SELECT FROM jq.key_slots s WHERE s.queue = _key_try_lock.queue
                                                AND s.concurrency_key = _key_try_lock.concurrency_key) THEN
@@ -62,7 +76,8 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION jq._key_try_lock(text, text) IS
 'Internal: locks the slot row of (queue, concurrency_key) for this transaction, creating it if '
-'missing, without ever waiting: false when another transaction holds the row or is creating it. '
+'missing, and the key''s next key_concurrency blocked jobs, without ever waiting: false when '
+'another transaction holds the row or one of those jobs, or is creating the row. '
 'For maintenance (jq._promote, jq._reap), which leaves that key''s jobs for its next pass.';
 
 CREATE OR REPLACE FUNCTION jq._key_fill(queue text, concurrency_key text, freed integer DEFAULT 0)

@@ -107,6 +107,42 @@ fn reaping_skips_a_key_another_transaction_holds() {
     assert_eq!(state(&mut c, next).as_deref(), Some("ready"), "the freed slot went to the key's next job");
 }
 
+/// The same end of a keyed job frees the slot for the key's next blocked job, which the slot's
+/// hand-off locks: while another session holds that job (an open jq.cancel of it), the reaper
+/// leaves the key for its next pass instead of waiting; then the slot passes on.
+///
+/// Negative control `key_head_not_checked` (jq._key_try_lock without the look at the key's next
+/// blocked jobs): seen failing with "the reap duty waited for the key's next blocked job …
+/// 57014".
+#[test]
+fn reaping_skips_a_key_whose_next_blocked_job_another_transaction_holds() {
+    let db = TestDb::new("held_reap_head");
+    let mut c = impatient(&db);
+    if broken("key_head_not_checked") {
+        sabotage(&mut c, "jq._key_try_lock(text,text)", "RETURN pg_catalog.cardinality(v_head) = 0\n",
+                 "RETURN true OR pg_catalog.cardinality(v_head) = 0\n", 1);
+    }
+    c.batch_execute("SELECT jq.create_queue('a'); SELECT jq.create_queue('b')").unwrap();
+    let head = enqueue(&mut c, "'a', concurrency_key => 'k'");
+    let next = enqueue(&mut c, "'a', concurrency_key => 'k'");
+    let other = enqueue(&mut c, "'b'");
+    for q in ["a", "b"] {
+        assert_eq!(jq_pg_test::claim(&mut c, q, "w", 1, Some("1 minute")).len(), 1);
+    }
+    c.batch_execute(&format!("SELECT jq.cancel({head})")).unwrap();
+    let mut holder = db.connect();
+    holder.batch_execute(&format!("BEGIN; SELECT jq.cancel({next})")).unwrap();
+
+    assert_eq!(run_duty(&mut c, "reap", "1 hour", "the key's next blocked job another transaction holds"), 1);
+    assert_eq!(state(&mut c, other).as_deref(), Some("ready"), "queue b's expired lease was not reaped");
+    assert_eq!(state(&mut c, head).as_deref(), Some("running"), "the key was reaped past its held job");
+
+    holder.batch_execute("ROLLBACK").unwrap();
+    assert_eq!(run_duty(&mut c, "reap", "1 hour", "nothing"), 1);
+    assert_eq!(state(&mut c, head).as_deref(), Some("cancelled"));
+    assert_eq!(state(&mut c, next).as_deref(), Some("ready"), "the freed slot went to the key's next job");
+}
+
 /// A schedule another session is altering (its row locked until that transaction ends) is left
 /// for the next pass; the other schedules fire.
 ///
