@@ -37,6 +37,7 @@ DECLARE
     v_read  integer := 0;   -- due rows picked, moved or left for their key's next pass
     v_ids   bigint[];
     v_keys  record;
+    v_busy  text[] := '{}';  -- queue || E'\x1f' || key of the keys another transaction holds
     v_at    timestamptz := '-infinity';  -- the (run_at, id) key the last pass reached
     v_id    bigint := 0;
 BEGIN
@@ -48,6 +49,7 @@ BEGIN
     v_ids := ARRAY(
             SELECT d.id FROM jq.jobs d
             WHERE d.state = 'scheduled' AND (d.run_at, d.id) > (v_at, v_id) AND d.run_at <= _promote.now
+              AND (d.concurrency_key IS NULL OR NOT (d.queue || E'\x1f' || d.concurrency_key = ANY (v_busy)))
             ORDER BY d.run_at, d.id
             LIMIT _promote.batch
             FOR UPDATE SKIP LOCKED);
@@ -73,6 +75,16 @@ BEGIN
     FROM moved m WHERE jq._note_promoted(m.queue, m.state, m.priority, m.run_at);
     v_count := v_count + v_keys.n;
     v_read := v_read + pg_catalog.cardinality(v_ids);
+    IF v_keys.n < pg_catalog.cardinality(v_ids) THEN
+        -- Keys left for their holder: later passes of this call pick none of their jobs, so a
+        -- held key with a long due backlog does not use up the read bound before other queues'
+        -- due jobs are reached (robustness/held_locks.rs,
+        -- a_held_key_with_a_long_backlog_delays_no_other_queue).
+        v_busy := v_busy || ARRAY(
+            SELECT DISTINCT j.queue || E'\x1f' || j.concurrency_key FROM jq.jobs j
+            WHERE j.id = ANY (v_ids) AND j.state::text = 'scheduled'
+              AND j.concurrency_key IS NOT NULL AND j.claims = 0);
+    END IF;
     IF v_keys.queues IS NOT NULL THEN
         PERFORM jq._key_fill_many(v_keys.queues, v_keys.keys,
                                   pg_catalog.array_fill(0, ARRAY[pg_catalog.cardinality(v_keys.queues)]));

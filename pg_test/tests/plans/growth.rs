@@ -158,8 +158,9 @@ fn maintenance_plans_made_on_a_small_table_stay_index_lookups() {
         .unwrap();
         if jq_pg_test::broken("maintenance_seqscan_after_growth") {
             c.batch_execute(&format!("ALTER DATABASE {} SET jq.plan_min_pages = 0", db.name)).unwrap();
-            jq_pg_test::sabotage(&mut c, "jq._promote(timestamptz,integer,integer)", "AND j.state::text = 'scheduled'",
-                                 "AND j.state = 'scheduled'", 1);
+            jq_pg_test::sabotage(&mut c, "jq._promote(timestamptz,integer,integer)",
+                                 "AND j.state::text = 'scheduled' AND j.run_at <= _promote.now",
+                                 "AND j.state = 'scheduled' AND j.run_at <= _promote.now", 1);
             jq_pg_test::sabotage(&mut c, "jq._end_leases(bigint[],timestamptz,timestamptz,boolean,text)",
                                  "AND j.state::text = 'running'", "AND j.state = 'running'", 1);
             jq_pg_test::sabotage(&mut c, "jq._age(timestamptz,integer)", "AND j.state::text = 'ready'",

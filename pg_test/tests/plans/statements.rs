@@ -99,11 +99,12 @@ pub(crate) const PROMOTE_PICK: HotPath = HotPath {
     function: "jq._promote(timestamptz,integer,integer)",
     source: "SELECT d.id FROM jq.jobs d
              WHERE d.state = 'scheduled' AND (d.run_at, d.id) > (v_at, v_id) AND d.run_at <= _promote.now
+               AND (d.concurrency_key IS NULL OR NOT (d.queue || E'\\x1f' || d.concurrency_key = ANY (v_busy)))
              ORDER BY d.run_at, d.id
              LIMIT _promote.batch
              FOR UPDATE SKIP LOCKED",
-    subst: &[("_promote.now", "$1"), ("_promote.batch", "$2"), ("v_at", "$3"), ("v_id", "$4")],
-    types: "timestamptz, integer, timestamptz, bigint",
+    subst: &[("_promote.now", "$1"), ("_promote.batch", "$2"), ("v_at", "$3"), ("v_id", "$4"), ("v_busy", "$5")],
+    types: "timestamptz, integer, timestamptz, bigint, text[]",
 };
 
 pub(crate) const REAP_PICK: HotPath = HotPath {

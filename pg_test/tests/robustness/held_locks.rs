@@ -143,6 +143,37 @@ fn reaping_skips_a_key_whose_next_blocked_job_another_transaction_holds() {
     assert_eq!(state(&mut c, next).as_deref(), Some("ready"), "the freed slot went to the key's next job");
 }
 
+/// A held key with more due jobs than one call reads (here 2,500 against a read bound of
+/// 2 x budget = 2,000) does not keep other queues' due jobs behind it: once its jobs are left
+/// for the holder, the call's later passes pick none of them and reach queue b's job.
+///
+/// Negative control `busy_keys_picked_again` (the pick without the filter on held keys): seen
+/// failing with "queue b's due job was left behind the held key's backlog: left: 0".
+#[test]
+fn a_held_key_with_a_long_backlog_delays_no_other_queue() {
+    let db = TestDb::new("held_backlog");
+    let mut c = impatient(&db);
+    if broken("busy_keys_picked_again") {
+        sabotage(&mut c, PROMOTE, "= ANY (v_busy)))", "= ANY ('{}'::text[])))", 1);
+    }
+    c.batch_execute(
+        "SELECT jq.create_queue('hot'); SELECT jq.create_queue('b');
+         SELECT count(jq.enqueue('hot', run_at => now() + interval '1 hour', concurrency_key => 'h'))
+         FROM generate_series(1, 2500);",
+    )
+    .unwrap();
+    let other = enqueue(&mut c, "'b', run_at => now() + interval '90 minutes'");
+    let mut holder = db.connect();
+    holder.batch_execute("BEGIN; SELECT jq.enqueue('hot', concurrency_key => 'h')").unwrap();
+    let moved: i32 = c
+        .query_one("SELECT jq._promote(now() + interval '2 hours', 100, 1000)", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(moved, 1, "queue b's due job was left behind the held key's backlog");
+    assert_eq!(state(&mut c, other).as_deref(), Some("ready"));
+    holder.batch_execute("ROLLBACK").unwrap();
+}
+
 /// A schedule another session is altering (its row locked until that transaction ends) is left
 /// for the next pass; the other schedules fire.
 ///
