@@ -104,6 +104,7 @@ pub fn config_from_env(url: Option<&str>) -> Result<ConnConfig, Error> {
             config.connect_timeout(Duration::from_secs(secs));
         }
     }
+    default_keepalives(&mut config, &ssl.rest);
     let tls = TlsSettings::resolve(ssl.sslmode, ssl.sslrootcert)?;
     config.ssl_mode(tls.pg_mode());
     Ok(ConnConfig { pg: config, tls })
@@ -136,6 +137,42 @@ pub fn describe_target(config: &Config) -> String {
         }
     }
     parts.join(",")
+}
+
+/// Keepalive probes start after this much silence on a connection, unless `keepalives_idle` is
+/// given (libpq's default is the kernel's, usually two hours).
+pub const DEFAULT_KEEPALIVES_IDLE: Duration = Duration::from_secs(5);
+/// Interval between unanswered keepalive probes, unless `keepalives_interval` is given.
+pub const DEFAULT_KEEPALIVES_INTERVAL: Duration = Duration::from_secs(2);
+/// Unanswered probes after which the kernel drops the connection, unless `keepalives_retries`
+/// is given.
+pub const DEFAULT_KEEPALIVES_RETRIES: u32 = 3;
+/// How long sent data may stay unacknowledged before the kernel drops the connection, unless
+/// `tcp_user_timeout` is given.
+pub const DEFAULT_TCP_USER_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Sets the keepalive and TCP user timeout defaults above for every parameter the connection
+/// string `given` does not name, so a half-open connection (a peer that stops answering without
+/// closing) is dropped by the kernel within about 11 s of silence or 20 s of unacknowledged
+/// data, not after the kernel's ~2 h keepalive or ~15 min retransmission defaults. Nothing is
+/// set when the string says `keepalives=0`.
+fn default_keepalives(config: &mut Config, given: &str) {
+    if !config.get_keepalives() {
+        return;
+    }
+    let named = |key: &str| given.contains(key);
+    if !named("keepalives_idle") {
+        config.keepalives_idle(DEFAULT_KEEPALIVES_IDLE);
+    }
+    if !named("keepalives_interval") {
+        config.keepalives_interval(DEFAULT_KEEPALIVES_INTERVAL);
+    }
+    if !named("keepalives_retries") {
+        config.keepalives_retries(DEFAULT_KEEPALIVES_RETRIES);
+    }
+    if !named("tcp_user_timeout") {
+        config.tcp_user_timeout(DEFAULT_TCP_USER_TIMEOUT);
+    }
 }
 
 /// Where and how to connect: tokio-postgres' [`Config`] and the [`TlsSettings`] it cannot hold
@@ -174,5 +211,32 @@ impl From<Config> for ConnConfig {
     fn from(pg: Config) -> ConnConfig {
         let tls = TlsSettings::from_pg(&pg);
         ConnConfig { pg, tls }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Defaults apply where the URL names nothing; named parameters are honoured; keepalives=0
+    /// leaves keepalives off. Control: without the `default_keepalives` call in
+    /// `config_from_env`, the first assertion fails (idle 7200 s, tokio-postgres' default).
+    #[test]
+    fn keepalive_defaults_and_url_parameters() {
+        let c = config_from_env(Some("postgresql://u@h/db")).unwrap();
+        assert_eq!(c.pg().get_keepalives_idle(), DEFAULT_KEEPALIVES_IDLE);
+        assert_eq!(c.pg().get_keepalives_interval(), Some(DEFAULT_KEEPALIVES_INTERVAL));
+        assert_eq!(c.pg().get_keepalives_retries(), Some(DEFAULT_KEEPALIVES_RETRIES));
+        assert_eq!(c.pg().get_tcp_user_timeout(), Some(&DEFAULT_TCP_USER_TIMEOUT));
+
+        let url = "postgresql://u@h/db?keepalives_idle=30&keepalives_interval=10&keepalives_retries=4&tcp_user_timeout=60000";
+        let c = config_from_env(Some(url)).unwrap();
+        assert_eq!(c.pg().get_keepalives_idle(), Duration::from_secs(30));
+        assert_eq!(c.pg().get_keepalives_interval(), Some(Duration::from_secs(10)));
+        assert_eq!(c.pg().get_keepalives_retries(), Some(4));
+        assert_eq!(c.pg().get_tcp_user_timeout(), Some(&Duration::from_millis(60000)));
+
+        let c = config_from_env(Some("postgresql://u@h/db?keepalives=0")).unwrap();
+        assert!(!c.pg().get_keepalives());
     }
 }

@@ -63,7 +63,10 @@ mod statement;
 mod tls;
 mod worker;
 
-pub use config::{config_from_env, describe_target, ConnConfig};
+pub use config::{
+    config_from_env, describe_target, ConnConfig, DEFAULT_KEEPALIVES_IDLE, DEFAULT_KEEPALIVES_INTERVAL,
+    DEFAULT_KEEPALIVES_RETRIES, DEFAULT_TCP_USER_TIMEOUT,
+};
 pub use conn::{connect, connect_error};
 pub use statement::{StatementMode, STATEMENT_MODE_ENV};
 pub use tls::{RootCert, SslMode, TlsSettings};
