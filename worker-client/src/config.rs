@@ -170,8 +170,16 @@ fn default_keepalives(config: &mut Config, given: &str) {
     if !named("keepalives_retries") {
         config.keepalives_retries(DEFAULT_KEEPALIVES_RETRIES);
     }
-    if !named("tcp_user_timeout") {
-        config.tcp_user_timeout(DEFAULT_TCP_USER_TIMEOUT);
+    match config.get_tcp_user_timeout().copied() {
+        // libpq's tcp_user_timeout is in milliseconds; tokio-postgres 0.7 reads the same
+        // number as seconds, so N given is turned back into N ms (checked by the test below).
+        Some(parsed) if named("tcp_user_timeout") => {
+            config.tcp_user_timeout(Duration::from_millis(parsed.as_secs()));
+        }
+        _ if !named("tcp_user_timeout") => {
+            config.tcp_user_timeout(DEFAULT_TCP_USER_TIMEOUT);
+        }
+        _ => {}
     }
 }
 
