@@ -278,12 +278,11 @@ BEGIN
         RAISE EXCEPTION 'extend must be greater than zero and at most 100 years, got %',
             heartbeat.extend USING ERRCODE = '22023';
     END IF;
-    -- Bounded by the queue's max_lease (a lease of years pins the job and its slots).
-    UPDATE jq.jobs j SET
-        lease_expires_at = pg_catalog.clock_timestamp() + LEAST(coalesce(heartbeat.extend, j.lease),
-                               (SELECT q.max_lease FROM jq.queues q WHERE q.name = j.queue)),
-        lease = LEAST(coalesce(heartbeat.extend, j.lease),
-                      (SELECT q.max_lease FROM jq.queues q WHERE q.name = j.queue))
+    -- Bounded by the queue's max_lease (a lease of years pins the job and its slots), read once.
+    UPDATE jq.jobs j SET (lease_expires_at, lease) = (
+        SELECT pg_catalog.clock_timestamp() + b.lease, b.lease
+        FROM (SELECT LEAST(coalesce(heartbeat.extend, j.lease),
+                           (SELECT q.max_lease FROM jq.queues q WHERE q.name = j.queue)) AS lease) b)
     WHERE j.id = heartbeat.id AND j.lease_token = heartbeat.lease_token AND j.state::text = 'running'
     RETURNING j.lease_expires_at, j.cancel_requested
     INTO heartbeat.lease_expires_at, heartbeat.cancel_requested;

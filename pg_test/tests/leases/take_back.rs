@@ -144,7 +144,7 @@ fn max_lease_bounds_claims_and_heartbeats() {
     }
     if broken("heartbeat_unbounded_lease") {
         sabotage(&mut c, "jq.heartbeat(bigint,uuid,interval)",
-                 "(SELECT q.max_lease FROM jq.queues q WHERE q.name = j.queue)", "NULL::interval", 2);
+                 "(SELECT q.max_lease FROM jq.queues q WHERE q.name = j.queue)", "NULL::interval", 1);
     }
     assert_eq!(jq_pg_test::sqlstate(c.batch_execute("SELECT jq.create_queue('z', max_lease => '0')")), "22023");
     c.batch_execute("SELECT jq.create_queue('q', max_lease => '1 hour')").unwrap();
