@@ -5,7 +5,7 @@
 //! connected to the pooler; the test's own checks connect straight to the cluster.
 //!
 //! - The drain runs in the default statement mode (`prepared`): each connection meets a
-//!   statement that is not its own (26000 or 42P05, the flood), falls back to unnamed
+//!   statement that is not its own (26000 or 42P05, a flood of retried claims), falls back to unnamed
 //!   statements once, and the workers' logs hold nothing else.
 //! - The others run with `JQ_STATEMENT_MODE=unprepared` (no fallback warning at all) after
 //!   every server connection of the pool was left holding statements named `s0` … `s199` by
@@ -15,7 +15,7 @@
 //!   JQ_CLIENT_BREAK=always_prepared cargo test -p worker-client --features test-breaks --test pooler
 //!     (the worker prepares and never falls back, as before statement modes):
 //!     `drain_through_pgbouncer` → `timed out after 600s waiting for: all 10000 jobs completed`,
-//!     its workers' logs the flood (one of them: 1,206 `claim failed; retrying
+//!     its workers' logs a flood of retried claims (one of them: 1,206 `claim failed; retrying
 //!     error=prepared statement "s…" does not exist (SQLSTATE 26000)`, 644 results not stored,
 //!     24 `fail refused`); `crash_through_pgbouncer` → `timed out after 30s waiting for: A runs
 //!     all 3 jobs`, `shutdown_through_pgbouncer` → `… waiting for: all 4 jobs running`,
@@ -58,7 +58,7 @@ fn assert_clean(logs: &[String], fallbacks: usize) {
     }
 }
 
-/// The scenario: 10,000 jobs, three `jqctl work` processes in the default mode through
+/// 10,000 jobs, three `jqctl work` processes in the default mode through
 /// PgBouncer (pool of 9 server connections: three per worker).
 #[test]
 fn drain_through_pgbouncer() {

@@ -74,7 +74,7 @@ fn a_rate_limited_queue_never_exceeds_its_limit_in_any_window() {
          SELECT count(*) FROM jq.enqueue_many('q', (SELECT jsonb_agg(g) FROM generate_series(1, 3000) g));",
     )
     .unwrap();
-    let secs = 20.0; // the issue's 20 s
+    let secs = 20.0; // 20 s of claims at the limit
     let stop = Instant::now() + Duration::from_secs_f64(secs);
     let workers: Vec<_> = (0..8)
         .map(|w| {

@@ -42,7 +42,7 @@ fn enqueue(c: &mut Client, args: &str) -> i64 {
     c.query_one(&format!("SELECT jq.enqueue({args})"), &[]).unwrap().get(0)
 }
 
-/// The scenario: queues `a` and `b`, a delayed keyed job in `a` and a delayed job in `b`;
+/// Queues `a` and `b`, a delayed keyed job in `a` and a delayed job in `b`;
 /// another session enqueues a job of the same key and keeps its transaction open. Promotion
 /// moves `b`'s job and leaves `a`'s keyed one scheduled (its key's slot row is held) until the
 /// holder ends; then it goes through its key.
@@ -260,7 +260,7 @@ fn a_duty_fails_within_200_ms_while_jq_jobs_is_held() {
     holder.batch_execute("ROLLBACK").unwrap();
 }
 
-/// The scenario with the background worker: while another session holds a key's slot
+/// The same with the background worker: while another session holds a key's slot
 /// row, the worker's passes keep promoting the due jobs of other queues within a pass or two and
 /// record no error. (Before, every pass waited out its 5-s lock_timeout on the key and rolled
 /// back every promotion: queue b's job stayed scheduled for as long as the key was held.)
