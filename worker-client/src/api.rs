@@ -2,7 +2,7 @@
 //! start-up checks. Result columns are read by name.
 //!
 //! Each function runs its statement through [`Conn`] (`Conn::query`, `Conn::query_retrying`,
-//! `Conn::query_cancellable`), which alone decides how a statement is sent (prepared once per
+//! `Conn::query_bounded`), which alone decides how a statement is sent (prepared once per
 //! connection and kept, or unnamed: [`crate::StatementMode`]). Every parameter is passed with
 //! its type, the type its cast in the SQL names, so either mode can send it without asking the
 //! server first.
@@ -15,7 +15,7 @@ use tokio_postgres::Row;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::conn::{CallErr, Conn, QueryError};
+use crate::conn::{Bound, CallErr, Conn, QueryError};
 use crate::statement::Param;
 
 /// One row of `jq.claim`.
@@ -73,6 +73,7 @@ impl ClaimCall {
     /// `jq.claim(queues, worker, n, lease, wait)`: `queues` holds one name for the single-queue
     /// form; `lease` and `wait` in seconds (`None`: the queue's lease / no wait). A wait is
     /// cancelled on the server when `stop` fires; rows it returned anyway are still returned.
+    /// Bounded by the call timeout plus the wait.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn run(
         &self,
@@ -90,7 +91,8 @@ impl ClaimCall {
             [queues_param, (&worker, Type::TEXT), (&n, Type::INT4), (&lease, Type::FLOAT8), (&wait, Type::FLOAT8)];
         let params = if self.has_wait { &params[..] } else { &params[..4] };
         let cancel_on = wait.is_some().then_some(stop);
-        let rows = conn.query_cancellable(&self.sql, params, cancel_on).await?;
+        let bound = Bound::Plus(Duration::from_secs_f64(wait.unwrap_or(0.0)));
+        let rows = conn.query_bounded(&self.sql, params, cancel_on, bound).await?;
         Ok(rows.iter().map(Claimed::from_row).collect())
     }
 }
@@ -104,20 +106,24 @@ pub(crate) struct Beat {
 }
 
 /// `jq.heartbeat` of every `(ids[i], tokens[i])` in one statement, extending each lease by
-/// `extend` seconds (`None`: the queue's lease).
+/// `extend` seconds (`None`: the queue's lease); bounded by the call timeout, or `at_most` if
+/// less.
 pub(crate) async fn heartbeat(
     conn: &mut Conn,
     ids: &[i64],
     tokens: &[Uuid],
     extend: Option<f64>,
+    at_most: Duration,
 ) -> Result<Vec<Beat>, QueryError> {
     let rows = conn
-        .query(
+        .query_bounded(
             "SELECT u.id, h.cancel_requested, \
                     extract(epoch FROM h.lease_expires_at - clock_timestamp())::float8 AS lease_left \
              FROM unnest($1::int8[], $2::uuid[]) AS u(id, token) \
              CROSS JOIN LATERAL jq.heartbeat(u.id, u.token, $3::float8 * interval '1 second') AS h",
             &[(&ids, Type::INT8_ARRAY), (&tokens, Type::UUID_ARRAY), (&extend, Type::FLOAT8)],
+            None,
+            Bound::AtMost(at_most),
         )
         .await?;
     Ok(rows

@@ -31,8 +31,20 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Sends `token`'s CancelRequest to the first host of `config` through `tls` (as the token's
 /// connection was made: its SSL mode is in the token) and waits until the other end closes
-/// the connection, at most [`CANCEL_WAIT`]. Called by `tls::cancel`.
-pub(crate) async fn send<M>(token: &CancelToken, config: &Config, mut tls: M) -> Result<(), BoxError>
+/// the connection; all of it, the connect included, within [`CANCEL_WAIT`] (a path that
+/// accepts and then says nothing must not hold the caller). Called by `tls::cancel`.
+pub(crate) async fn send<M>(token: &CancelToken, config: &Config, tls: M) -> Result<(), BoxError>
+where
+    M: MakeTlsConnect<WaitForClose<Stream>>,
+    M::Error: Into<BoxError>,
+{
+    match tokio::time::timeout(CANCEL_WAIT, send_unbounded(token, config, tls)).await {
+        Ok(r) => r,
+        Err(_) => Err(format!("no answer within {CANCEL_WAIT:?}").into()),
+    }
+}
+
+async fn send_unbounded<M>(token: &CancelToken, config: &Config, mut tls: M) -> Result<(), BoxError>
 where
     M: MakeTlsConnect<WaitForClose<Stream>>,
     M::Error: Into<BoxError>,
@@ -54,11 +66,7 @@ where
         (None, None) => return Err("no host to send the cancel request to".into()),
     };
     let connect = tls.make_tls_connect(&host).map_err(Into::into)?;
-    let sent = tokio::time::timeout(CANCEL_WAIT, token.cancel_query_raw(WaitForClose(stream), connect)).await;
-    match sent {
-        Ok(r) => r.map_err(Into::into),
-        Err(_) => Err(format!("no answer within {CANCEL_WAIT:?}").into()),
-    }
+    token.cancel_query_raw(WaitForClose(stream), connect).await.map_err(Into::into)
 }
 
 /// A TCP or Unix-domain stream.

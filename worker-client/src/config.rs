@@ -18,8 +18,9 @@ use crate::Error;
 /// `PGAPPNAME`, `PGOPTIONS`, `PGCONNECT_TIMEOUT`, `PGSSLMODE` and `PGSSLROOTCERT`, and then from
 /// libpq's defaults: the socket directory `/var/run/postgresql` when it exists (else
 /// `localhost`), port 5432, the operating system user (`USER`), and a database named like the
-/// user. The connect timeout defaults to 10 seconds so that an unreachable server gives an error
-/// rather than a hang.
+/// user. The connect timeout defaults to 10 seconds ([`DEFAULT_CONNECT_TIMEOUT`]) so that an
+/// unreachable server gives an error rather than a hang; it bounds the whole attempt (TCP
+/// connect, TLS, start-up, authentication), per host.
 ///
 /// `sslmode` (disable, prefer — the default —, require, verify-ca, verify-full) and
 /// `sslrootcert` (a PEM file, or `system`) mean what they mean to libpq; see [`TlsSettings`] and
@@ -98,7 +99,7 @@ pub fn config_from_env(url: Option<&str>) -> Result<ConnConfig, Error> {
             Some(t) => t
                 .parse::<u64>()
                 .map_err(|_| Error::Config(format!("PGCONNECT_TIMEOUT is not a number of seconds: {t:?}")))?,
-            None => 10,
+            None => DEFAULT_CONNECT_TIMEOUT.as_secs(),
         };
         if secs > 0 {
             config.connect_timeout(Duration::from_secs(secs));
@@ -138,6 +139,20 @@ pub fn describe_target(config: &Config) -> String {
     }
     parts.join(",")
 }
+
+/// How long one connection attempt may take (TCP connect, TLS, start-up and authentication)
+/// when `connect_timeout` / `PGCONNECT_TIMEOUT` sets none. A worker never waits longer for a
+/// connection: `PGCONNECT_TIMEOUT=0`, libpq's "wait forever", means this default too.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a worker's database call may go without an answer before its connection is
+/// dropped and the call retried on a new one, unless `JQ_CALL_TIMEOUT` or
+/// `WorkerBuilder::call_timeout` says otherwise. A long-poll claim gets its wait on top.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The environment variable the worker's call timeout is read from (a duration: `5s`,
+/// `2500ms`), when `WorkerBuilder::call_timeout` was not called.
+pub const CALL_TIMEOUT_ENV: &str = "JQ_CALL_TIMEOUT";
 
 /// Keepalive probes start after this much silence on a connection, unless `keepalives_idle` is
 /// given (libpq's default is the kernel's, usually two hours).

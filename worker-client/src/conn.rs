@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use tokio_postgres::types::{ToSql, Type};
+use tokio::task::AbortHandle;
 use tokio_postgres::{Client, Config, Row, Statement};
 use tokio_util::sync::CancellationToken;
 
@@ -20,7 +21,7 @@ use crate::{ConnConfig, Error};
 /// or its certificate does not verify; [`Error::Config`] when the root certificate file cannot
 /// be read or `verify-ca` / `verify-full` has none.
 pub async fn connect(config: &ConnConfig) -> Result<Client, Error> {
-    crate::tls::connect(config.pg(), config.tls()).await
+    crate::tls::connect(config.pg(), config.tls()).await.map(|(client, _io)| client)
 }
 
 /// [`Error::Connect`] for a failed connection attempt to `config`, as one line: the server's
@@ -93,11 +94,21 @@ pub(crate) fn describe(e: &tokio_postgres::Error) -> String {
 /// (`query_typed`), which a transaction-mode pooler without prepared-statement support can
 /// route anywhere. A prepared connection that meets a statement that is not its own
 /// ([`is_foreign_statement`]) switches to unprepared for good ([`Conn::fall_back`]).
+///
+/// Every call is bounded ([`Conn::query_bounded`]): a call with no answer within its bound
+/// (connecting included) fails with [`QueryError::TimedOut`] and the connection is abandoned —
+/// its statement cancelled (best effort), its socket closed — never used again, so no later
+/// call can read an earlier call's late answer.
 pub(crate) struct Conn {
     /// Shared so that a cancellable call can hold it while the client borrows `self`.
     config: std::sync::Arc<ConnConfig>,
     mode: StatementMode,
     client: Option<Client>,
+    /// The client's I/O task: aborted to close the socket when a call times out.
+    io: Option<AbortHandle>,
+    /// The bound of one call ([`crate::DEFAULT_CALL_TIMEOUT`] unless set); `None` only under
+    /// the negative control `no_io_deadline`.
+    call_timeout: Option<Duration>,
     /// Statements prepared on `client`, by SQL text; emptied with the client.
     statements: HashMap<String, Statement>,
     /// Negative control only (`JQ_CLIENT_BREAK=no_reconnect`): never connect a second time.
@@ -116,6 +127,8 @@ impl Conn {
             config: std::sync::Arc::new(config.into()),
             mode,
             client: None,
+            io: None,
+            call_timeout: Some(crate::DEFAULT_CALL_TIMEOUT),
             statements: HashMap::new(),
             #[cfg(feature = "test-breaks")]
             once: false,
@@ -141,6 +154,12 @@ impl Conn {
         Conn { never_fall_back: true, ..Conn::new(config, StatementMode::Prepared) }
     }
 
+    /// This connection with another call bound (`None`: unbounded, the negative control
+    /// `no_io_deadline` only).
+    pub(crate) fn with_call_timeout(self, call_timeout: Option<Duration>) -> Conn {
+        Conn { call_timeout, ..self }
+    }
+
     /// How this connection sends statements now.
     pub(crate) fn mode(&self) -> StatementMode {
         self.mode
@@ -159,7 +178,9 @@ impl Conn {
                 }
                 self.connected_before = true;
             }
-            self.client = Some(connect(&self.config).await?);
+            let (client, io) = crate::tls::connect(self.config.pg(), self.config.tls()).await?;
+            self.client = Some(client);
+            self.io = Some(io);
             tracing::debug!(target = %crate::describe_target(self.config.pg()), mode = %self.mode, "connected");
         }
         Ok(self.client.as_ref().expect("just connected"))
@@ -169,7 +190,29 @@ impl Conn {
     /// reconnects.
     pub(crate) fn reset(&mut self) {
         self.client = None;
+        self.io = None;
         self.statements.clear();
+    }
+
+    /// Gives up the connection after a call went unanswered within its bound: sends a cancel
+    /// request for whatever the server is still running for it (in a task of its own, bounded
+    /// by [`crate::cancel::CANCEL_WAIT`]; on a live server it stops the statement, so a late
+    /// claim cannot take jobs for nobody), closes the socket by aborting its I/O task, and
+    /// forgets the client: the next call reconnects.
+    fn abandon(&mut self) {
+        if let Some(client) = self.client.take() {
+            let token = client.cancel_token();
+            let config = std::sync::Arc::clone(&self.config);
+            tokio::spawn(async move {
+                if let Err(e) = crate::tls::send_cancel(&token, config.pg(), config.tls()).await {
+                    tracing::debug!(error = %e, "cancel request of an abandoned call failed");
+                }
+            });
+        }
+        if let Some(io) = self.io.take() {
+            io.abort();
+        }
+        self.reset();
     }
 
     /// Switches this connection to [`StatementMode::Unprepared`] for the rest of its life (a
@@ -224,13 +267,37 @@ impl Conn {
     /// it once more, unnamed; a kept statement whose result type changed
     /// ([`is_changed_result`]) is prepared again and run once more. Both errors come from
     /// Parse or Bind, before anything ran.
+    ///
+    /// Bounded by the call timeout, connecting included ([`Conn::query_bounded`]).
     pub(crate) async fn query(&mut self, sql: &str, params: &[Param<'_>]) -> Result<Vec<Row>, QueryError> {
-        self.query_cancellable(sql, params, None).await
+        self.query_bounded(sql, params, None, Bound::Call).await
     }
 
-    /// Runs `sql` as [`Conn::query`] does; when `cancel_on` fires first, cancels it on the
-    /// server and returns what it ended with (rows it returned anyway included).
-    pub(crate) async fn query_cancellable(
+    /// Runs `sql` as [`Conn::query`] does within `bound`; when `cancel_on` fires first, cancels
+    /// it on the server and returns what it ended with (rows it returned anyway included).
+    /// With no answer within the bound the connection is abandoned ([`Conn::abandon`]) and
+    /// the call fails with [`QueryError::TimedOut`]. Checked by tests/half_open.rs.
+    pub(crate) async fn query_bounded(
+        &mut self,
+        sql: &str,
+        params: &[Param<'_>],
+        cancel_on: Option<&CancellationToken>,
+        bound: Bound,
+    ) -> Result<Vec<Row>, QueryError> {
+        let Some(limit) = bound.limit(self.call_timeout) else {
+            return self.query_unbounded(sql, params, cancel_on).await;
+        };
+        match tokio::time::timeout(limit, self.query_unbounded(sql, params, cancel_on)).await {
+            Ok(r) => r,
+            Err(_) => {
+                self.abandon();
+                Err(QueryError::TimedOut(limit))
+            }
+        }
+    }
+
+    /// [`Conn::query_bounded`] without the bound: the fallback and re-prepare retries.
+    async fn query_unbounded(
         &mut self,
         sql: &str,
         params: &[Param<'_>],
@@ -249,7 +316,7 @@ impl Conn {
         }
     }
 
-    /// One attempt of `sql` in the current mode, cancellable as [`Conn::query_cancellable`].
+    /// One attempt of `sql` in the current mode, cancellable as [`Conn::query_bounded`].
     async fn run_once(
         &mut self,
         sql: &str,
@@ -308,6 +375,7 @@ impl Conn {
             let err = match self.query(sql, params).await {
                 Ok(rows) => return Ok(rows),
                 // query dropped the suspect connection: retry on a new one
+                Err(e @ QueryError::TimedOut(_)) => e.to_string(),
                 Err(QueryError::Db(e)) if is_transient(&e) => describe(&e),
                 Err(QueryError::Db(e)) => return Err(CallErr::Refused(describe(&e))),
                 Err(QueryError::Connect(e)) => e.to_string(),
@@ -364,6 +432,7 @@ impl From<QueryError> for crate::Error {
         match e {
             QueryError::Connect(e) => e,
             QueryError::Db(e) => crate::Error::Db(describe(&e)),
+            e @ QueryError::TimedOut(_) => crate::Error::Db(e.to_string()),
         }
     }
 }
@@ -375,6 +444,49 @@ pub(crate) enum QueryError {
     Connect(Error),
     /// The server (or the connection) failed the call; see [`is_transient`].
     Db(tokio_postgres::Error),
+    /// No answer within this bound: the connection was abandoned ([`Conn::abandon`]); the
+    /// call may or may not have run on the server.
+    TimedOut(Duration),
+}
+
+impl std::fmt::Display for QueryError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            QueryError::Connect(e) => write!(f, "{e}"),
+            QueryError::Db(e) => f.write_str(&describe(e)),
+            QueryError::TimedOut(d) => write!(
+                f,
+                "no answer from the server within {} (the server or the path to it stopped answering): connection dropped",
+                crate::format_duration(*d)
+            ),
+        }
+    }
+}
+
+/// What bounds one call: the call timeout, plus the time the statement may rightly take on
+/// the server (a long-poll wait), or less (a heartbeat must leave time to retry before the
+/// leases it renews run out).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Bound {
+    /// The call timeout.
+    Call,
+    /// The call timeout plus this much (a claim's `wait`).
+    Plus(Duration),
+    /// The call timeout, or this much if less.
+    AtMost(Duration),
+}
+
+impl Bound {
+    /// The limit of a call on a connection whose call timeout is `call_timeout` (`None`: no
+    /// limit, the negative control `no_io_deadline`).
+    fn limit(self, call_timeout: Option<Duration>) -> Option<Duration> {
+        let t = call_timeout?;
+        Some(match self {
+            Bound::Call => t,
+            Bound::Plus(d) => t + d,
+            Bound::AtMost(d) => t.min(d),
+        })
+    }
 }
 
 /// Capped exponential backoff with jitter, for reconnects and idle polling.

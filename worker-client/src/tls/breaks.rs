@@ -48,3 +48,10 @@ pub(crate) fn prefer_no_fallback() -> bool {
 pub(crate) fn ignore_url_sslmode() -> bool {
     is("tls_ignore_url_sslmode")
 }
+
+/// `no_connect_bound`: a connection attempt is bounded only as tokio-postgres bounds it (the
+/// TCP connect alone), so a path that accepts and then says nothing holds it forever
+/// (tests/half_open.rs `connecting_through_a_frozen_path_is_bounded` fails).
+pub(crate) fn no_connect_bound() -> bool {
+    is("no_connect_bound")
+}

@@ -2,6 +2,8 @@
 //! with the cargo feature `test-breaks` and then chosen with the environment variable
 //! `JQ_CLIENT_BREAK`. Without the feature every switch is a constant `false`.
 
+use std::time::Duration;
+
 use crate::ConnConfig;
 
 use crate::conn::Conn;
@@ -29,6 +31,13 @@ pub(super) struct Breaks {
     /// it heartbeats only when no outcome waits, reports failures one round trip each, and
     /// claims never wait for it. tests/stress.rs must fail with it.
     starving_reporter: bool,
+    /// `no_io_deadline`: the worker's calls have no bound, as before call timeouts: a call on
+    /// a half-open connection waits forever. tests/half_open.rs must fail with it.
+    no_io_deadline: bool,
+    /// `heartbeat_full_timeout`: a heartbeat waits the whole call timeout, however little is
+    /// left of the leases it renews. tests/half_open.rs
+    /// `a_long_job_keeps_its_lease_across_a_frozen_connection` must fail with it.
+    heartbeat_full_timeout: bool,
 }
 
 /// Without the feature `test-breaks`: no switch can be turned on.
@@ -47,6 +56,8 @@ impl Breaks {
             no_reconnect: v == "no_reconnect",
             always_prepared: v == "always_prepared",
             starving_reporter: v == "starving_reporter",
+            no_io_deadline: v == "no_io_deadline",
+            heartbeat_full_timeout: v == "heartbeat_full_timeout",
         };
         if !v.is_empty() {
             tracing::warn!(variant = %v, "JQ_CLIENT_BREAK is set: running a deliberately broken worker");
@@ -67,6 +78,16 @@ impl Breaks {
     /// Whether heartbeats, failures and claims work as before the heartbeat task existed.
     pub(super) fn starving_reporter(self) -> bool {
         self.starving_reporter
+    }
+
+    /// The bound of the worker's calls: `configured`, or none under `no_io_deadline`.
+    pub(super) fn call_timeout(self, configured: Duration) -> Option<Duration> {
+        (!self.no_io_deadline).then_some(configured)
+    }
+
+    /// Whether a heartbeat waits the whole call timeout whatever is left of its leases.
+    pub(super) fn heartbeat_full_timeout(self) -> bool {
+        self.heartbeat_full_timeout
     }
 
     /// The claim loop's connection: one that never reconnects under `no_reconnect`, one that
@@ -108,6 +129,16 @@ impl Breaks {
 
     /// Always false.
     pub(super) fn starving_reporter(self) -> bool {
+        false
+    }
+
+    /// `configured`.
+    pub(super) fn call_timeout(self, configured: Duration) -> Option<Duration> {
+        Some(configured)
+    }
+
+    /// Always false.
+    pub(super) fn heartbeat_full_timeout(self) -> bool {
         false
     }
 

@@ -58,6 +58,7 @@ pub struct WorkerBuilder {
     poll_min: Duration,
     poll_max: Duration,
     statement_mode: Option<StatementMode>,
+    call_timeout: Option<Duration>,
 }
 
 impl WorkerBuilder {
@@ -81,6 +82,7 @@ impl WorkerBuilder {
             poll_min: Duration::from_millis(50),
             poll_max: Duration::from_secs(1),
             statement_mode: None,
+            call_timeout: None,
         }
     }
 
@@ -202,13 +204,28 @@ impl WorkerBuilder {
         self
     }
 
+    /// How long one database call may go without an answer (default: `JQ_CALL_TIMEOUT` when
+    /// set, else [`crate::DEFAULT_CALL_TIMEOUT`], 5 s). A long-poll claim gets its wait on top;
+    /// a heartbeat gets at most half of what is left of the earliest lease it renews (at least
+    /// 500 ms). A call with no answer by then — a server or path that stopped answering without
+    /// closing the connection (a frozen proxy, a dropped NAT entry, a paused VM) — drops its
+    /// connection, which is reconnected with backoff, and the call is retried on the new one
+    /// (an outcome until its lease ends; it is fenced by the lease token, so one that ran after
+    /// all changes nothing the second time). Too short, a slow but healthy server gets its
+    /// calls cut and retried; see docs/worker-client.md, "Timeouts".
+    pub fn call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = Some(timeout);
+        self
+    }
+
     /// Checks the settings and returns the worker.
     ///
     /// # Errors
     ///
     /// [`Error::Config`] when there is no queue or no handler, the concurrency or the claim
-    /// batch is 0, the batch is over 1000, a lease or interval is zero, or no statement mode
-    /// was set and `JQ_STATEMENT_MODE` names none.
+    /// batch is 0, the batch is over 1000, a lease or interval is zero, the call timeout is
+    /// under 100 ms, or a setting left to the environment is invalid there
+    /// (`JQ_STATEMENT_MODE`, `JQ_CALL_TIMEOUT`).
     pub fn build(self) -> Result<Worker, Error> {
         if self.queues.is_empty() {
             return Err(Error::Config("no queue to work: add one with .queue(…)".into()));
@@ -236,6 +253,13 @@ impl WorkerBuilder {
             Some(m) => m,
             None => StatementMode::from_env()?.unwrap_or_default(),
         };
+        let call_timeout = match self.call_timeout {
+            Some(t) => t,
+            None => call_timeout_from_env()?.unwrap_or(crate::DEFAULT_CALL_TIMEOUT),
+        };
+        if call_timeout < Duration::from_millis(100) {
+            return Err(Error::Config("call timeout must be at least 100 ms".into()));
+        }
         let worker_name = self.worker_name.unwrap_or_else(default_worker_name);
         if worker_name.is_empty() || worker_name.chars().count() > 200 {
             return Err(Error::Config("worker name must have 1 to 200 characters".into()));
@@ -258,8 +282,19 @@ impl WorkerBuilder {
                 poll_min: self.poll_min,
                 poll_max: self.poll_max,
                 statement_mode,
+                call_timeout,
                 breaks: Breaks::from_env(),
             }),
         })
+    }
+}
+
+/// The duration in `JQ_CALL_TIMEOUT`, `None` when it is unset or empty.
+fn call_timeout_from_env() -> Result<Option<Duration>, Error> {
+    match std::env::var(crate::CALL_TIMEOUT_ENV) {
+        Ok(v) if !v.trim().is_empty() => crate::parse_duration(&v)
+            .map(Some)
+            .map_err(|e| Error::Config(format!("{}: {e}", crate::CALL_TIMEOUT_ENV))),
+        _ => Ok(None),
     }
 }

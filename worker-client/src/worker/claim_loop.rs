@@ -149,6 +149,7 @@ fn log_claim_error(e: &QueryError) {
             tracing::warn!(error = %describe(e), "claim: connection lost; reconnecting")
         }
         QueryError::Db(e) => tracing::error!(error = %describe(e), "claim failed; retrying"),
+        QueryError::TimedOut(_) => tracing::warn!(error = %e, "claim: no answer; reconnecting"),
     }
 }
 

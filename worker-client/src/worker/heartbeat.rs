@@ -19,7 +19,7 @@ use uuid::Uuid;
 use super::options::Opts;
 use super::state::{Entry, Shared};
 use crate::api::{self, Beat};
-use crate::conn::{describe, Conn, QueryError};
+use crate::conn::Conn;
 
 /// The heartbeat task: runs until `stop` fires (once every outcome has been reported),
 /// heartbeating jobs as they fall due.
@@ -64,16 +64,14 @@ pub(super) async fn heartbeat(shared: &Shared, opts: &Opts, conn: &mut Conn) {
         }
         return;
     }
-    let (ids, tokens) = due(shared, Instant::now() + Duration::from_millis(250));
+    let (ids, tokens, earliest) = due(shared, Instant::now() + Duration::from_millis(250));
     if ids.is_empty() {
         return;
     }
     let extend: Option<f64> = opts.lease.map(|l| l.as_secs_f64());
     let sent = Instant::now();
-    let result = api::heartbeat(conn, &ids, &tokens, extend).await.map_err(|e| match e {
-        QueryError::Connect(e) => e.to_string(),
-        QueryError::Db(e) => describe(&e),
-    });
+    let at_most = bound(earliest, opts);
+    let result = api::heartbeat(conn, &ids, &tokens, extend, at_most).await.map_err(|e| e.to_string());
     let mut jobs = shared.jobs.lock().unwrap();
     match result {
         Ok(beats) => {
@@ -90,13 +88,32 @@ pub(super) async fn heartbeat(shared: &Shared, opts: &Opts, conn: &mut Conn) {
     }
 }
 
-/// The jobs (ids and tokens, by id) whose heartbeat is due by `horizon`.
-fn due(shared: &Shared, horizon: Instant) -> (Vec<i64>, Vec<Uuid>) {
+/// The jobs (ids and tokens, by id) whose heartbeat is due by `horizon`, and the earliest
+/// local end of their leases.
+fn due(shared: &Shared, horizon: Instant) -> (Vec<i64>, Vec<Uuid>, Instant) {
     let jobs = shared.jobs.lock().unwrap();
-    let mut due: Vec<(i64, Uuid)> =
-        jobs.iter().filter(|(_, e)| beats(e) && e.next_heartbeat <= horizon).map(|(id, e)| (*id, e.token)).collect();
+    let due: Vec<(&i64, &Entry)> = jobs.iter().filter(|(_, e)| beats(e) && e.next_heartbeat <= horizon).collect();
+    let earliest = due.iter().map(|(_, e)| e.deadline).min().unwrap_or_else(Instant::now);
+    let mut due: Vec<(i64, Uuid)> = due.into_iter().map(|(id, e)| (*id, e.token)).collect();
     due.sort_unstable();
-    due.into_iter().unzip()
+    let (ids, tokens) = due.into_iter().unzip();
+    (ids, tokens, earliest)
+}
+
+/// Shortest bound of a heartbeat call.
+const MIN_BOUND: Duration = Duration::from_millis(500);
+
+/// How long a heartbeat whose earliest lease ends at `earliest` may wait for its answer: the
+/// call timeout, but at most half of what is left of that lease (at least [`MIN_BOUND`]), so a
+/// heartbeat lost on a half-open connection leaves the other half to reconnect and heartbeat
+/// again before the lease runs out (`retry_soon`). Checked by tests/half_open.rs
+/// `a_long_job_keeps_its_lease_across_a_frozen_connection` (control `heartbeat_full_timeout`:
+/// the call timeout alone).
+fn bound(earliest: Instant, opts: &Opts) -> Duration {
+    if opts.breaks.heartbeat_full_timeout() {
+        return Duration::MAX;
+    }
+    (earliest.saturating_duration_since(Instant::now()) / 2).max(MIN_BOUND)
 }
 
 /// Records one heartbeat's answer: a lost lease cancels the handler; a renewed one sets the

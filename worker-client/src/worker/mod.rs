@@ -161,12 +161,12 @@ impl Worker {
         let reporter = tokio::spawn(reporter::run(
             shared.clone(),
             opts.clone(),
-            opts.breaks.report_conn(self.config.clone(), opts.statement_mode),
+            opts.report_conn(&self.config),
             rx,
         ));
         let beats_done = CancellationToken::new();
         let beats = (!starving).then(|| {
-            let conn = opts.breaks.report_conn(self.config.clone(), opts.statement_mode);
+            let conn = opts.report_conn(&self.config);
             tokio::spawn(heartbeat::run(shared.clone(), opts.clone(), conn, beats_done.clone()))
         });
         let mut claimer = tokio::spawn(claim_loop(ClaimLoop {

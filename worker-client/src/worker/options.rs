@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::breaks::Breaks;
-use crate::{Handler, StatementMode};
+use crate::conn::Conn;
+use crate::{ConnConfig, Handler, StatementMode};
 
 /// `HOSTNAME-PID` (at most 200 characters), `worker-PID` without a host name.
 pub(super) fn default_worker_name() -> String {
@@ -37,6 +38,8 @@ pub(super) struct Opts {
     pub(super) poll_min: Duration,
     pub(super) poll_max: Duration,
     pub(super) statement_mode: StatementMode,
+    /// The bound of one database call (a long-poll claim: plus its wait).
+    pub(super) call_timeout: Duration,
     pub(super) breaks: Breaks,
 }
 
@@ -46,6 +49,18 @@ impl Opts {
     pub(super) fn heartbeat_every(&self, lease: Duration) -> Duration {
         let half = lease / 2;
         self.heartbeat_interval.unwrap_or(lease / 3).min(half).max(Duration::from_millis(50))
+    }
+
+    /// The claim loop's connection to `config`, its calls bounded by the call timeout.
+    pub(super) fn claim_conn(&self, config: &ConnConfig) -> Conn {
+        let conn = self.breaks.claim_conn(config.clone(), self.statement_mode);
+        conn.with_call_timeout(self.breaks.call_timeout(self.call_timeout))
+    }
+
+    /// A connection of the reporter or the heartbeat task, as [`Opts::claim_conn`].
+    pub(super) fn report_conn(&self, config: &ConnConfig) -> Conn {
+        let conn = self.breaks.report_conn(config.clone(), self.statement_mode);
+        conn.with_call_timeout(self.breaks.call_timeout(self.call_timeout))
     }
 
     /// The handler of `kind`, else the fallback of `queue`.

@@ -18,7 +18,7 @@ use crate::Error;
 /// any later one, up to 5 times: a `pg_terminate_backend` racing the start must not make
 /// `jqctl work` exit (tests/reconnect.rs `terminated_backends_jobs_still_picked_up`).
 pub(super) async fn check(config: &ConnConfig, opts: &Opts) -> Result<(Conn, bool), Error> {
-    let mut conn = opts.breaks.claim_conn(config.clone(), opts.statement_mode);
+    let mut conn = opts.claim_conn(config);
     let mut attempt = 0u32;
     let has_wait = loop {
         match preflight(&mut conn, config, &opts.queues).await {

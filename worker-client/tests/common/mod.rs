@@ -204,4 +204,12 @@ impl InProcess {
         self.stop.send(()).unwrap();
         self.runner.join().unwrap().unwrap()
     }
+
+    /// As [`InProcess::stop`], but panics unless the worker has stopped within `limit` (a
+    /// worker stuck on a call must fail the test, not hang it).
+    pub fn stop_within(self, limit: Duration) -> worker_client::RunStats {
+        self.stop.send(()).unwrap();
+        wait_until(limit, "the worker stopped", || self.runner.is_finished());
+        self.runner.join().unwrap().unwrap()
+    }
 }

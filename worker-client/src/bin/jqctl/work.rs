@@ -53,6 +53,10 @@ pub struct WorkArgs {
     /// itself when the server does not hold its statements.
     #[arg(long, env = "JQ_STATEMENT_MODE", value_name = "MODE", value_parser = parse_statement_mode)]
     pub statement_mode: Option<StatementMode>,
+    /// How long one database call may go without an answer before its connection is dropped
+    /// and the call retried on a new one (a long-poll claim: plus --idle-wait). Default 5s.
+    #[arg(long, env = "JQ_CALL_TIMEOUT", value_name = "D", value_parser = parse_duration)]
+    pub call_timeout: Option<Duration>,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<OsString>,
@@ -109,6 +113,9 @@ pub async fn run(cli: &Cli, a: &WorkArgs) -> CliResult {
     }
     if let Some(m) = a.statement_mode {
         b = b.statement_mode(m);
+    }
+    if let Some(t) = a.call_timeout {
+        b = b.call_timeout(t);
     }
     let worker = b.build()?;
     let s = worker.run().await?;
