@@ -604,4 +604,33 @@ mod tests {
         };
         assert_ne!(again, pid);
     }
+
+    /// A call with no answer within its bound fails with `TimedOut` at the bound, and the
+    /// connection is abandoned: the statement still running for it on the server is cancelled
+    /// (its backend is idle again or gone within seconds, not 30 s later), and the next call runs
+    /// on a new backend. Seen failing with the cancel request left out of `Conn::abandon` (the
+    /// old backend still ran `pg_sleep` when the wait below ran out).
+    #[tokio::test]
+    async fn an_unanswered_call_is_cut_off_and_its_statement_cancelled() {
+        let mut conn = Conn::new(test_config(), StatementMode::Prepared).with_call_timeout(Some(Duration::from_millis(500)));
+        let pid: i32 = conn.query("SELECT pg_backend_pid()", &[]).await.expect("pid")[0].get(0);
+        let started = Instant::now();
+        match conn.query("SELECT pg_sleep(30)", &[]).await {
+            Err(QueryError::TimedOut(d)) => assert_eq!(d, Duration::from_millis(500)),
+            other => panic!("{other:?}"),
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "cut off after {:?}", started.elapsed());
+        let again: i32 = conn.query("SELECT pg_backend_pid()", &[]).await.expect("reconnected")[0].get(0);
+        assert_ne!(again, pid);
+        let sleeping = "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND state = 'active'";
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let n: i64 = conn.query(sleeping, &[(&pid, Type::INT4)]).await.expect("count")[0].get(0);
+            if n == 0 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "backend {pid} still runs the abandoned statement");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
 }

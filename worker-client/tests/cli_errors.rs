@@ -61,4 +61,7 @@ fn stopped_server_missing_extension_missing_queue() {
     let mut c = db.jqctl();
     c.args(["create-queue", "nope"]);
     check(c, "SQLSTATE 42710");
+    let mut c = db.jqctl();
+    c.args(["work", "--queue", "nope", "--call-timeout", "10ms", "--", "true"]);
+    check(c, "call timeout must be at least 100 ms");
 }

@@ -9,8 +9,9 @@
 //! Negative controls, each seen failing (cargo test -p worker-client --features test-breaks
 //! --test half_open, with JQ_CLIENT_BREAK set):
 //! - `no_io_deadline` (the worker's calls unbounded, as before call timeouts): every test but
-//!   the last two fails — the worker never opens a new connection after the freeze, or the
-//!   frozen completion never ends;
+//!   `connecting_through_a_frozen_path_is_bounded` fails — the worker never opens a new
+//!   connection after the freeze (or, for the long job, its heartbeat never returns and the
+//!   job does not complete within the test's minute);
 //! - `heartbeat_full_timeout` (a heartbeat waits the whole call timeout whatever is left of its
 //!   lease): `a_long_job_keeps_its_lease_across_a_frozen_connection` fails (the job's lease runs
 //!   out before the heartbeat is retried, so it runs twice);

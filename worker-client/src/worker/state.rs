@@ -25,7 +25,10 @@ pub struct RunStats {
     /// charged.
     pub snoozed: u64,
     /// Jobs whose lease was lost (a heartbeat or the final call found the job no longer
-    /// running under this worker's token); their outcome was not recorded by this worker.
+    /// running under this worker's token); their outcome was not recorded by this worker —
+    /// or was, by an earlier attempt of the same call whose answer never arrived (a call
+    /// timed out and retried, docs/worker-client.md "Timeouts": the repeat finds the job
+    /// already ended and cannot tell by whom).
     pub lost: u64,
 }
 

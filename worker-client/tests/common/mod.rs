@@ -57,6 +57,7 @@ pub fn jqctl_with_url(url: &str) -> Command {
     let bin = std::env::var("JQ_TEST_JQCTL").ok().filter(|b| !b.is_empty());
     let mut c = Command::new(bin.as_deref().unwrap_or(env!("CARGO_BIN_EXE_jqctl")));
     c.env_remove("JQ_STATEMENT_MODE");
+    c.env_remove("JQ_CALL_TIMEOUT");
     for v in ["PGHOST", "PGPORT", "PGUSER", "PGDATABASE", "PGPASSWORD", "PGOPTIONS", "PGAPPNAME"] {
         c.env_remove(v);
     }
