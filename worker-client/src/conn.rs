@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use tokio_postgres::types::{ToSql, Type};
 use tokio::task::AbortHandle;
+use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Config, Row, Statement};
 use tokio_util::sync::CancellationToken;
 

@@ -116,8 +116,9 @@ impl Worker {
     ///    charged) — never failed for the shutdown;
     /// 5. it returns once every claimed job has been reported.
     ///
-    /// While running, a lost connection (PostgreSQL restarted, backend terminated) is
-    /// re-established with jittered exponential backoff (100 ms to 5 s); leases cover the gap.
+    /// While running, a lost connection (PostgreSQL restarted, backend terminated, or a call
+    /// with no answer within its bound, see [`WorkerBuilder::call_timeout`]) is re-established
+    /// with jittered exponential backoff (100 ms to 5 s); leases cover the gap.
     /// An outcome that cannot be reported before its lease ends is given up: the reaper hands
     /// the job out again.
     ///
