@@ -117,3 +117,53 @@ impl Census {
         self.warned = (unserved, now);
     }
 }
+
+#[cfg(test)]
+mod unit {
+    use super::*;
+
+    fn presence() -> Box<Presence> {
+        // SAFETY: Presence is Zeroable (what a new shared-memory area holds).
+        Box::new(unsafe { std::mem::zeroed() })
+    }
+
+    const S: i64 = USECS_PER_SEC;
+
+    #[test]
+    fn an_answer_made_stale_by_a_commit_is_dropped() {
+        let p = presence();
+        let mut c = Census::default();
+        let before = p.generation();
+        p.mark_changed(7); // CREATE EXTENSION jq committed in database 7 during the look
+        c.record(&p, 7, false, before, 100 * S);
+        assert!(!c.known(7) && c.probe_due(7, 100 * S));
+        c.record(&p, 7, true, p.generation(), 100 * S);
+        assert!(c.has_jq(7) && !c.probe_due(7, 101 * S));
+    }
+
+    #[test]
+    fn a_change_after_the_answer_forgets_it_and_only_it() {
+        let p = presence();
+        let mut c = Census::default();
+        for oid in [7, 8, 7 + CHANGED_BITS as u32] {
+            c.record(&p, oid, false, p.generation(), 0);
+        }
+        p.mark_changed(7);
+        c.forget_changed(&p.take_changed());
+        // 7 and the database sharing its bit are probed again; 8 is not.
+        assert!(!c.known(7) && !c.known(7 + CHANGED_BITS as u32) && c.known(8));
+        assert!(p.take_changed().iter().all(|w| *w == 0));
+    }
+
+    #[test]
+    fn answers_are_rechecked_after_the_backstop_and_unreachable_ones_sooner() {
+        let p = presence();
+        let mut c = Census::default();
+        c.record(&p, 7, false, p.generation(), 0);
+        c.unreachable(8, 0);
+        assert!(!c.probe_due(7, (BACKSTOP_SECS - 1) * S) && c.probe_due(7, BACKSTOP_SECS * S));
+        assert!(!c.probe_due(8, (RECHECK_SECS - 1) * S) && c.probe_due(8, RECHECK_SECS * S));
+        c.retain(|oid| oid == 8);
+        assert!(!c.known(7) && c.known(8));
+    }
+}

@@ -73,7 +73,8 @@ impl WorkerHandle {
             PgMemoryContexts::TopMemoryContext
                 .switch_to(|_| pg_sys::RegisterDynamicBackgroundWorker(&mut bgw, &mut handle))
         };
-        (ok && !handle.is_null()).then_some(WorkerHandle(handle))
+        // Built only on success: a handle around NULL would be freed on drop.
+        (ok && !handle.is_null()).then(|| WorkerHandle(handle))
     }
 
     /// Whether the worker has exited (or was never started and never will be).

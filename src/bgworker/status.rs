@@ -76,13 +76,21 @@ fn no_slot_left(u: &Unserved) -> String {
 }
 
 /// Why the calling database, which has jq, has no slot when the launcher does not list it as
-/// one without a free slot.
-fn not_found() -> String {
-    "this database has jq but no maintenance worker: add it to jq.databases if it is not listed \
-     there (templates and databases that refuse connections are never served). If it is listed, the \
-     launcher has not found jq here yet: it looks within seconds of CREATE EXTENSION jq and of a server \
-     start, when a background worker is free (max_worker_processes)"
-        .to_string()
+/// one without a free slot (`u`: it may be one past the listed ones).
+fn not_found(u: &Unserved) -> String {
+    let mut why = "this database has jq but no maintenance worker: add it to jq.databases if it is not \
+                   listed there (templates and databases that refuse connections are never served). If it \
+                   is listed, the launcher has not found jq here yet: it looks within seconds of CREATE \
+                   EXTENSION jq and of a server start, when a background worker is free (max_worker_processes)"
+        .to_string();
+    if u.count > u.listed {
+        why += &format!(
+            "; or it is one of the {} databases with jq that have no slot: raise jq.max_databases ({})",
+            u.count,
+            slots::max_databases()
+        );
+    }
+    why
 }
 
 /// Every used slot as a row; a `not served` row for each database with jq the launcher has no
@@ -98,7 +106,7 @@ pub fn rows() -> Vec<Row> {
         unserved.oids().iter().filter(|o| !has_slot(**o)).map(|o| not_served(*o, no_slot_left(&unserved))).collect();
     let me = crate::backend::my_database();
     if !has_slot(me) && !unserved.oids().contains(&me) {
-        rows.push(not_served(me, not_found()));
+        rows.push(not_served(me, not_found(&unserved)));
     }
     rows.extend(statuses.into_iter().map(row));
     rows

@@ -113,6 +113,45 @@ fn databases_with_jq_past_the_slots_are_warned_once_and_named_in_status() {
     assert!(rows.iter().all(|r| r.1 == "running" && r.0 != served), "{rows:?}");
 }
 
+/// No free background worker (max_worker_processes = 3: the jq launcher, PostgreSQL's logical
+/// replication launcher and one more, which jq_a's maintenance worker holds): the launcher cannot
+/// start a probe for jq_b. It logs that once, not at every pass, and goes on: jq_a stays served
+/// by the same worker and the server never restarts.
+/// Seen failing with a worker handle built around the NULL that a refused registration leaves
+/// (`then_some` instead of `then` in WorkerHandle::register, src/bgworker/process.rs: the
+/// launcher freed the NULL, died of SIGSEGV before its warning and the server restarted every
+/// backend, again and again): "timed out … waiting for: a warning that no background worker is
+/// free".
+#[test]
+fn with_no_free_background_worker_the_launcher_warns_once_and_goes_on() {
+    let cl = OwnCluster::start(
+        7,
+        &["shared_preload_libraries=jq", "max_worker_processes=3", "jq.tick_interval=1s", "shared_buffers=32MB"],
+    );
+    let mut a = cl.connect("postgres");
+    a.batch_execute("CREATE DATABASE jq_a").unwrap();
+    let mut c = cl.connect("jq_a");
+    c.batch_execute("CREATE EXTENSION jq").unwrap();
+    let worker = |c: &mut Client| -> Option<(i32, i64)> {
+        c.query_opt("SELECT pid, passes FROM jq.status() WHERE database = 'jq_a' AND state = 'running'", &[])
+            .unwrap()
+            .map(|r| (r.get(0), r.get(1)))
+    };
+    wait_until(Duration::from_secs(10), "jq_a served", || worker(&mut c).is_some_and(|w| w.1 > 0));
+    a.batch_execute("CREATE DATABASE jq_b").unwrap();
+    cl.connect("jq_b").batch_execute("CREATE EXTENSION jq").unwrap();
+    let warnings = || cl.log().lines().filter(|l| l.contains("raise max_worker_processes")).count();
+    wait_until(Duration::from_secs(10), "a warning that no background worker is free", || warnings() > 0);
+    let (pid, p0) = worker(&mut c).expect("jq_a still served");
+    wait_until(Duration::from_secs(10), "three more passes of jq_a's worker", || {
+        worker(&mut c).is_some_and(|w| w.1 >= p0 + 3)
+    });
+    assert_eq!(worker(&mut c).map(|w| w.0), Some(pid), "jq_a's worker changed");
+    let log = cl.log();
+    assert!(!log.contains("terminated by signal"), "{log}");
+    assert_eq!(warnings(), 1, "{log}");
+}
+
 #[test]
 fn two_databases_are_both_served() {
     let a = TestDb::new("bgw_two_a");
