@@ -3,7 +3,7 @@
 //! tests that crash a cluster, start it without preloading, or need server settings of their own
 //! (pg_test/tests/own_cluster.rs, pg_test/tests/bgworker/launcher.rs).
 //!
-//! Offsets in use: 1, 2, 3 (own_cluster.rs), 5, 6 (bgworker/launcher.rs); each falls back to
+//! Offsets in use: 1, 2, 3 (own_cluster.rs), 5, 6, 7 (bgworker/launcher.rs); each falls back to
 //! offset + 10, + 20, ... when its port is busy.
 
 use crate::{Client, NoTls};

@@ -11,27 +11,31 @@
 //!   thousands of databases costs that many worker processes for a few seconds, not one per
 //!   database. The launcher keeps the answer in its own memory (src/bgworker/census.rs): a
 //!   database without jq takes no slot and no process from then on.
-//! * **Told when it changes.** What makes a database gain or lose jq commits in that database:
-//!   `CREATE EXTENSION jq` (and `ALTER EXTENSION jq UPDATE` from a version the workers cannot
+//! * **Told when it changes.** Whatever makes a database gain or lose jq is a transaction that
+//!   commits in that database: `CREATE EXTENSION jq` (and `ALTER EXTENSION jq UPDATE` from a version the workers cannot
 //!   run) call `jq._launcher_wake()`; jq's utility hook sees `DROP EXTENSION jq` and
 //!   `COMMIT PREPARED` (whose transaction may have created it). At commit the backend sets the
 //!   database's bit in the change filter ([`Presence::mark_changed`]) and wakes the launcher,
 //!   which forgets what it knew about the databases of the set bits and probes them again
 //!   (within a second of the commit). A served database's own worker also notices a dropped jq
-//!   at its next pass. Dropping the schema jq with CASCADE drops the extension without either:
-//!   for an unserved database, the launcher then counts it until the backstop below.
-//! * **No stale answer.** A probe reads [`Presence::generation`] before its look and reports it;
-//!   a commit bumps the generation before it sets its bit; the launcher takes the probes'
+//!   at its next pass.
+//! * **No stale answer.** A probe (or a worker that finds jq gone) reads
+//!   [`Presence::generation`] before its look and reports it with its answer; a commit bumps the generation before it sets its bit; the launcher takes the probes'
 //!   answers before it takes the bits. So a look that missed a `CREATE EXTENSION` committing at
 //!   the same moment is either discarded (the generation moved before the launcher took it) or
 //!   forgotten again by the bit the launcher takes right after it.
 //! * **A backstop.** Each answer is looked at again after [`super::census::BACKSTOP_SECS`], in case
-//!   a change came by a path above does not see (a restore into a database from a physical
-//!   copy, say). A probe that could not report (the database refused the connection) is
-//!   retried after [`super::RECHECK_SECS`].
+//!   a change came by a path none of the above sees (`DROP SCHEMA jq CASCADE`, say). A probe
+//!   that could not answer (the database refused the connection) is retried after
+//!   [`super::RECHECK_SECS`]. A restarted launcher remembers nothing and probes every database
+//!   once again.
 //!
 //! The launcher also publishes here which databases with jq it cannot serve (all slots taken),
 //! for `jq.status()` ([`Presence::unserved`]).
+//!
+//! Checked by `a_database_with_jq_created_last_is_served_past_many_without_jq` and
+//! `databases_with_jq_past_the_slots_are_warned_once_and_named_in_status` in
+//! pg_test/tests/bgworker/launcher.rs, and the stale-answer rule by the unit tests of census.rs.
 
 use crate::shmem::{Area, Zeroable};
 use crate::spin::SpinCell;
