@@ -13,8 +13,8 @@ use std::collections::HashMap;
 /// Seconds after which an answer is checked again by a new probe (the backstop for a change
 /// that no commit reported).
 pub const BACKSTOP_SECS: i64 = 600;
-/// While probes are still finding databases, a changed count of unserved databases is logged at
-/// most this often (seconds); once every listed database is known, at once.
+/// While probes are still finding databases, a changed count of unserved databases is logged
+/// once it has stayed unlogged this long (seconds); once every listed database is known, at once.
 const UNSETTLED_WARN_SECS: i64 = 60;
 
 /// What the launcher knows about one database.
@@ -29,16 +29,13 @@ enum Known {
 }
 
 /// The launcher's memory of the databases and of its last warning.
+#[derive(Default)]
 pub struct Census {
     known: HashMap<u32, Known>,
-    /// The unserved count last logged, and when.
-    warned: (usize, i64),
-}
-
-impl Default for Census {
-    fn default() -> Self {
-        Census { known: HashMap::new(), warned: (0, 0) }
-    }
+    /// The unserved count last logged.
+    warned: usize,
+    /// Since when the unserved count differs from `warned` (None: it does not).
+    differs_since: Option<i64>,
 }
 
 impl Census {
@@ -97,11 +94,15 @@ impl Census {
 
     /// Logs the number of databases with jq left without a slot when it changed: once per
     /// change, not once per pass. While probes are still finding databases (`settled` false, e.g.
-    /// right after a server start) the count may climb one by one; it is then logged at most
-    /// every [`UNSETTLED_WARN_SECS`] s, and at once when everything is known.
+    /// right after a server start) the count may climb one by one; it is logged when everything
+    /// is known, or once it has differed for [`UNSETTLED_WARN_SECS`] s.
     pub fn warn_unserved(&mut self, unserved: usize, slots: usize, settled: bool, now: i64) {
-        let (last, at) = self.warned;
-        if unserved == last || (!settled && now - at < UNSETTLED_WARN_SECS * USECS_PER_SEC) {
+        if unserved == self.warned {
+            self.differs_since = None;
+            return;
+        }
+        let since = *self.differs_since.get_or_insert(now);
+        if !settled && now - since < UNSETTLED_WARN_SECS * USECS_PER_SEC {
             return;
         }
         if unserved > 0 {
@@ -114,7 +115,8 @@ impl Census {
         } else {
             log!("jq launcher: every database with jq has a maintenance worker again");
         }
-        self.warned = (unserved, now);
+        self.warned = unserved;
+        self.differs_since = None;
     }
 }
 

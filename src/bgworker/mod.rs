@@ -38,8 +38,10 @@ pub const RECHECK_SECS: i64 = 10;
 /// Seconds a database stays unserved after `DROP DATABASE` / rename / use as a template starts.
 pub const SUSPEND_SECS: i64 = 10;
 
-/// Attaches the database slots, registers the launcher and installs the `DROP DATABASE` hook.
-/// Called from `_PG_init` while preloading only.
+/// Attaches the database slots and the presence area, registers the launcher and installs the
+/// utility hook. Called from `_PG_init` while preloading only.
+// pgrx's macro tests the features of PostgreSQL versions this crate does not declare.
+#[allow(unexpected_cfgs)]
 pub fn init() {
     pgrx::pg_shmem_init!(SLOTS_HEADER);
     pgrx::pg_shmem_init!(SLOT_ARRAY);
