@@ -13,9 +13,10 @@ use std::ffi::CString;
 /// extension installed.
 pub static DATABASES: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 
-/// `jq.max_databases` (postmaster): how many databases with jq the launcher serves at once, the
-/// number of database slots in shared memory (src/bgworker/slots.rs). Databases without jq take
-/// none. Past it, databases with jq are not served; the launcher logs how many, once per change.
+/// `jq.max_databases` (postmaster, defined only when jq is preloaded): how many databases with
+/// jq the launcher serves at once, the number of database slots in shared memory
+/// (src/bgworker/slots.rs). Databases without jq take none. Past it, databases with jq are not
+/// served; the launcher logs how many, once per change.
 pub static MAX_DATABASES: GucSetting<i32> = GucSetting::<i32>::new(64);
 
 /// The largest `jq.max_databases`.
@@ -72,16 +73,21 @@ pub fn init() {
         GucContext::Sighup,
         GucFlags::default(),
     );
-    GucRegistry::define_int_guc(
-        c"jq.max_databases",
-        c"How many databases with jq the background workers serve at once (shared-memory slots).",
-        c"Databases without jq take no slot. Past it, databases with jq are not served and the launcher logs how many. Takes a server restart.",
-        &MAX_DATABASES,
-        1,
-        MAX_DATABASES_LIMIT,
-        GucContext::Postmaster,
-        GucFlags::default(),
-    );
+    // A postmaster setting can only be defined while the server starts (PostgreSQL refuses it
+    // later: FATAL), i.e. when jq is preloaded, which is also the only case that uses it.
+    // SAFETY: a PostgreSQL global, read in _PG_init.
+    if unsafe { pgrx::pg_sys::process_shared_preload_libraries_in_progress } {
+        GucRegistry::define_int_guc(
+            c"jq.max_databases",
+            c"How many databases with jq the background workers serve at once (shared-memory slots).",
+            c"Databases without jq take no slot. Past it, databases with jq are not served and the launcher logs how many. Takes a server restart.",
+            &MAX_DATABASES,
+            1,
+            MAX_DATABASES_LIMIT,
+            GucContext::Postmaster,
+            GucFlags::default(),
+        );
+    }
     GucRegistry::define_int_guc(
         c"jq.tick_interval",
         c"Time between maintenance passes (promote, reap, cron, prune) of each jq worker.",

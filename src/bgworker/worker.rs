@@ -179,10 +179,11 @@ fn take_slot(slot: &DbSlot) -> bool {
 /// Whether jq is still installed here; if not, records NoExtension with the presence
 /// generation read before the look, for the launcher, which frees the slot and remembers the
 /// database as without jq unless a `CREATE EXTENSION jq` committed meanwhile
-/// (src/bgworker/presence.rs).
+/// (src/bgworker/presence.rs). A look that failed (logged) says nothing: the worker goes on and
+/// looks again at its next pass, rather than have the launcher forget a database with jq.
 fn still_installed(slot: &DbSlot) -> bool {
     let generation = presence::get().map(|p| p.generation()).unwrap_or(0);
-    if let Ok(true) = extension_ready() {
+    if extension_ready() != Ok(false) {
         return true;
     }
     slot.with(|s| {
