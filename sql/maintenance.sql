@@ -569,14 +569,16 @@ AS $$
     ORDER BY 1
 $$;
 COMMENT ON FUNCTION jq.status() IS
-'The background workers, one row per database the launcher tracks (all databases of the '
-'cluster): state (running, starting, restarting, no extension, suspended while the database '
-'is dropped/renamed/copied, waiting for a worker slot), the worker''s pid, when it started, '
+'The background workers, one row per database with jq that the launcher has a slot for (any '
+'database of the cluster; databases without jq have no row): state (running, starting, '
+'restarting, suspended while the database is dropped/renamed/copied, waiting for a worker slot, '
+'no extension for a moment after jq was dropped), the worker''s pid, when it started, '
 'the time, number and duration (pass_ms, milliseconds) of its passes with the counts of the '
 'last one (promoted, reaped, fired cron jobs, pruned rows, NOTIFYs sent on channel jq_ready), '
 'and its last error with its time. Without jq in shared_preload_libraries: one row saying so. '
-'The calling database, if the launcher tracks no slot for it (not in jq.databases, or more than '
-'64 databases), gets a row in state not served, whose last_error says why.';
+'A row in state not served, whose last_error says why, for each database with jq left without '
+'a slot because all jq.max_databases are taken (the first 64), and for the calling database '
+'when it has jq but no slot (not in jq.databases, or not found yet).';
 
 -- A database that just got jq is served within a second rather than at the next recheck.
 SELECT jq._launcher_wake();
@@ -771,4 +773,6 @@ COMMENT ON FUNCTION jq._status() IS
 COMMENT ON FUNCTION jq._preloaded() IS
 'Whether jq is in shared_preload_libraries (background workers and shared-memory wakeups on).';
 COMMENT ON FUNCTION jq._launcher_wake() IS
-'Internal: asks the launcher to look for databases now (run by CREATE EXTENSION jq).';
+'Internal: when the transaction commits, tells the launcher that jq may have appeared in this '
+'database, which it then checks within a second (run by CREATE EXTENSION jq and ALTER EXTENSION '
+'jq UPDATE).';

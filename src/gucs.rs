@@ -1,8 +1,9 @@
 //! jq's configuration parameters (GUCs), all named `jq.<word>`.
 //!
 //! Registered in `_PG_init`, before the background workers are, so that a preloaded library
-//! reads them from postgresql.conf. `jq.databases` and `jq.tick_interval` are `sighup`
-//! (change them and `SELECT pg_reload_conf()`); `jq.poll_interval` may be set per session.
+//! reads them from postgresql.conf. `jq.max_databases` takes a server restart; `jq.databases`
+//! and `jq.tick_interval` are `sighup` (change them and `SELECT pg_reload_conf()`);
+//! `jq.poll_interval` may be set per session.
 
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
 use std::ffi::CString;
@@ -11,6 +12,15 @@ use std::ffi::CString;
 /// ending in `*` is a prefix: `app_*`); empty (the default) serves every database that has the
 /// extension installed.
 pub static DATABASES: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+
+/// `jq.max_databases` (postmaster, defined only when jq is preloaded): how many databases with
+/// jq the launcher serves at once, the number of database slots in shared memory
+/// (src/bgworker/slots.rs). Databases without jq take none. Past it, databases with jq are not
+/// served; the launcher logs how many, once per change.
+pub static MAX_DATABASES: GucSetting<i32> = GucSetting::<i32>::new(64);
+
+/// The largest `jq.max_databases`.
+pub const MAX_DATABASES_LIMIT: i32 = 4096;
 
 /// `jq.tick_interval`: milliseconds between two maintenance passes of a database's worker.
 pub static TICK_INTERVAL_MS: GucSetting<i32> = GucSetting::<i32>::new(1000);
@@ -63,6 +73,21 @@ pub fn init() {
         GucContext::Sighup,
         GucFlags::default(),
     );
+    // A postmaster setting can only be defined while the server starts (PostgreSQL refuses it
+    // later: FATAL), i.e. when jq is preloaded, which is also the only case that uses it.
+    // SAFETY: a PostgreSQL global, read in _PG_init.
+    if unsafe { pgrx::pg_sys::process_shared_preload_libraries_in_progress } {
+        GucRegistry::define_int_guc(
+            c"jq.max_databases",
+            c"How many databases with jq the background workers serve at once (shared-memory slots).",
+            c"Databases without jq take no slot. Past it, databases with jq are not served and the launcher logs how many. Takes a server restart.",
+            &MAX_DATABASES,
+            1,
+            MAX_DATABASES_LIMIT,
+            GucContext::Postmaster,
+            GucFlags::default(),
+        );
+    }
     GucRegistry::define_int_guc(
         c"jq.tick_interval",
         c"Time between maintenance passes (promote, reap, cron, prune) of each jq worker.",
@@ -127,6 +152,20 @@ pub fn init() {
         GucContext::Suset,
         GucFlags::default(),
     );
+}
+
+/// Whether `jq.databases` lists database `name` (an empty setting lists every database).
+pub fn database_listed(name: &str) -> bool {
+    let wanted = databases();
+    wanted.is_empty() || wanted.iter().any(|w| database_matches(w, name))
+}
+
+/// `jq.databases` entry `pattern` names `name`: equal, or a prefix followed by `*`.
+fn database_matches(pattern: &str, name: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => pattern == name,
+    }
 }
 
 /// The `jq.databases` list, trimmed; empty means every database.

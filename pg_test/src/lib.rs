@@ -11,6 +11,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 pub mod fingerprint;
+pub mod own_cluster;
 pub mod populate;
 pub mod waiting;
 

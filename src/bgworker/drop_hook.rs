@@ -3,9 +3,14 @@
 //! another session is connected to that database, so jq's maintenance worker there is stopped
 //! first and not restarted for [`super::SUSPEND_SECS`] s
 //! (`drop_database_and_template_use_are_not_blocked_by_the_worker` in pg_test/tests/bgworker/launcher.rs).
+//!
+//! It also tells the launcher, at commit, of the statements after which a database may have
+//! lost or gained jq without `jq._launcher_wake()` running: `DROP EXTENSION jq` and
+//! `COMMIT PREPARED` (src/bgworker/presence.rs).
 
 use super::process::{now_ts, terminate, USECS_PER_SEC};
 use super::slots::{self, SlotState};
+use crate::gucs;
 use super::SUSPEND_SECS;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -40,12 +45,21 @@ fn suspend_database(dbname: *const std::ffi::c_char) {
     if !allowed {
         return;
     }
-    if let Some(slot) = sh.slot_of(oid.to_u32()) {
+    let until = now_ts() + SUSPEND_SECS * USECS_PER_SEC;
+    // A listed database without a slot (no jq known yet, or all slots taken) gets one in state
+    // Suspended, so that the launcher does not start a worker there while the statement waits
+    // (a probe that connects meanwhile leaves within milliseconds, well inside that wait).
+    // SAFETY: dbname is a valid C string (checked non-null above).
+    let listed = || gucs::database_listed(&unsafe { std::ffi::CStr::from_ptr(dbname) }.to_string_lossy());
+    let slot = sh.slot_of(oid.to_u32()).or_else(|| {
+        listed().then(|| sh.slot_for_in(oid.to_u32(), SlotState::Suspended, until)).flatten()
+    });
+    if let Some(slot) = slot {
         let pid = slot.with(|s| {
             let pid = s.pid;
             s.state = SlotState::Suspended;
             s.pid = 0;
-            s.recheck_at = now_ts() + SUSPEND_SECS * USECS_PER_SEC;
+            s.recheck_at = until;
             pid
         });
         // DROP DATABASE then waits (up to 5 s, PostgreSQL's own loop) for the worker to leave.
@@ -53,8 +67,22 @@ fn suspend_database(dbname: *const std::ffi::c_char) {
     }
 }
 
-/// Suspends the database a utility statement is about to drop, rename or copy (see the module
-/// documentation).
+/// Whether `stmt` drops the extension jq.
+///
+/// # Safety
+/// `stmt` is a valid `DropStmt`.
+unsafe fn drops_jq(stmt: *mut pg_sys::DropStmt) -> bool {
+    // SAFETY: for OBJECT_EXTENSION the objects are String nodes (the grammar's name_list).
+    unsafe {
+        (*stmt).removeType == pg_sys::ObjectType::OBJECT_EXTENSION
+            && pgrx::PgList::<pg_sys::String>::from_pg((*stmt).objects).iter_ptr().any(|n| {
+                !n.is_null() && !(*n).sval.is_null() && std::ffi::CStr::from_ptr((*n).sval).to_bytes() == b"jq"
+            })
+    }
+}
+
+/// Suspends the database a utility statement is about to drop, rename or copy, and notes a
+/// statement that may drop or create jq here (see the module documentation).
 ///
 /// # Safety
 /// `node` is a valid utility statement node.
@@ -71,6 +99,15 @@ unsafe fn suspend_for(node: *mut pg_sys::Node) {
                 let r = node as *mut pg_sys::RenameStmt;
                 if (*r).renameType == pg_sys::ObjectType::OBJECT_DATABASE {
                     suspend_database((*r).subname);
+                }
+            }
+            pg_sys::NodeTag::T_DropStmt if drops_jq(node as *mut pg_sys::DropStmt) => {
+                super::note_presence_change();
+            }
+            pg_sys::NodeTag::T_TransactionStmt => {
+                let t = node as *mut pg_sys::TransactionStmt;
+                if (*t).kind == pg_sys::TransactionStmtKind::TRANS_STMT_COMMIT_PREPARED {
+                    super::note_presence_change();
                 }
             }
             pg_sys::NodeTag::T_CreatedbStmt if !in_block => {

@@ -1,8 +1,8 @@
-//! Process plumbing shared by the launcher and the maintenance workers: signals, liveness,
-//! configuration reloads, the clock.
+//! Process plumbing shared by the launcher, the maintenance workers and the probes: signals,
+//! liveness, worker handles, configuration reloads, the clock.
 
-use pgrx::bgworkers::BackgroundWorker;
-use pgrx::pg_sys;
+use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder};
+use pgrx::{pg_sys, PgMemoryContexts};
 
 /// µs per second (PostgreSQL timestamps are µs).
 pub const USECS_PER_SEC: i64 = 1_000_000;
@@ -53,5 +53,42 @@ pub fn reload_config_if_asked() {
     if BackgroundWorker::sighup_received() {
         // SAFETY: called from a worker's main loop, outside any transaction.
         unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
+    }
+}
+
+/// A dynamic background worker this process registered (its `bgw_notify_pid`): whether it has
+/// stopped. Unlike pgrx's handle, the PostgreSQL handle is freed on drop, so a launcher that
+/// starts a probe every few seconds for months does not grow.
+pub struct WorkerHandle(*mut pg_sys::BackgroundWorkerHandle);
+
+impl WorkerHandle {
+    /// Registers the worker `builder` describes; None when no background worker slot is free
+    /// (`max_worker_processes`).
+    pub fn register(builder: &BackgroundWorkerBuilder) -> Option<WorkerHandle> {
+        let mut bgw: pg_sys::BackgroundWorker = builder.into();
+        let mut handle: *mut pg_sys::BackgroundWorkerHandle = std::ptr::null_mut();
+        // SAFETY: registers a filled-in worker; the handle is allocated in TopMemoryContext so
+        // that it lives until dropped, whatever context is current.
+        let ok = unsafe {
+            PgMemoryContexts::TopMemoryContext
+                .switch_to(|_| pg_sys::RegisterDynamicBackgroundWorker(&mut bgw, &mut handle))
+        };
+        // Built only on success: a handle around NULL would be freed on drop.
+        (ok && !handle.is_null()).then(|| WorkerHandle(handle))
+    }
+
+    /// Whether the worker has exited (or was never started and never will be).
+    pub fn stopped(&self) -> bool {
+        let mut pid: pg_sys::pid_t = 0;
+        // SAFETY: a handle returned by RegisterDynamicBackgroundWorker, not yet freed.
+        let status = unsafe { pg_sys::GetBackgroundWorkerPid(self.0, &mut pid) };
+        status == pg_sys::BgwHandleStatus::BGWH_STOPPED
+    }
+}
+
+impl Drop for WorkerHandle {
+    fn drop(&mut self) {
+        // SAFETY: the handle is a palloc'd chunk owned by this value.
+        unsafe { pg_sys::pfree(self.0.cast()) };
     }
 }

@@ -1,16 +1,20 @@
-//! The database slots in shared memory: one per database the launcher serves, with its
-//! worker's state and last pass (for `jq.status()`), and the ready filter behind
-//! `NOTIFY jq_ready` ([`super::notify`]).
+//! The database slots in shared memory: one per database with jq that the launcher serves
+//! (`jq.max_databases` of them), with its worker's state and last pass (for `jq.status()`), and
+//! the ready filter behind `NOTIFY jq_ready` ([`super::notify`]). Databases without jq take no
+//! slot ([`super::presence`]).
 //!
 //! A slot's status is a record under a spin lock ([`SpinCell`]), never held across a call into
 //! PostgreSQL; slots are allocated and freed under the table's own spin lock.
 
-use crate::shmem::{Area, Zeroable};
+use crate::gucs;
+use crate::shmem::{Area, ArrayArea, Zeroable};
 use crate::spin::{self, SpinCell};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 
-/// Databases the launcher can track at once.
-pub const MAX_DATABASES: usize = 64;
+/// How many slots there are: `jq.max_databases`, fixed at server start.
+pub fn max_databases() -> usize {
+    gucs::MAX_DATABASES.get().clamp(1, gucs::MAX_DATABASES_LIMIT) as usize
+}
 /// Bits of the per-database ready filter (by [`crate::queue_hash::QueueHash::bit`]).
 pub const READY_BITS: usize = 1024;
 /// Bytes kept of a worker's last error.
@@ -27,7 +31,7 @@ pub enum SlotState {
     Starting = 1,
     /// A worker is running passes.
     Running = 2,
-    /// The worker found no jq extension; recheck later.
+    /// The worker found no jq extension (`DROP EXTENSION`): the launcher frees the slot.
     NoExtension = 3,
     /// `DROP DATABASE` / rename / copy in progress: do not start a worker before `recheck_at`.
     Suspended = 4,
@@ -59,12 +63,10 @@ pub struct SlotStatus {
     pub pass_ms: f64,
     pub error_at: i64,
     pub recheck_at: i64,
-    /// Bumped at the commit of `CREATE EXTENSION jq` in this database.
-    pub ext_gen: u64,
-    /// The last look found no jq in this database. Kept while a recheck starts a worker (states
-    /// Starting, Running before its check, or NoSlot when the worker pool is full), so that
-    /// jq.status() goes on saying `no extension` instead of a worker that is starting or down.
-    pub without_ext: bool,
+    /// In state NoExtension: [`super::presence::Presence::generation`] read before the check
+    /// that found no jq, so that the launcher can tell a finding made stale by a
+    /// `CREATE EXTENSION jq` that committed meanwhile.
+    pub checked_gen: u64,
     pub error_len: u32,
     pub error: [u8; ERROR_BYTES],
 }
@@ -78,7 +80,7 @@ impl SlotStatus {
         SlotStatus {
             dboid, state, pid: 0, started_at: 0, last_pass_at: 0, passes: 0, promoted: 0,
             reaped: 0, fired: 0, pruned: 0, notified: 0, pass_ms: 0.0, error_at: 0, recheck_at: 0,
-            ext_gen: 0, without_ext: false, error_len: 0, error: [0; ERROR_BYTES],
+            checked_gen: 0, error_len: 0, error: [0; ERROR_BYTES],
         }
     }
 
@@ -123,7 +125,7 @@ impl DbSlot {
     }
 }
 
-/// The shared area of the background workers.
+/// The shared area of the background workers (the slots themselves are [`SLOTS`]).
 #[repr(C)]
 pub struct Databases {
     /// pid of the launcher (0 when none).
@@ -132,24 +134,31 @@ pub struct Databases {
     pub launcher_procno: AtomicI32,
     /// Guards allocating and freeing slots.
     slots_lock: AtomicBool,
-    pub dbs: [DbSlot; MAX_DATABASES],
 }
 
-// SAFETY: atomics and zeroable slots.
+// SAFETY: atomics.
 unsafe impl Zeroable for Databases {}
 
-/// The database slots; attached by [`super::init`].
+/// The launcher's header; attached by [`super::init`].
 pub static AREA: Area<Databases> = Area::new(c"jq databases");
+
+/// The database slots, `jq.max_databases` of them; attached by [`super::init`].
+pub static SLOTS: ArrayArea<DbSlot> = ArrayArea::new(c"jq database slots", max_databases);
 
 /// The database slots, or `None` when jq was not preloaded.
 pub fn get() -> Option<&'static Databases> {
-    AREA.get()
+    SLOTS.get().and(AREA.get())
 }
 
 impl Databases {
+    /// Every slot, free or used.
+    pub fn dbs(&self) -> &'static [DbSlot] {
+        SLOTS.get().unwrap_or_default()
+    }
+
     /// The slot of database `dboid`, if it has one.
     pub fn slot_of(&self, dboid: u32) -> Option<&DbSlot> {
-        self.dbs.iter().find(|s| s.holds(dboid))
+        self.dbs().iter().find(|s| s.holds(dboid))
     }
 
     /// As [`Databases::slot_of`], for hot paths (a committing transaction): tries the slot this
@@ -159,27 +168,30 @@ impl Databases {
         thread_local! {
             static LAST: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
         }
-        if let Some(s) = self.dbs.get(LAST.get()).filter(|s| s.holds(dboid)) {
+        let dbs = self.dbs();
+        if let Some(s) = dbs.get(LAST.get()).filter(|s| s.holds(dboid)) {
             return Some(s);
         }
-        let i = self.dbs.iter().position(|s| s.holds(dboid))?;
+        let i = dbs.iter().position(|s| s.holds(dboid))?;
         LAST.set(i);
-        Some(&self.dbs[i])
+        Some(&dbs[i])
     }
 
     /// The slot of `dboid`, allocating a free one (in state Starting). None when the table is full.
     pub fn slot_for(&self, dboid: u32) -> Option<&DbSlot> {
-        self.slot_for_in(dboid, SlotState::Starting)
+        self.slot_for_in(dboid, SlotState::Starting, 0)
     }
 
-    /// The slot of `dboid`, allocating a free one in `state`. None when the table is full.
-    pub fn slot_for_in(&self, dboid: u32, state: SlotState) -> Option<&DbSlot> {
+    /// The slot of `dboid`, allocating a free one in `state` with `recheck_at` (set together, so
+    /// the launcher never sees the one without the other). None when the table is full.
+    pub fn slot_for_in(&self, dboid: u32, state: SlotState, recheck_at: i64) -> Option<&DbSlot> {
         spin::acquire(&self.slots_lock);
         let found = self.slot_of(dboid).or_else(|| {
-            self.dbs.iter().find(|s| {
+            self.dbs().iter().find(|s| {
                 s.with(|st| {
                     if st.state == SlotState::Free {
                         *st = SlotStatus::new(dboid, state);
+                        st.recheck_at = recheck_at;
                         // A freed slot keeps the ready bits its last database set and nobody took;
                         // the new database must not NOTIFY its queues for them (checked by
                         // bgworker::long_poll::a_session_with_wakeups_off_wakes_nobody_and_loses_nothing,
@@ -198,9 +210,17 @@ impl Databases {
         found
     }
 
+    /// The used slots by database oid (one scan; for the launcher's pass).
+    pub fn held(&self) -> std::collections::HashMap<u32, &'static DbSlot> {
+        self.dbs()
+            .iter()
+            .filter_map(|s| s.with(|st| (st.state != SlotState::Free).then_some(st.dboid)).map(|oid| (oid, s)))
+            .collect()
+    }
+
     /// Copies of every used slot.
     pub fn statuses(&self) -> Vec<SlotStatus> {
-        self.dbs
+        self.dbs()
             .iter()
             .map(|s| s.with(|st| *st))
             .filter(|st| st.state != SlotState::Free)

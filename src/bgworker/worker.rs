@@ -10,6 +10,7 @@
 
 use super::notify::notify_ready_queues;
 use super::process::{die_on_sigterm, now_ts, process_alive, reload_config_if_asked, USECS_PER_SEC};
+use super::presence;
 use super::slots::{self, DbSlot, SlotState};
 use super::RECHECK_SECS;
 use crate::{backend, gucs};
@@ -83,7 +84,7 @@ fn run_duty(duty: &str) -> Duty {
 }
 
 /// Whether jq (recent enough for this library) is installed in the connected database.
-fn extension_ready() -> Result<bool, String> {
+pub fn extension_ready() -> Result<bool, String> {
     in_transaction(|| {
         Spi::get_one::<bool>(
             "SELECT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'jq') \
@@ -129,7 +130,9 @@ pub extern "C-unwind" fn jq_db_worker_main(arg: pg_sys::Datum) {
         pg_sys::SetConfigOption(c"lock_timeout".as_ptr(), c"5s".as_ptr(),
                                 pg_sys::GucContext::PGC_SUSET, pg_sys::GucSource::PGC_S_SESSION);
     }
-    let Some(slot) = slots::get().and_then(|sh| sh.slot_for(dboid)) else { return };
+    // The launcher gave the slot before it started this worker; none left means it took it
+    // back meanwhile (the database left jq.databases).
+    let Some(slot) = slots::get().and_then(|sh| sh.slot_of(dboid)) else { return };
     if !take_slot(slot) {
         return;
     }
@@ -173,19 +176,21 @@ fn take_slot(slot: &DbSlot) -> bool {
     })
 }
 
-/// Whether jq is still installed here; if not, records NoExtension (rechecked after
-/// [`RECHECK_SECS`], or at once when a `CREATE EXTENSION` committed during the check).
+/// Whether jq is still installed here; if not, records NoExtension with the presence
+/// generation read before the look, for the launcher, which frees the slot and remembers the
+/// database as without jq unless a `CREATE EXTENSION jq` committed meanwhile
+/// (src/bgworker/presence.rs). A look that failed (logged) says nothing: the worker goes on and
+/// looks again at its next pass, rather than have the launcher forget a database with jq.
 fn still_installed(slot: &DbSlot) -> bool {
-    let gen = slot.with(|s| s.ext_gen);
-    if let Ok(true) = extension_ready() {
-        slot.with(|s| s.without_ext = false);
+    let generation = presence::get().map(|p| p.generation()).unwrap_or(0);
+    if extension_ready() != Ok(false) {
         return true;
     }
     slot.with(|s| {
         s.state = SlotState::NoExtension;
-        s.without_ext = true;
+        s.checked_gen = generation;
         s.pid = 0;
-        s.recheck_at = if s.ext_gen != gen { 0 } else { now_ts() + RECHECK_SECS * USECS_PER_SEC };
+        s.recheck_at = now_ts() + RECHECK_SECS * USECS_PER_SEC;
     });
     false
 }

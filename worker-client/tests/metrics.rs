@@ -52,26 +52,34 @@ fn alter_queue_sets_flow_control_options() {
     assert!(String::from_utf8_lossy(&out.stderr).starts_with("jqctl: error: "));
 }
 
-/// `jq_worker_up` covers databases with jq only. jq.status() also lists the databases the
-/// launcher looked at and found without jq (state `no extension`); exported as
-/// `jq_worker_up 0`, they made the documented JqMaintenanceStalled alert fire for `postgres`
-/// and every other such database. Seen failing before metrics left them out (the line
-/// `jq_worker_up{database="jqt_bgw_noext_…"} 0` was there).
+/// `jq_worker_up` covers databases with jq only. The launcher used to keep a row in state
+/// `no extension` for every database it found without jq; exported as `jq_worker_up 0`, they
+/// made the documented JqMaintenanceStalled alert fire for `postgres` and every other such
+/// database (seen failing before metrics left them out: the line
+/// `jq_worker_up{database="jqt_bgw_noext_…"} 0` was there). Now a database without jq has no
+/// row, and one that drops jq keeps its `no extension` row only until the launcher's next pass
+/// (which metrics still leaves out): after DROP EXTENSION jq, the database leaves jq.status()
+/// and metrics has no line for it.
 #[test]
 fn databases_without_jq_are_not_reported_as_workers_down() {
     let db = TestDb::new("metricsnoext");
     let mut c = db.connect();
-    // A database the test cluster's launcher tracks (jq.databases = 'jqt_bgw_*'), without jq.
+    // A database the test cluster's launcher serves (jq.databases = 'jqt_bgw_*'), then without jq.
     let noext = format!("jqt_bgw_noext_{}", std::process::id());
     let mut a = Client::connect(&conninfo_at(port(), "postgres"), NoTls).unwrap();
     // Two calls: a multi-statement batch is one transaction, which DROP DATABASE refuses.
     a.batch_execute(&format!("DROP DATABASE IF EXISTS {noext} WITH (FORCE)")).unwrap();
     a.batch_execute(&format!("CREATE DATABASE {noext}")).unwrap();
-    wait_until(Duration::from_secs(20), "the launcher finds the database without jq", || {
-        c.query_opt("SELECT 1 FROM jq.status() WHERE database = $1 AND state = 'no extension'", &[&noext])
-            .unwrap()
-            .is_some()
+    let mut n = Client::connect(&conninfo_at(port(), &noext), NoTls).unwrap();
+    n.batch_execute("CREATE EXTENSION jq").unwrap();
+    wait_until(Duration::from_secs(20), "the launcher serves the database", || {
+        c.query_opt("SELECT 1 FROM jq.status() WHERE database = $1 AND state = 'running'", &[&noext]).unwrap().is_some()
     });
+    n.batch_execute("DROP EXTENSION jq").unwrap();
+    wait_until(Duration::from_secs(20), "the database without jq leaves jq.status()", || {
+        c.query_opt("SELECT 1 FROM jq.status() WHERE database = $1", &[&noext]).unwrap().is_none()
+    });
+    drop(n);
     let out = db.jqctl().args(["metrics", "--once"]).output().unwrap();
     a.batch_execute(&format!("DROP DATABASE IF EXISTS {noext} WITH (FORCE)")).unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

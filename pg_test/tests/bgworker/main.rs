@@ -2,6 +2,8 @@
 //! which `pg_test/run` starts with `shared_preload_libraries = jq`, `jq.tick_interval = 1s` and
 //! `jq.databases = 'jqt_bgw_*'`: only these tests' databases (`TestDb::new("bgw_…")`) are
 //! served, and no test here calls `jq.tick()` — maintenance happens only if the worker does it.
+//! The slot tests of launcher.rs start clusters of their own (jq_pg_test::own_cluster) with two
+//! slots (`jq.max_databases = 2`) or a full worker pool.
 //!
 //! Negative controls (each seen failing):
 //! * `JQ_TEST_BREAK=no_wake`: enqueue no longer wakes waiting claims → the long-poll tests wait
@@ -12,8 +14,11 @@
 //! * The cargo feature `break-wake-merge` (a jq built with `tools/install --features
 //!   break-wake-merge`): a wakeup may choose a waiter that already owes a look, merging two
 //!   wakeups into one → lost_wakeups.rs fails ("a waiter was not woken within 5s").
+//! * The cargo feature `break-slot-per-database` (`tools/install --features
+//!   break-slot-per-database`): the launcher gives every listed database a slot, with or without
+//!   jq, and logs each one past the slots at every pass → the two slot tests of launcher.rs fail.
 //! * The restart tests were seen failing with the launcher's respawn of exited workers removed
-//!   (a manual edit of `launcher_pass` in src/bgworker/launcher.rs: `SlotState::Exited => false`).
+//!   (a manual edit of `start_due` in src/bgworker/launcher.rs: `SlotState::Exited => false`).
 
 mod duties;
 mod launcher;
