@@ -274,8 +274,11 @@ DECLARE
     v_caller oid := jq._redeem(clear_hook.caller_ticket);
     v_queue  text;
 BEGIN
-    SELECT p.queue INTO v_queue FROM jq.pending_hooks p WHERE p.job_id = clear_hook.id;
-    IF NOT FOUND THEN
+    -- The job's queue, or its pending hook's once retention pruned the job: checked whether or
+    -- not a hook is pending, so that a role learns nothing of jobs of queues it may not use.
+    v_queue := coalesce((SELECT j.queue FROM jq.jobs j WHERE j.id = clear_hook.id),
+                        (SELECT p.queue FROM jq.pending_hooks p WHERE p.job_id = clear_hook.id));
+    IF v_queue IS NULL THEN
         RETURN false;
     END IF;
     IF jq._denial(v_caller, ARRAY[v_queue], 'admin') IS NOT NULL THEN
