@@ -120,6 +120,21 @@ COMMENT ON FUNCTION jq._lock_queue_for_snapshot(text) IS
 'Internal: outside READ COMMITTED, locks the queue row FOR KEY SHARE (40001 if it was dropped '
 'after the snapshot). Used by jq.enqueue and jq.enqueue_many.';
 
+-- A kind's defaults for a new job (sql/kinds.sql): its max_attempts and timeout, or NULLs. Only
+-- in a queue with kinds (has_kinds, the queue row's flag) is jq.kinds read; else the function
+-- is a row of NULLs. A plain SQL function the planner inlines into the enqueue's INSERT (a
+-- set-returning one: only those are inlined in FROM).
+CREATE OR REPLACE FUNCTION jq._kind_defaults(has_kinds boolean, queue text, kind text)
+RETURNS TABLE (max_attempts integer, timeout interval)
+LANGUAGE sql STABLE AS $$
+    SELECT k.max_attempts, k.timeout
+    FROM (SELECT) one LEFT JOIN jq.kinds k
+         ON _kind_defaults.has_kinds AND k.queue = _kind_defaults.queue AND k.kind = _kind_defaults.kind
+$$;
+COMMENT ON FUNCTION jq._kind_defaults(boolean, text, text) IS
+'Internal: one row, max_attempts and timeout of kind in queue from jq.kinds (NULLs when has_kinds is '
+'false or the kind has no row): the defaults jq.enqueue and jq.enqueue_many give a new job.';
+
 CREATE OR REPLACE FUNCTION jq.enqueue(
     queue           text,
     payload         jsonb DEFAULT '{}',
@@ -169,14 +184,17 @@ BEGIN
     -- the end. No job is ever left behind in a dropped queue.
     IF enqueue.idempotency_key IS NULL THEN
         INSERT INTO jq.jobs (queue, kind, state, priority, max_attempts, run_at, created_at, payload,
-                             concurrency_key, base_priority, next_age_at)
+                             concurrency_key, base_priority, next_age_at, timeout)
         SELECT t.name, coalesce(enqueue.kind, t.name), v_state, coalesce(enqueue.priority, 0),
-               coalesce(enqueue.max_attempts, t.max_attempts), v_run_at, v_now, enqueue.payload,
+               coalesce(enqueue.max_attempts, k.max_attempts, t.max_attempts), v_run_at, v_now, enqueue.payload,
                enqueue.concurrency_key,
                -- priority aging (docs/flow-control.md): NULLs unless the queue ages
                CASE WHEN t.priority_aging IS NOT NULL THEN coalesce(enqueue.priority, 0) END,
-               v_run_at + t.priority_aging
-        FROM jq.queues t WHERE t.name = enqueue.queue
+               v_run_at + t.priority_aging, k.timeout
+        FROM jq.queues t
+        -- The kind's defaults (sql/kinds.sql), read only in a queue that has kinds.
+        LEFT JOIN LATERAL jq._kind_defaults(t.has_kinds, t.name, coalesce(enqueue.kind, t.name)) k ON true
+        WHERE t.name = enqueue.queue
           -- A job that is claimable at once wakes the claims waiting on its queue when this
           -- transaction commits, and moves the queue's claim-start hint back if it sorts before
           -- it (jq._wake_ready returns true; it only notes the queue and the job's key).
@@ -191,13 +209,15 @@ BEGIN
         -- return its id. The loop covers the holder finishing between our two statements.
         LOOP
             INSERT INTO jq.jobs (queue, kind, state, priority, max_attempts, run_at, created_at,
-                                 payload, idempotency_key, concurrency_key, base_priority, next_age_at)
+                                 payload, idempotency_key, concurrency_key, base_priority, next_age_at, timeout)
             SELECT t.name, coalesce(enqueue.kind, t.name), v_state, coalesce(enqueue.priority, 0),
-                   coalesce(enqueue.max_attempts, t.max_attempts), v_run_at, v_now, enqueue.payload,
+                   coalesce(enqueue.max_attempts, k.max_attempts, t.max_attempts), v_run_at, v_now, enqueue.payload,
                    enqueue.idempotency_key, enqueue.concurrency_key,
                    CASE WHEN t.priority_aging IS NOT NULL THEN coalesce(enqueue.priority, 0) END,
-                   v_run_at + t.priority_aging
-            FROM jq.queues t WHERE t.name = enqueue.queue
+                   v_run_at + t.priority_aging, k.timeout
+            FROM jq.queues t
+            LEFT JOIN LATERAL jq._kind_defaults(t.has_kinds, t.name, coalesce(enqueue.kind, t.name)) k ON true
+            WHERE t.name = enqueue.queue
               AND (v_state <> 'ready' OR jq._wake_ready(t.name, coalesce(enqueue.priority, 0), v_run_at))
             ON CONFLICT (queue, idempotency_key)
                 WHERE idempotency_key IS NOT NULL AND state IN ('scheduled', 'blocked', 'ready', 'running')
@@ -230,7 +250,8 @@ COMMENT ON FUNCTION jq.enqueue(text, jsonb, text, timestamptz, interval, integer
 '(object, array, scalar or JSON null; not SQL NULL), at most jq.max_payload_bytes(). kind: the '
 'name handlers dispatch on, default the queue name. run_at (timestamptz) or delay (interval) '
 'set when it becomes due; neither = now; a zero or negative delay = now; a past run_at keeps its '
-'place. priority: higher runs first (default 0). max_attempts: default the queue''s. '
+'place. priority: higher runs first (default 0). max_attempts: default its kind''s (jq.alter_kind), '
+'else the queue''s; the job''s timeout is its kind''s. '
 'idempotency_key: while a job with this key in this queue is scheduled, ready or running, '
 'returns that job''s id and changes nothing (safe under concurrency and rollback; under '
 'REPEATABLE READ a conflict with a newer row raises 40001, retry the transaction). '
@@ -320,18 +341,20 @@ BEGIN
         RETURN QUERY
         WITH ins AS (
             INSERT INTO jq.jobs (queue, kind, state, priority, max_attempts, run_at, created_at, payload,
-                                 base_priority, next_age_at)
+                                 base_priority, next_age_at, timeout)
             SELECT enqueue_many.queue, coalesce(s.kind, enqueue_many.queue),
                    CASE WHEN d.due > v_now THEN 'scheduled' ELSE 'ready' END::jq.job_state,
-                   coalesce(s.priority, 0), coalesce(s.max_attempts, t.max_attempts), d.due, v_now,
+                   coalesce(s.priority, 0), coalesce(s.max_attempts, k.max_attempts, t.max_attempts), d.due, v_now,
                    s.payload,
                    CASE WHEN t.priority_aging IS NOT NULL THEN coalesce(s.priority, 0) END,
-                   d.due + t.priority_aging
+                   d.due + t.priority_aging, k.timeout
             FROM jq._job_specs(enqueue_many.payloads, enqueue_many.specs, enqueue_many.kind,
                                enqueue_many.run_at, enqueue_many.delay, enqueue_many.priority,
                                enqueue_many.max_attempts) s,
                  LATERAL (SELECT jq._due_at(s.run_at, s.delay, v_now) AS due) d,
                  jq.queues t
+                 -- The kind's defaults (sql/kinds.sql), read only in a queue that has kinds.
+                 LEFT JOIN LATERAL jq._kind_defaults(t.has_kinds, t.name, coalesce(s.kind, enqueue_many.queue)) k ON true
             WHERE t.name = enqueue_many.queue  -- see jq.enqueue: no job for a dropped queue
               -- one wakeup per job claimable at once (jq._wake_ready only counts it)
               AND (d.due > v_now OR jq._wake_ready(t.name, coalesce(s.priority, 0), d.due))

@@ -204,10 +204,14 @@ DECLARE
     v_state jq.job_state;
     v_error text := jq._clip_error(fail.error);
 BEGIN
-    SELECT j.attempt, j.max_attempts, j.cancel_requested, q.backoff, q.backoff_base,
-           q.backoff_max, q.jitter, j.queue, j.concurrency_key
+    -- The retry policy when the attempt ends: the job's kind's (sql/kinds.sql), else the queue's.
+    SELECT j.attempt, j.max_attempts, j.cancel_requested, coalesce(k.backoff, q.backoff) AS backoff,
+           coalesce(k.backoff_base, q.backoff_base) AS backoff_base,
+           coalesce(k.backoff_max, q.backoff_max) AS backoff_max, coalesce(k.jitter, q.jitter) AS jitter,
+           j.queue, j.concurrency_key, k.on_dead
     INTO v_job
     FROM jq.jobs j LEFT JOIN jq.queues q ON q.name = j.queue
+         LEFT JOIN jq.kinds k ON q.has_kinds AND k.queue = j.queue AND k.kind = j.kind
     WHERE j.id = fail.id AND j.lease_token = fail.lease_token AND j.state::text = 'running'
     FOR UPDATE OF j;
     IF NOT FOUND THEN
@@ -252,14 +256,20 @@ BEGIN
     IF v_job.concurrency_key IS NOT NULL AND v_state IN ('dead', 'cancelled') THEN
         PERFORM jq._key_fill(v_job.queue, v_job.concurrency_key, 1);
     END IF;
+    -- The kind's exhaustion hook, in this transaction (sql/kinds.sql): a hook that raises is
+    -- recorded in jq.pending_hooks and retried by maintenance; this call still returns dead.
+    IF v_state = 'dead' AND v_job.on_dead IS NOT NULL THEN
+        PERFORM jq._on_dead(ARRAY[fail.id], v_now);
+    END IF;
     RETURN v_state;
 END $$;
 COMMENT ON FUNCTION jq.fail(bigint, uuid, text, interval) IS
 'Records a failed attempt of a running job and returns its new state: scheduled (retry at now + '
 'backoff; ready when the delay is zero) while attempt < max_attempts, else dead; cancelled if a '
 'cancellation was requested. The delay is retry_in (interval, overrides the policy) or the '
-'queue''s policy via jq.backoff_seconds: fixed/linear/exponential from backoff_base, capped at '
-'backoff_max, full jitter by default. error: any text (quotes, backslashes, "\u0000" kept '
+'policy of the job''s kind (jq.alter_kind), else of its queue, via jq.backoff_seconds: '
+'fixed/linear/exponential from backoff_base, capped at backoff_max, full jitter by default. A job '
+'that goes dead runs its kind''s on_dead hook in this transaction (jq.alter_kind). error: any text (quotes, backslashes, "\u0000" kept '
 'verbatim; longer than jq.max_error_length() is truncated with a marker). Fenced: NULL and no '
 'change unless the job is running under this lease_token. Errors: 22023 retry_in over 100 years '
 'or positive with a negative field (a zero or negative retry_in means now).';
@@ -280,7 +290,8 @@ BEGIN
     END IF;
     -- Bounded by the queue's max_lease (a lease of years pins the job and its slots), read once.
     UPDATE jq.jobs j SET (lease_expires_at, lease) = (
-        SELECT pg_catalog.clock_timestamp() + b.lease, b.lease
+        -- Never past the attempt's wall timeout (NULL: none), when maintenance ends it as failed.
+        SELECT LEAST(pg_catalog.clock_timestamp() + b.lease, j.started_at + j.timeout), b.lease
         FROM (SELECT LEAST(coalesce(heartbeat.extend, j.lease),
                            (SELECT q.max_lease FROM jq.queues q WHERE q.name = j.queue)) AS lease) b)
     WHERE j.id = heartbeat.id AND j.lease_token = heartbeat.lease_token AND j.state::text = 'running'
@@ -289,7 +300,7 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION jq.heartbeat(bigint, uuid, interval) IS
 'Extends the lease of a running job to now + extend (interval; default the lease length of the '
-'current claim), at most the queue''s max_lease, and returns (lease_expires_at, cancel_requested): a true cancel_requested asks '
+'current claim), at most the queue''s max_lease and never past started_at + the job''s timeout, and returns (lease_expires_at, cancel_requested): a true cancel_requested asks '
 'the handler to stop (jq.cancel). Fenced: both NULL and no change unless the job is running '
 'under this lease_token, so a stale worker cannot extend a newer claim. Errors: 22023 extend <= 0, '
 'over 100 years or with a negative field.';

@@ -131,7 +131,10 @@ LANGUAGE sql STABLE AS $$
                  'jq.expire_lease(bigint, uuid, bigint)',
                  'jq.schedule(text, text, text, jsonb, text, text, integer, integer, text, text, bigint)',
                  'jq.alter_schedule(text, text, text, jsonb, text, text, integer, integer, text, text, boolean, bigint)',
-                 'jq.unschedule(text, boolean, bigint)']::regprocedure[]
+                 'jq.unschedule(text, boolean, bigint)',
+                 'jq.alter_kind(text, text, integer, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, regprocedure, text[], bigint)',
+                 'jq.drop_kind(text, text, bigint)',
+                 'jq.clear_hook(bigint, bigint)']::regprocedure[]
 $$;
 COMMENT ON FUNCTION jq._queue_admin_functions() IS
 'Internal: the functions a per-queue admin grant lets a role execute (each checks the queue).';
@@ -223,7 +226,7 @@ END $$;
 COMMENT ON FUNCTION jq.grant(text, regrole, text, bigint) IS
 'grant(queue, role, privilege): lets role, and the roles that have its privileges, enqueue to '
 '(enqueue), claim from and so read the payloads of (work), or administer (admin: pause, resume, '
-'alter_queue, cancel, retry, schedule, alter_schedule, unschedule; implies enqueue '
+'alter_queue, cancel, retry, schedule, alter_schedule, unschedule, alter_kind, drop_kind, clear_hook; implies enqueue '
 'and work) queue; queue ''*'' = every queue, present and future. Also gives role the EXECUTE '
 'the privilege needs: membership in jq_producer (enqueue, admin) and jq_worker (work, admin), '
 'and EXECUTE on the per-queue admin functions (admin), except to jq''s own three roles, which are '
@@ -290,9 +293,9 @@ GRANT EXECUTE ON FUNCTION
     jq.cron_fires(text, timestamptz, timestamptz, text, integer),
     jq.backoff_seconds(text, double precision, double precision, integer, text, double precision),
     jq.max_payload_bytes(), jq.max_error_length(), jq.max_claim_batch(),
-    jq.cron_log_retention(), jq.cron_misfire_grace(), jq.cron_max_catchup()
+    jq.cron_log_retention(), jq.cron_misfire_grace(), jq.cron_max_catchup(), jq.hook_lock_timeout()
     TO jq_admin, jq_producer, jq_worker;
-GRANT SELECT ON jq.queue_stats TO jq_admin, jq_producer, jq_worker;
+GRANT SELECT ON jq.queue_stats, jq.kind_policies TO jq_admin, jq_producer, jq_worker;
 
 GRANT EXECUTE ON FUNCTION
     jq.enqueue(text, jsonb, text, timestamptz, interval, integer, integer, text, text, bigint),

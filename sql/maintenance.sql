@@ -163,7 +163,8 @@ CREATE OR REPLACE FUNCTION jq._end_leases(ids bigint[], now timestamptz, expired
                                           wait_for_keys boolean, taken_by text) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_n integer;
+    v_n    integer;
+    v_dead bigint[];  -- the jobs that went dead: their kinds' on_dead hooks run after
 BEGIN
     WITH back AS (
         UPDATE jq.jobs j SET
@@ -218,17 +219,115 @@ BEGIN
     WHERE jq._note_back(b.queue, b.state, b.priority, b.run_at)  -- sql/finish.sql
     RETURNING lease_expires_at
     )
-    SELECT count(*) INTO v_n FROM logged l;
+    SELECT (SELECT count(*) FROM logged l),
+           (SELECT pg_catalog.array_agg(b.id) FROM back b WHERE b.state = 'dead')
+    INTO v_n, v_dead;
+    -- max_lease_expiries reached: the kinds' exhaustion hooks, in this transaction (sql/kinds.sql).
+    IF v_dead IS NOT NULL THEN
+        PERFORM jq._on_dead(v_dead, _end_leases.now);
+    END IF;
     RETURN v_n;
 END $$;
 COMMENT ON FUNCTION jq._end_leases(bigint[], timestamptz, timestamptz, boolean, text) IS
 'Internal: ends the attempts of the jobs ids (locked by the caller) that are running with '
 'lease_expires_at < expired_before, at instant now: ready again with the attempt refunded and '
 'lease_expiries + 1; cancelled if a cancellation was requested; dead once lease_expiries exceeds '
-'the queue''s max_lease_expiries. Each gets an execution row with outcome lease_expired (error '
+'the queue''s max_lease_expiries (then its kind''s on_dead hook runs). Each gets an execution row with outcome lease_expired (error '
 '"lease expired…", or "lease taken back by <taken_by>…"). A keyed job that ends frees its key''s '
 'slot; unless wait_for_keys, one whose key''s slot row another transaction holds is left running '
 '(jq._key_try_lock). Returns how many attempts it ended.';
+
+-- Whether a running attempt is over its wall timeout rather than its lease: the claim and
+-- jq.heartbeat never set lease_expires_at past started_at + timeout, so an attempt whose lease
+-- reached that instant was still held by its worker when its time was up. A lease that expired
+-- before it (the worker vanished) is an expired lease, refunded as ever.
+CREATE OR REPLACE FUNCTION jq._overdue(timeout interval, started_at timestamptz, lease_expires_at timestamptz)
+RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT timeout IS NOT NULL AND lease_expires_at >= started_at + timeout
+$$;
+COMMENT ON FUNCTION jq._overdue(interval, timestamptz, timestamptz) IS
+'Internal: whether a running attempt with this timeout (NULL: none), started_at and '
+'lease_expires_at reached its wall timeout with its lease held (the lease is never set past '
+'started_at + timeout). Inlined.';
+
+-- The end of attempts that ran past their kind's wall timeout, for the reaper (jq._reap). Unlike
+-- an expired lease, a timeout is a verdict on the attempt: it is charged and failed as by
+-- jq.fail (backoff of the kind or queue, dead once max_attempts is reached, cancelled if a
+-- cancellation was requested), with the error 'timed out after …' and an execution row with
+-- outcome failed. Fenced on the state and the lease it read: a job completed, failed or claimed
+-- again meanwhile is not running under that lease any more and is skipped.
+-- pg_test/tests/kinds/timeouts.rs.
+CREATE OR REPLACE FUNCTION jq._time_out(ids bigint[], now timestamptz) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_n    integer;
+    v_dead bigint[];
+BEGIN
+    WITH due AS (
+        SELECT j.id, j.lease_token,
+               CASE WHEN j.cancel_requested THEN 'cancelled'
+                    WHEN j.attempt >= j.max_attempts THEN 'dead'
+                    ELSE 'scheduled' END AS verdict,
+               jq.backoff_seconds(coalesce(k.backoff, q.backoff, 'exponential')::text,
+                   extract(epoch FROM coalesce(k.backoff_base, q.backoff_base, interval '1 second'))::float8,
+                   extract(epoch FROM coalesce(k.backoff_max, q.backoff_max, interval '1 hour'))::float8,
+                   j.attempt, coalesce(k.jitter, q.jitter, 'full')::text, pg_catalog.random())
+               * interval '1 second' AS delay
+        FROM jq.jobs j
+        LEFT JOIN jq.queues q ON q.name = j.queue
+        LEFT JOIN jq.kinds k ON k.queue = j.queue AND k.kind = j.kind
+        WHERE j.id = ANY (_time_out.ids) AND j.state::text = 'running'
+          AND jq._overdue(j.timeout, j.started_at, j.lease_expires_at)
+          AND j.lease_expires_at < _time_out.now
+    ), ended AS (
+        UPDATE jq.jobs j SET
+            state = CASE WHEN d.verdict = 'scheduled' AND d.delay <= interval '0' THEN 'ready'
+                         ELSE d.verdict END::jq.job_state,
+            last_error = pg_catalog.format('timed out after %s (the wall timeout of kind %s; ended by maintenance)',
+                                           j.timeout, pg_catalog.quote_literal(j.kind)),
+            run_at = CASE WHEN d.verdict = 'scheduled' THEN _time_out.now + pg_catalog.interval_larger(d.delay, interval '0')
+                          ELSE j.run_at END,
+            finished_at = CASE WHEN d.verdict IN ('dead', 'cancelled') THEN _time_out.now END
+        FROM due d
+        WHERE j.id = d.id AND j.lease_token = d.lease_token AND j.state::text = 'running'
+          -- A keyed job that ends frees its key's slot: left running for the next pass while
+          -- another transaction holds the key's slot row (as jq._end_leases).
+          AND (j.concurrency_key IS NULL OR d.verdict = 'scheduled'
+               OR jq._key_try_lock(j.queue, j.concurrency_key))
+        RETURNING j.id, j.claims, j.attempt, j.state, j.started_at, j.lease_expires_at, j.queue,
+                  j.worker, j.concurrency_key, j.priority, j.run_at, j.last_error
+    ), keyed AS (
+        SELECT CASE WHEN count(*) > 0 THEN
+                   jq._key_fill_many(pg_catalog.array_agg(e.queue), pg_catalog.array_agg(e.concurrency_key),
+                                     pg_catalog.array_agg(1)) END AS moved
+        FROM ended e WHERE e.concurrency_key IS NOT NULL AND e.state IN ('dead', 'cancelled')
+    ), logged AS (
+        INSERT INTO jq.execution_log (job_id, seq, attempt, outcome, started_at, lease_expires_at,
+                                      finished_at, queue, worker, error)
+        SELECT e.id, e.claims, e.attempt,
+               CASE WHEN e.state = 'cancelled' THEN 'cancelled' ELSE 'failed' END::jq.execution_outcome,
+               e.started_at, e.lease_expires_at, _time_out.now, e.queue, e.worker, e.last_error
+        FROM ended e, keyed k
+        WHERE jq._note_back(e.queue, e.state, e.priority, e.run_at)  -- sql/finish.sql
+        RETURNING job_id
+    )
+    SELECT (SELECT count(*) FROM logged l),
+           (SELECT pg_catalog.array_agg(e.id) FROM ended e WHERE e.state = 'dead')
+    INTO v_n, v_dead;
+    IF v_dead IS NOT NULL THEN
+        PERFORM jq._on_dead(v_dead, _time_out.now);
+    END IF;
+    RETURN v_n;
+END $$;
+COMMENT ON FUNCTION jq._time_out(bigint[], timestamptz) IS
+'Internal (jq._reap): ends as failed the attempts of the jobs ids (locked by the caller) that are '
+'running past their wall timeout (jq._overdue) with lease_expires_at < now: charged, retried after '
+'the backoff of the job''s kind or queue, dead once attempt reached max_attempts (then the kind''s '
+'on_dead hook runs), cancelled if a cancellation was requested; error "timed out after …"; an '
+'execution row with outcome failed (cancelled). A keyed job that would end while another '
+'transaction holds its key''s slot row is left running for the next pass. Returns how many '
+'attempts it ended.';
 
 CREATE OR REPLACE FUNCTION jq._reap(now timestamptz, batch integer DEFAULT 1000, budget integer DEFAULT NULL)
 RETURNS integer
@@ -251,7 +350,12 @@ BEGIN
             LIMIT _reap.batch
             FOR UPDATE SKIP LOCKED);
     EXIT WHEN pg_catalog.cardinality(v_ids) = 0;
-    v_n := jq._end_leases(v_ids, _reap.now, _reap.now, false, NULL);
+    -- Attempts over their wall timeout fail (charged); the other expired leases are refunded.
+    v_n := jq._time_out(v_ids, _reap.now)
+         + jq._end_leases(ARRAY(SELECT x.id FROM jq.jobs x
+                                WHERE x.id = ANY (v_ids) AND x.state::text = 'running'
+                                  AND NOT jq._overdue(x.timeout, x.started_at, x.lease_expires_at)),
+                          _reap.now, _reap.now, false, NULL);
     v_count := v_count + v_n;
     v_read := v_read + pg_catalog.cardinality(v_ids);
     EXIT WHEN pg_catalog.cardinality(v_ids) < _reap.batch OR _reap.budget IS NULL
@@ -268,7 +372,8 @@ COMMENT ON FUNCTION jq._reap(timestamptz, integer, integer) IS
 'the job is ready again at its old place; cancelled if a cancellation was requested; dead once '
 'lease_expiries exceeds the queue''s max_lease_expiries (a job that kills its worker must not loop '
 'forever). Recovery depends only on the job row, never on worker names. Each gets an execution '
-'row with outcome lease_expired. Never waits for a lock: rows other sessions hold, and keyed jobs '
+'row with outcome lease_expired. An attempt whose lease reached its wall timeout (jq._overdue) is '
+'ended as failed instead (jq._time_out). Never waits for a lock: rows other sessions hold, and keyed jobs '
 'that would end while another transaction holds their key''s slot row (jq._key_try_lock), are left '
 'for the next pass. Safe to run concurrently; a job completed meanwhile is skipped.';
 
@@ -482,6 +587,8 @@ BEGIN
         PERFORM jq._age(_maintain.now, 5000);
     WHEN 'reap' THEN
         v_total := jq._reap(_maintain.now, 1000, 10000);
+        -- Exhaustion hooks that raised, due again (not counted; sql/kinds.sql).
+        PERFORM jq._retry_hooks(_maintain.now, 100);
     WHEN 'cron' THEN
         v_total := jq.cron_tick(_maintain.now);
     WHEN 'prune' THEN
@@ -498,7 +605,7 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION jq._maintain(text, timestamptz) IS
 'Maintenance: runs one duty at now and returns its count: promote (due scheduled jobs to ready, '
-'up to 50,000 in batches of 5,000; then one priority-aging batch, jq._age, not counted), reap (expired leases, up to 10,000 in batches of 1,000), '
+'up to 50,000 in batches of 5,000; then one priority-aging batch, jq._age, not counted), reap (expired leases and wall timeouts, up to 10,000 in batches of 1,000; then up to 100 due on_dead hook retries, jq._retry_hooks, not counted), '
 'cron (jq.cron_tick: due cron schedules), prune (jq._prune with batch 5,000 and budget 100,000: '
 'a pass per queue, then the rest of 100,000 shared among the queues with more). jq.tick() runs all '
 'four; the background worker runs each in its own transaction through jq._maintain_guarded. '
@@ -601,7 +708,8 @@ SELECT t.name AS queue,
        h.failed_5m,
        h.failed_15m,
        h.lease_expired_15m,
-       w.wait_p95_5m
+       w.wait_p95_5m,
+       ph.hooks_pending
 FROM jq.queues t
 CROSS JOIN LATERAL (
     SELECT count(*) AS claimable, pg_catalog.now() - min(j.run_at) AS oldest_claimable_age
@@ -647,6 +755,9 @@ CROSS JOIN LATERAL (
           WHERE j.queue = t.name AND j.state = 'completed'
             AND j.finished_at > pg_catalog.now() - interval '5 minutes'
             AND j.started_at > pg_catalog.now() - interval '5 minutes') x) w
+-- Dead jobs whose kind's on_dead hook has not succeeded yet (sql/kinds.sql).
+CROSS JOIN LATERAL (
+    SELECT count(*) AS hooks_pending FROM jq.pending_hooks p WHERE p.queue = t.name) ph
 -- Only the queues the reader holds a jq privilege on (docs/security.md).
 WHERE pg_catalog.pg_has_role('jq_admin', 'USAGE')
    OR EXISTS (SELECT 1 FROM jq.queue_grants g
@@ -662,7 +773,8 @@ COMMENT ON VIEW jq.queue_stats IS
 'becoming due and being claimed (started_at - run_at, interval), over the jobs claimed in the '
 'last 5 minutes that are running or completed (NULL when none). completed_5m and wait_p95_5m '
 'count completed jobs, which pruning keeps at least min(history_retention, 5 minutes); the other '
-'history counts need the queue''s history_retention to be at least 15 minutes. Shows only the queues the reader may use '
+'history counts need the queue''s history_retention to be at least 15 minutes. hooks_pending: dead '
+'jobs whose kind''s on_dead hook raised and is not yet retried successfully (jq.pending_hooks). Shows only the queues the reader may use '
 '(a superuser or member of jq_admin, or a jq.grant on the queue or ''*'').';
 
 CREATE OR REPLACE VIEW jq.table_health AS

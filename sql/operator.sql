@@ -87,6 +87,9 @@ BEGIN
     IF v_key IS NOT NULL THEN
         PERFORM jq._key_fill(v_queue, v_key, 0);
     END IF;
+    -- No longer dead: its kind's on_dead hook, if still pending, is not called again (it runs
+    -- anew if the job dies again; sql/kinds.sql).
+    DELETE FROM jq.pending_hooks p WHERE p.job_id = retry.id;
     RETURN true;
 EXCEPTION WHEN unique_violation THEN
     RAISE EXCEPTION 'job % cannot be retried: another unfinished job in its queue has the same '
@@ -94,7 +97,7 @@ EXCEPTION WHEN unique_violation THEN
 END $$;
 COMMENT ON FUNCTION jq.retry(bigint, bigint) IS
 'Puts a dead or cancelled job back to ready now, with attempt and lease_expiries reset (its '
-'history and last_error stay). Returns false for other states or unknown ids. Errors: 23505 when '
+'history and last_error stay; a pending on_dead hook is dropped). Returns false for other states or unknown ids. Errors: 23505 when '
 'another unfinished job in the queue holds its idempotency key. 42501: the job exists and the caller holds no admin grant on its queue.';
 
 -- An operator takes back a running attempt: a worker that set a lease of years, or one that hangs,

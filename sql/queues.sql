@@ -430,6 +430,9 @@ BEGIN
     DELETE FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'blocked';
     GET DIAGNOSTICS v_count = ROW_COUNT; v_jobs := v_jobs + v_count;
     DELETE FROM jq.key_slots s WHERE s.queue = drop_queue.name;
+    -- Its kinds and their pending exhaustion hooks go with it (sql/kinds.sql).
+    DELETE FROM jq.kinds k WHERE k.queue = drop_queue.name;
+    DELETE FROM jq.pending_hooks h WHERE h.queue = drop_queue.name;
     DELETE FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state IN ('completed', 'cancelled');
     GET DIAGNOSTICS v_count = ROW_COUNT; v_jobs := v_jobs + v_count;
     DELETE FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'dead';
@@ -446,7 +449,7 @@ BEGIN
     RETURN true;
 END $$;
 COMMENT ON FUNCTION jq.drop_queue(text, boolean, bigint) IS
-'Deletes a queue with its jobs and execution history. Refuses (55006 object_in_use) while the '
+'Deletes a queue with its jobs, execution history, kinds (jq.kinds) and pending on_dead hooks. Refuses (55006 object_in_use) while the '
 'queue has ready, blocked, scheduled or running jobs unless force => true; forced, those jobs are '
 'cancelled by deletion and any late jq.complete / jq.fail / jq.heartbeat / jq.release on them is '
 'a harmless false/NULL. It locks jq.jobs against writes (EXCLUSIVE) while it runs, so '

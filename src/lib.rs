@@ -90,7 +90,8 @@ extension_sql_file!(
     name = "maintenance",
     requires = ["cron", bgworker::_status, bgworker::_preloaded, bgworker::_launcher_wake]
 );
-extension_sql_file!("../sql/grants.sql", name = "grants", requires = ["maintenance", security::_authorize, security::_authorize_queue], finalize);
+extension_sql_file!("../sql/kinds.sql", name = "kinds", requires = ["maintenance"]);
+extension_sql_file!("../sql/grants.sql", name = "grants", requires = ["kinds", security::_authorize, security::_authorize_queue], finalize);
 
 #[cfg(any(test, feature = "pg_test"))]
 mod pg_tests;

@@ -30,6 +30,9 @@ pub(crate) struct Claimed {
     pub priority: i32,
     /// Seconds of lease left as the server saw it (NULL only if the row had no lease).
     pub lease_left: Option<f64>,
+    /// The attempt's wall timeout in seconds, from its kind (`None`: none, or a jq without
+    /// job kinds).
+    pub timeout: Option<f64>,
 }
 
 impl Claimed {
@@ -44,6 +47,7 @@ impl Claimed {
             token: row.get("lease_token"),
             priority: row.get("priority"),
             lease_left: row.get("lease_left"),
+            timeout: row.try_get("timeout").unwrap_or(None),
         }
     }
 }
@@ -60,12 +64,14 @@ const CLAIM_COLUMNS: &str = "id, queue, kind, payload, attempt, max_attempts, le
 
 impl ClaimCall {
     /// `many_queues`: the `text[]` form of `jq.claim`; `has_wait`: pass `wait` (see
-    /// [`claim_has_wait`]).
-    pub(crate) fn new(many_queues: bool, has_wait: bool) -> ClaimCall {
+    /// [`claim_features`]).
+    /// `has_timeout`: the claim returns the attempt's wall timeout (see [`claim_features`]).
+    pub(crate) fn new(many_queues: bool, has_wait: bool, has_timeout: bool) -> ClaimCall {
         let queues = if many_queues { "$1::text[]" } else { "$1::text" };
         let wait_arg = if has_wait { ", wait => $5::float8 * interval '1 second'" } else { "" };
+        let timeout = if has_timeout { ", extract(epoch FROM timeout)::float8 AS timeout" } else { "" };
         let sql = format!(
-            "SELECT {CLAIM_COLUMNS} FROM jq.claim({queues}, $2::text, $3::int4, $4::float8 * interval '1 second'{wait_arg})"
+            "SELECT {CLAIM_COLUMNS}{timeout} FROM jq.claim({queues}, $2::text, $3::int4, $4::float8 * interval '1 second'{wait_arg})"
         );
         ClaimCall { sql, has_wait }
     }
@@ -237,13 +243,17 @@ pub(crate) async fn first_missing_queue(conn: &mut Conn, queues: &[String]) -> R
 }
 
 /// Whether this jq's `jq.claim` has the long-poll `wait` parameter.
-pub(crate) async fn claim_has_wait(conn: &mut Conn) -> Result<bool, QueryError> {
+/// Whether `jq.claim` has the long-poll `wait` parameter, and whether its rows carry the
+/// attempt's wall `timeout` (jq with job kinds).
+pub(crate) async fn claim_features(conn: &mut Conn) -> Result<(bool, bool), QueryError> {
     let rows = conn
         .query(
             "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_proc \
-             WHERE pronamespace = 'jq'::regnamespace AND proname = 'claim' AND 'wait' = ANY (proargnames)) AS has_wait",
+             WHERE pronamespace = 'jq'::regnamespace AND proname = 'claim' AND 'wait' = ANY (proargnames)) AS has_wait, \
+             EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.typrelid = a.attrelid \
+             WHERE t.oid = 'jq.claimed_job'::regtype AND a.attname = 'timeout' AND NOT a.attisdropped) AS has_timeout",
             &[],
         )
         .await?;
-    Ok(rows.first().is_some_and(|r| r.get("has_wait")))
+    Ok(rows.first().map_or((false, false), |r| (r.get("has_wait"), r.get("has_timeout"))))
 }

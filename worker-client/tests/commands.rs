@@ -74,3 +74,24 @@ fn expire_lease_takes_back_a_running_job_once() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("not running"), "{err}");
 }
+
+/// A kind's wall timeout reaches `jqctl work` through the claimed row: the command gets SIGTERM
+/// (it traps it and says so) and the worker fails the job `timed out after 3s` before
+/// maintenance (jq.tick every 200 ms here) would end the attempt with its own error.
+#[test]
+fn a_kinds_timeout_stops_the_command_before_the_database_does() {
+    let db = TestDb::new("cmd_kind_timeout");
+    let mut c = db.connect();
+    create_queue(&mut c, "kt", "60 seconds", ", max_attempts => 1");
+    c.batch_execute("SELECT jq.alter_kind('kt', 'kt', timeout => '3 seconds')").unwrap();
+    let marks = log_dir().join(format!("{}-term.log", db.name));
+    let _ = std::fs::remove_file(&marks);
+    let id: i64 = c.query_one("SELECT jq.enqueue('kt', '{}')", &[]).unwrap().get(0);
+    let _tick = Ticker::start(&db, Duration::from_millis(200));
+    let script = format!("trap 'echo term >> \"{}\"; exit 143' TERM; sleep 60 & wait", marks.display());
+    let _w = WorkerProc::start(&db, "kt", "w", &[], &script, &[]);
+    wait_until(Duration::from_secs(20), "the job is dead", || state(&mut c, id).as_deref() == Some("dead"));
+    let error: String = c.query_one("SELECT last_error FROM jq.jobs WHERE id = $1", &[&id]).unwrap().get(0);
+    assert_eq!(error, "timed out after 3s", "not the worker's verdict");
+    assert_eq!(std::fs::read_to_string(&marks).unwrap_or_default().trim(), "term", "the command got no SIGTERM");
+}

@@ -138,9 +138,9 @@ fn max_lease_bounds_claims_and_heartbeats() {
     let mut c = db.connect();
     if broken("claim_unbounded_lease") {
         sabotage(&mut c, "jq.claim(text,text,integer,interval,interval,bigint)",
-                 "LEAST(coalesce(claim.lease, q.lease), q.max_lease)", "coalesce(claim.lease, q.lease)", 4);
+                 "coalesce(claim.lease, q.lease), q.max_lease", "coalesce(claim.lease, q.lease), NULL::interval", 4);
         sabotage(&mut c, "jq._claim_batch(text,text,integer,interval,boolean,bigint,boolean)",
-                 "LEAST(coalesce(_claim_batch.lease, q.lease), q.max_lease)", "coalesce(_claim_batch.lease, q.lease)", 4);
+                 "coalesce(_claim_batch.lease, q.lease), q.max_lease", "coalesce(_claim_batch.lease, q.lease), NULL::interval", 4);
     }
     if broken("heartbeat_unbounded_lease") {
         sabotage(&mut c, "jq.heartbeat(bigint,uuid,interval)",

@@ -79,6 +79,10 @@ fn queue_call(regprocedure: &str, queue: &str, ids: &Ids) -> Option<(String, &'s
         "jq.alter_schedule" => (format!("SELECT jq.alter_schedule('s_{q}', priority => 3)"), "admin"),
         "jq.unschedule" => (format!("SELECT jq.unschedule('s_{q}')"), "admin"),
         "jq.grant" => (format!("SELECT jq.grant('{q}', 'jq_worker', 'work')"), "global"),
+        "jq.alter_kind" => (format!("SELECT jq.alter_kind('{q}', 'k', timeout => '1 minute')"), "admin"),
+        "jq.drop_kind" => (format!("SELECT jq.drop_kind('{q}', 'k')"), "admin"),
+        // No pending hook: false once the grant check on the job's queue passed.
+        "jq.clear_hook" => (format!("SELECT jq.clear_hook({dead})"), "admin"),
         _ => return None,
     })
 }
@@ -205,7 +209,7 @@ fn a_nondeterministic_collation_cannot_widen_a_queue_name() {
             continue;
         };
         // jq.cancel, jq.retry and jq.expire_lease take a job id, no name: nothing to widen.
-        let takes_a_name = !["jq.cancel(", "jq.retry(", "jq.expire_lease("].iter().any(|p| f.starts_with(p));
+        let takes_a_name = !["jq.cancel(", "jq.retry(", "jq.expire_lease(", "jq.clear_hook("].iter().any(|p| f.starts_with(p));
         calls.push((sql, takes_a_name));
     }
     calls.push(("SELECT jq.revoke('QA' COLLATE jqt_ci, 'jq_worker', 'work')".into(), false));

@@ -273,3 +273,72 @@ COMMENT ON TABLE jq.execution_log IS
 'ended as failed, lease_expired, released, snoozed or cancelled, kept for the queue''s '
 'history_retention (a completed execution is its job row). Written only by jq functions; read '
 'jq.executions, which adds the completed executions.';
+
+-- Job kinds (sql/kinds.sql; as in sql/schema.sql): a flag on the queue, the wall timeout on the
+-- job (and in the claim's row), the kinds' policies and the pending exhaustion hooks. Appended
+-- last, as the columns are in sql/schema.sql.
+ALTER TABLE jq.queues ADD COLUMN has_kinds boolean NOT NULL DEFAULT false;
+ALTER TABLE jq.jobs ADD COLUMN timeout interval;
+ALTER TYPE jq.claimed_job ADD ATTRIBUTE timeout interval;
+COMMENT ON TYPE jq.claimed_job IS
+'One claimed job: pass id and lease_token to jq.complete / jq.fail / jq.heartbeat / jq.release. '
+'timeout: the attempt''s wall timeout (its kind''s, NULL: none); the lease never runs past '
+'started_at + timeout, when maintenance ends the attempt as failed.';
+
+-- Job kinds (sql/kinds.sql): the policy of one kind of job in one queue. A NULL option falls
+-- back to the queue's. max_attempts and timeout are copied into each job at enqueue; backoff,
+-- jitter and on_dead are read when an attempt ends (docs/semantics.md, "Job kinds").
+-- on_dead is kept as text (the hook's qualified name and argument type), not regprocedure:
+-- pg_upgrade refuses tables with regprocedure columns, and the text resolves again after a
+-- dump and restore. on_dead_owner / on_dead_by: the hook's owner and the role that registered
+-- it, checked again at every call (jq._hook_problem).
+CREATE TABLE jq.kinds (
+    queue         text NOT NULL,
+    kind          text NOT NULL CHECK (kind <> '' AND length(kind) <= 200),
+    max_attempts  integer CHECK (max_attempts BETWEEN 1 AND 1000000),
+    backoff       jq.backoff_policy,
+    backoff_base  interval CHECK (backoff_base >= interval '0'),
+    backoff_max   interval CHECK (backoff_max >= interval '0'),
+    jitter        jq.jitter_mode,
+    timeout       interval CHECK (timeout > interval '0'),
+    on_dead       text,
+    on_dead_owner regrole,
+    on_dead_by    regrole,
+    updated_at    timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT kinds_pkey PRIMARY KEY (queue, kind),
+    CONSTRAINT kinds_hook_complete CHECK ((on_dead IS NULL) = (on_dead_owner IS NULL)
+                                          AND (on_dead IS NULL) = (on_dead_by IS NULL))
+);
+COMMENT ON TABLE jq.kinds IS
+'Per-kind policy of a queue (jq.alter_kind / jq.drop_kind; read it through jq.kind_policies): '
+'max_attempts, backoff, backoff_base, backoff_max, jitter (NULL: the queue''s), timeout (the '
+'wall timeout of an attempt; NULL: none) and on_dead (a function taking jq.jobs, called in the '
+'transaction that moves a job of this kind to dead, as its owner on_dead_owner; on_dead_by '
+'registered it). Rows of a dropped queue are deleted with it.';
+
+-- Dead jobs whose on_dead hook raised: maintenance calls the hook again at next_at (backoff
+-- doubling from 10 seconds up to an hour) until it succeeds or jq.clear_hook removes the row.
+-- job: the dead job row as JSON, which the hook gets again once retention has pruned the job;
+-- while the job row exists it gets that row, and a job that jq.retry took out of dead drops
+-- its pending hook.
+CREATE TABLE jq.pending_hooks (
+    job_id     bigint PRIMARY KEY,
+    queue      text NOT NULL,
+    kind       text NOT NULL,
+    hook       text NOT NULL,
+    job        jsonb NOT NULL,
+    attempts   integer NOT NULL,
+    next_at    timestamptz NOT NULL,
+    last_error text NOT NULL,
+    failed_at  timestamptz NOT NULL
+);
+-- Retries: WHERE next_at <= $now ORDER BY next_at LIMIT batch (jq._retry_hooks).
+CREATE INDEX pending_hooks_next_idx ON jq.pending_hooks (next_at);
+COMMENT ON TABLE jq.pending_hooks IS
+'One row per dead job whose on_dead hook has not succeeded: the hook (qualified name and '
+'argument), the job row as it went dead (job, JSON), how often it was called (attempts), when maintenance calls it next (next_at), the '
+'error of the last call (last_error, "SQLSTATE: message") and when it failed (failed_at). '
+'Written only by jq functions; jq.clear_hook deletes a row.';
+
+SELECT pg_catalog.pg_extension_config_dump('jq.kinds', '');
+SELECT pg_catalog.pg_extension_config_dump('jq.pending_hooks', '');

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::options::Opts;
 use super::state::{Entry, Finished, Outcome, Shared};
-use super::supervise::{supervise, Supervise};
+use super::supervise::{job_limit, supervise, Supervise};
 use crate::api::{self, Claimed};
 use crate::conn::{describe, is_transient, Backoff, Conn, QueryError};
 use crate::Job;
@@ -25,6 +25,8 @@ pub(super) struct ClaimLoop {
     pub(super) conn: Conn,
     /// `jq.claim` has the long-poll `wait` parameter.
     pub(super) has_wait: bool,
+    /// `jq.claim`'s rows carry the attempt's wall timeout (jq with job kinds).
+    pub(super) has_timeout: bool,
     pub(super) tx: mpsc::UnboundedSender<Finished>,
     /// One permit per handler slot (the concurrency).
     pub(super) slots: Arc<Semaphore>,
@@ -65,7 +67,7 @@ impl Pace {
 
 /// Runs until `cl.stop` fires. Jobs claimed while stopping are released at once.
 pub(super) async fn claim_loop(mut cl: ClaimLoop) {
-    let call = api::ClaimCall::new(cl.opts.queues.len() > 1, cl.has_wait);
+    let call = api::ClaimCall::new(cl.opts.queues.len() > 1, cl.has_wait, cl.has_timeout);
     let lease: Option<f64> = cl.opts.lease.map(|l| l.as_secs_f64());
     let mut pace = Pace {
         poll: Backoff::new(cl.opts.poll_min, cl.opts.poll_max),
@@ -233,7 +235,8 @@ fn start_job(cl: &ClaimLoop, c: Claimed, permit: OwnedSemaphorePermit, room: Opt
         id,
         shared: cl.shared.clone(),
         cancel,
-        timeout: cl.opts.job_timeout,
+        timeout: job_limit(cl.opts.job_timeout, c.timeout.map(Duration::from_secs_f64)),
+        abort: cl.opts.abort_timeout,
         hard_stop: cl.hard_stop.clone(),
         tx: cl.tx.clone(),
         permit,

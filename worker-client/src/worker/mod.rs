@@ -150,7 +150,7 @@ impl Worker {
         F: Future<Output = ()> + Send,
     {
         let opts = self.opts.clone();
-        let (claim_conn, has_wait) = startup::check(&self.config, &opts).await?;
+        let (claim_conn, has_wait, has_timeout) = startup::check(&self.config, &opts).await?;
         let shared = Arc::new(Shared::new());
         let (tx, rx) = mpsc::unbounded_channel::<Finished>();
         let stop_claiming = CancellationToken::new();
@@ -175,6 +175,7 @@ impl Worker {
             opts: opts.clone(),
             conn: claim_conn,
             has_wait,
+            has_timeout,
             tx,
             slots: slots.clone(),
             room,

@@ -17,10 +17,10 @@ use crate::Error;
 /// connection lost during these checks (backend terminated, server restarting) is retried like
 /// any later one, up to 5 times: a `pg_terminate_backend` racing the start must not make
 /// `jqctl work` exit (tests/reconnect.rs `terminated_backends_jobs_still_picked_up`).
-pub(super) async fn check(config: &ConnConfig, opts: &Opts) -> Result<(Conn, bool), Error> {
+pub(super) async fn check(config: &ConnConfig, opts: &Opts) -> Result<(Conn, bool, bool), Error> {
     let mut conn = opts.claim_conn(config);
     let mut attempt = 0u32;
-    let has_wait = loop {
+    let (has_wait, has_timeout) = loop {
         match preflight(&mut conn, config, &opts.queues).await {
             Err(Error::Db(msg)) if attempt < 5 => tracing::warn!(error = %msg, "start-up check failed; retrying"),
             Err(Error::Connect { reason, .. }) if attempt > 0 && attempt < 5 => {
@@ -35,13 +35,13 @@ pub(super) async fn check(config: &ConnConfig, opts: &Opts) -> Result<(Conn, boo
         queues = ?opts.queues, concurrency = opts.concurrency, worker = %opts.worker_name,
         long_poll = has_wait, statements = %conn.mode(), "worker started"
     );
-    Ok((conn, has_wait))
+    Ok((conn, has_wait, has_timeout))
 }
 
 /// Connects, checks that jq is installed and the queues exist (as this role sees them:
 /// `jq.queue_stats` shows the queues it holds a jq.grant on), and tells whether `jq.claim`
-/// has the long-poll `wait` parameter.
-async fn preflight(conn: &mut Conn, config: &ConnConfig, queues: &[String]) -> Result<bool, Error> {
+/// has the long-poll `wait` parameter and returns the attempts' wall timeouts.
+async fn preflight(conn: &mut Conn, config: &ConnConfig, queues: &[String]) -> Result<(bool, bool), Error> {
     conn.get().await?;
     if !api::jq_installed(conn).await? {
         return Err(Error::NotInstalled(config.pg().get_dbname().unwrap_or("?").to_string()));
@@ -49,5 +49,5 @@ async fn preflight(conn: &mut Conn, config: &ConnConfig, queues: &[String]) -> R
     if let Some(q) = api::first_missing_queue(conn, queues).await? {
         return Err(Error::QueueNotFound(q));
     }
-    Ok(api::claim_has_wait(conn).await?)
+    Ok(api::claim_features(conn).await?)
 }

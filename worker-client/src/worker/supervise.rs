@@ -1,5 +1,6 @@
-//! One handler's run: in a task of its own (so a panic is caught), under the job timeout and
-//! the shutdown's hard stop, turned into the [`Outcome`] the reporter records.
+//! One handler's run: in a task of its own (so a panic is caught), under the job's time limit
+//! ([`Limit`]: the worker's job timeout or the attempt's wall timeout from its kind) and the
+//! shutdown's hard stop, turned into the [`Outcome`] the reporter records.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +17,9 @@ pub(super) struct Supervise {
     pub(super) id: i64,
     pub(super) shared: Arc<Shared>,
     pub(super) cancel: CancellationToken,
-    pub(super) timeout: Option<Duration>,
+    pub(super) timeout: Option<Limit>,
+    /// How long before the hard limit the handler is asked to stop (the abort timeout).
+    pub(super) abort: Duration,
     pub(super) hard_stop: CancellationToken,
     pub(super) tx: mpsc::UnboundedSender<Finished>,
     pub(super) permit: OwnedSemaphorePermit,
@@ -32,13 +35,36 @@ enum Ended {
     Dropped,
 }
 
-/// Runs one handler in a task of its own (so a panic is caught) under the job timeout, and
+/// A job's time limit: its handler is dropped (a command: SIGKILL) `at` after it started and
+/// asked to stop (its token cancelled; a command: SIGTERM) the abort timeout before that, or
+/// halfway for a short limit. `nominal` is the timeout the failure names.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct Limit {
+    pub(super) at: Duration,
+    pub(super) nominal: Duration,
+}
+
+/// The earlier of the worker's job timeout and the attempt's wall timeout (from its kind, which
+/// the database enforces at that instant after the claim): the latter is taken a tenth (at most
+/// a second) early, so that the worker's own failure normally ends the attempt before
+/// maintenance does. tests/commands.rs, `a_kinds_timeout_stops_the_command_before_the_database_does`.
+pub(super) fn job_limit(worker: Option<Duration>, kind: Option<Duration>) -> Option<Limit> {
+    let from_worker = worker.map(|t| Limit { at: t, nominal: t });
+    let from_kind = kind.filter(|t| !t.is_zero()).map(|t| Limit { at: t - (t / 10).min(Duration::from_secs(1)), nominal: t });
+    match (from_worker, from_kind) {
+        (Some(a), Some(b)) => Some(if a.at <= b.at { a } else { b }),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Runs one handler in a task of its own (so a panic is caught) under its time limit, and
 /// sends its outcome to the reporter.
 pub(super) async fn supervise(s: Supervise) {
     let mut inner = tokio::spawn(s.fut);
-    let timeout = s.timeout;
+    let limit = s.timeout;
+    let soft = limit.map(|l| l.at - s.abort.min(l.at / 2));
     let timer = async move {
-        match timeout {
+        match soft {
             Some(t) => tokio::time::sleep(t).await,
             None => std::future::pending::<()>().await,
         }
@@ -50,10 +76,15 @@ pub(super) async fn supervise(s: Supervise) {
             Err(_) => Ended::Dropped,
         },
         _ = timer => {
+            // Asked to stop first (a command gets SIGTERM), dropped at the limit (SIGKILL).
+            let l = limit.expect("a timer only with a limit");
             s.cancel.cancel();
-            inner.abort();
-            let _ = inner.await;
-            Ended::TimedOut(timeout.unwrap_or_default())
+            let grace = l.at.saturating_sub(soft.unwrap_or_default());
+            if tokio::time::timeout(grace, &mut inner).await.is_err() {
+                inner.abort();
+                let _ = inner.await;
+            }
+            Ended::TimedOut(l.nominal)
         }
         _ = s.hard_stop.cancelled() => {
             inner.abort();

@@ -421,3 +421,72 @@ pub async fn schedules(cli: &Cli) -> CliResult {
     table::print(&h, &rows);
     Ok(())
 }
+
+/// `jqctl kinds`: the kinds' policies (jq.kind_policies).
+pub async fn kinds(cli: &Cli) -> CliResult {
+    let client = connect(cli).await?;
+    let (h, rows) = table::query_text(
+        &client,
+        "SELECT queue, kind, max_attempts, backoff, backoff_base, backoff_max, jitter, \
+                coalesce(timeout::text, '') AS timeout, coalesce(on_dead, '') AS on_dead, hooks_pending, \
+                array_to_string(from_queue, ',') AS from_queue \
+         FROM jq.kind_policies ORDER BY queue, kind",
+    )
+    .await?;
+    table::print(&h, &rows);
+    Ok(())
+}
+
+#[derive(Args, Debug)]
+pub struct AlterKindArgs {
+    /// Queue name.
+    pub queue: String,
+    /// Kind name (1-200 characters).
+    pub kind: String,
+    /// Attempts of jobs enqueued afterwards.
+    #[arg(long)]
+    pub max_attempts: Option<i32>,
+    /// Retry delay policy: fixed, linear or exponential.
+    #[arg(long)]
+    pub backoff: Option<String>,
+    /// Base retry delay (interval, e.g. '10 seconds').
+    #[arg(long)]
+    pub backoff_base: Option<String>,
+    /// Longest retry delay (interval).
+    #[arg(long)]
+    pub backoff_max: Option<String>,
+    /// Jitter: none or full.
+    #[arg(long)]
+    pub jitter: Option<String>,
+    /// Wall timeout of each attempt of jobs enqueued afterwards (interval), enforced by the database.
+    #[arg(long)]
+    pub timeout: Option<String>,
+    /// Exhaustion hook: a SECURITY DEFINER function taking jq.jobs, e.g. 'app.scan_failed(jq.jobs)'.
+    #[arg(long)]
+    pub on_dead: Option<String>,
+    /// Set an option back to the queue's (repeatable): max_attempts, backoff, backoff_base,
+    /// backoff_max, jitter, timeout, on_dead.
+    #[arg(long = "reset", value_name = "OPTION")]
+    pub reset: Vec<String>,
+}
+
+/// `jqctl alter-kind`: jq.alter_kind.
+pub async fn alter_kind(cli: &Cli, a: &AlterKindArgs) -> CliResult {
+    let client = connect(cli).await?;
+    let mut args = NamedArgs::default();
+    args.add("queue", a.queue.clone(), "text");
+    args.add("kind", a.kind.clone(), "text");
+    args.opt("max_attempts", a.max_attempts, "int4");
+    args.opt("backoff", a.backoff.clone(), "text::jq.backoff_policy");
+    args.opt("backoff_base", a.backoff_base.clone(), "text::interval");
+    args.opt("backoff_max", a.backoff_max.clone(), "text::interval");
+    args.opt("jitter", a.jitter.clone(), "text::jq.jitter_mode");
+    args.opt("timeout", a.timeout.clone(), "text::interval");
+    args.opt("on_dead", a.on_dead.clone(), "text::regprocedure");
+    if !a.reset.is_empty() {
+        args.add("reset", format!("{{{}}}", a.reset.join(",")), "text::text[]");
+    }
+    client.query_typed_one(&args.sql("jq.alter_kind"), &args.params()).await?;
+    println!("kind {} of queue {} altered", a.kind, a.queue);
+    Ok(())
+}

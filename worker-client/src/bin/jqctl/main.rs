@@ -118,6 +118,10 @@ pub enum Command {
     },
     /// List cron schedules (jq.schedules).
     Schedules,
+    /// List the job kinds' policies (jq.kind_policies).
+    Kinds,
+    /// Create or change a job kind's policy in a queue (jq.alter_kind).
+    AlterKind(admin::AlterKindArgs),
     /// Serve Prometheus metrics of the queues, tables and background worker.
     ///
     /// Per-queue gauges from jq.queue_stats (depth, claimable, running, dead, oldest claimable
@@ -267,6 +271,8 @@ async fn run(cli: &Cli) -> CliResult {
         Command::Schedule(args) => admin::schedule(cli, args).await,
         Command::Unschedule { name } => admin::unschedule(cli, name).await,
         Command::Schedules => admin::schedules(cli).await,
+        Command::Kinds => admin::kinds(cli).await,
+        Command::AlterKind(args) => admin::alter_kind(cli, args).await,
     }
 }
 

@@ -65,14 +65,18 @@ async fn scrape(client: &tokio_postgres::Client) -> Result<String, CliError> {
     let failed15 = q(&mut reg, "jq_queue_failed_15m", "Executions failed in the last 15 minutes");
     let expired15 = q(&mut reg, "jq_queue_lease_expired_15m", "Expired leases reaped in the last 15 minutes");
     let wait95 = q(&mut reg, "jq_queue_wait_p95_5m_seconds", "95th percentile of due-to-claim wait of jobs claimed in the last 5 minutes");
+    let hooks = q(&mut reg, "jq_hooks_pending", "Dead jobs whose kind's on_dead hook has not succeeded yet (jq.queue_stats.hooks_pending)");
     for r in client
         .query_typed(
             "SELECT queue, depth::float8, claimable::float8, scheduled::float8, running::float8, dead::float8,
                     coalesce(extract(epoch FROM oldest_claimable_age), 0)::float8,
                     CASE WHEN paused THEN 1 ELSE 0 END::float8, blocked::float8,
                     completed_5m::float8, failed_5m::float8, failed_15m::float8, lease_expired_15m::float8,
-                    extract(epoch FROM wait_p95_5m)::float8
-             FROM jq.queue_stats ORDER BY queue",
+                    extract(epoch FROM wait_p95_5m)::float8,
+                    -- hooks_pending: from jq 0.2.0's job kinds on; read through the row's JSON so an
+                    -- older jq (no such column) still answers, with 0
+                    coalesce((to_jsonb(s) ->> 'hooks_pending')::float8, 0)
+             FROM jq.queue_stats s ORDER BY queue",
             &[],
         )
         .await?
@@ -87,6 +91,7 @@ async fn scrape(client: &tokio_postgres::Client) -> Result<String, CliError> {
         if let Some(w) = r.get::<_, Option<f64>>(13) {
             wait95.get_or_create(&l).set(w);
         }
+        hooks.get_or_create(&l).set(r.get::<_, f64>(14));
     }
     let t = |reg: &mut Registry, n: &str, h: &str| family::<TableLabel>(reg, n, h);
     let bytes = t(&mut reg, "jq_table_total_bytes", "Table + indexes + TOAST size (jq.table_health)");

@@ -1,0 +1,477 @@
+-- Job kinds: the policy of one kind of job in one queue (jq.alter_kind, jq.drop_kind,
+-- jq.kind_policies) and its exhaustion hook, on_dead, called in the transaction that moves a
+-- job of the kind to dead (jq._on_dead), retried by maintenance when it raised
+-- (jq._retry_hooks, jq.pending_hooks) until it succeeds or jq.clear_hook removes it.
+--
+-- When a kind's policy applies (docs/semantics.md, "Job kinds"): max_attempts and timeout are
+-- copied into the job when it is enqueued (jq._kind_defaults, sql/enqueue.sql), as the queue's
+-- max_attempts always was; backoff, backoff_base, backoff_max and jitter are read when an
+-- attempt fails (jq.fail, jq._time_out), and on_dead when the job goes dead. So a change applies
+-- to jobs enqueued, attempts failed and jobs dying after it, never to what already happened.
+--
+-- Hooks run with the privileges of the role that registered them, never with jq's owner's.
+-- jq's functions are SECURITY DEFINER, so a function called from them runs as the extension's
+-- owner (usually a superuser) unless it is SECURITY DEFINER itself; SET ROLE is refused inside
+-- them. So a hook must be a SECURITY DEFINER function owned by the registering role (or a role
+-- whose privileges it has), and every call checks again that it still is one, still has that
+-- owner, and that its owner is no superuser unless a superuser registered it
+-- (jq._hook_problem). A non-superuser jq_admin thus gains nothing through a hook:
+-- pg_test/tests/kinds/hooks.rs, a_hook_runs_as_its_owner_and_a_jq_admin_gains_no_privilege.
+
+CREATE OR REPLACE FUNCTION jq.hook_lock_timeout() RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT '2s'::text $$;
+COMMENT ON FUNCTION jq.hook_lock_timeout() IS
+'The lock_timeout an on_dead hook runs under (2s): a hook waiting longer for a lock fails with '
+'55P03 and is retried by maintenance, so it never holds up the failing worker''s jq.fail or a '
+'maintenance pass for long.';
+
+CREATE OR REPLACE FUNCTION jq._hook_retry_delay(attempts integer) RETURNS interval
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT pg_catalog.interval_smaller(interval '10 seconds' * pg_catalog.power(2, LEAST(attempts - 1, 20)),
+                                       interval '1 hour')
+$$;
+COMMENT ON FUNCTION jq._hook_retry_delay(integer) IS
+'Internal: the delay before the next call of an on_dead hook that failed attempts times: 10 '
+'seconds, doubling, at most 1 hour.';
+
+-- The hook's name as stored in jq.kinds.on_dead: schema and function qualified, with its
+-- argument type, so that it resolves (to_regprocedure) whatever the search_path, also after a
+-- dump and restore.
+CREATE OR REPLACE FUNCTION jq._hook_name(hook regprocedure) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT pg_catalog.format('%I.%I(jq.jobs)', n.nspname, f.proname)
+    FROM pg_catalog.pg_proc f JOIN pg_catalog.pg_namespace n ON n.oid = f.pronamespace
+    WHERE f.oid = hook
+$$;
+COMMENT ON FUNCTION jq._hook_name(regprocedure) IS
+'Internal: the qualified text of an on_dead hook, "schema.name(jq.jobs)".';
+
+-- Registration: raises unless caller may register hook.
+CREATE OR REPLACE FUNCTION jq._check_hook(hook regprocedure, caller oid) RETURNS regrole
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
+AS $$
+DECLARE
+    p record;
+BEGIN
+    SELECT f.proowner, f.prosecdef, f.prokind, f.pronargs, f.proargtypes, f.proretset,
+           r.rolsuper AS owner_super
+    INTO p
+    FROM pg_catalog.pg_proc f JOIN pg_catalog.pg_roles r ON r.oid = f.proowner
+    WHERE f.oid = hook;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'function with OID % does not exist', hook::oid USING ERRCODE = '42883';
+    END IF;
+    IF p.prokind <> 'f' OR p.pronargs <> 1 OR p.proargtypes[0] <> 'jq.jobs'::regtype OR p.proretset THEN
+        RAISE EXCEPTION 'on_dead must be a function of one argument of type jq.jobs, not %', hook
+            USING ERRCODE = '42P13', HINT = 'CREATE FUNCTION app.on_dead(job jq.jobs) RETURNS void ...';
+    END IF;
+    IF NOT p.prosecdef THEN
+        RAISE EXCEPTION 'on_dead % must be SECURITY DEFINER', hook
+            USING ERRCODE = '42P13',
+                  HINT = 'jq calls a hook as its owner: declare it SECURITY DEFINER with SET search_path, owned by the role that registers it.';
+    END IF;
+    IF NOT pg_catalog.pg_has_role(caller, p.proowner, 'USAGE') THEN
+        RAISE EXCEPTION 'on_dead % is owned by role %, whose privileges role % does not have', hook,
+            p.proowner::regrole, caller::regrole USING ERRCODE = '42501';
+    END IF;
+    IF p.owner_super AND NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid = caller) THEN
+        RAISE EXCEPTION 'on_dead % is owned by a superuser: only a superuser may register it', hook
+            USING ERRCODE = '42501';
+    END IF;
+    IF NOT pg_catalog.has_function_privilege(caller, hook, 'EXECUTE') THEN
+        RAISE EXCEPTION 'role % may not execute %', caller::regrole, hook USING ERRCODE = '42501';
+    END IF;
+    RETURN p.proowner::regrole;
+END $$;
+COMMENT ON FUNCTION jq._check_hook(regprocedure, oid) IS
+'Internal (jq.alter_kind): returns the owner of hook if role caller may register it as an on_dead '
+'hook: a function (not a procedure or aggregate) of one argument of type jq.jobs returning no '
+'set (else 42P13), SECURITY DEFINER (else 42P13), owned by a role whose privileges caller has, '
+'not a superuser unless caller is one, and executable by caller (else 42501).';
+
+-- Every call: is the registered hook still what was registered?
+CREATE OR REPLACE FUNCTION jq._hook_problem(hook text, owner regrole, registered_by regrole) RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
+AS $$
+DECLARE
+    p  record;
+    v_by record;
+BEGIN
+    SELECT f.proowner, f.prosecdef, r.rolsuper AS owner_super INTO p
+    FROM pg_catalog.pg_proc f JOIN pg_catalog.pg_roles r ON r.oid = f.proowner
+    WHERE f.oid = pg_catalog.to_regprocedure(hook);
+    IF NOT FOUND THEN
+        RETURN pg_catalog.format('hook %s does not exist', hook);
+    END IF;
+    IF NOT p.prosecdef THEN
+        RETURN pg_catalog.format('hook %s is not SECURITY DEFINER any more: not called', hook);
+    END IF;
+    IF p.proowner <> owner THEN
+        RETURN pg_catalog.format('hook %s is owned by %s, not by %s who was its owner when it was registered: not called',
+                                 hook, p.proowner::regrole, owner);
+    END IF;
+    SELECT r.rolsuper INTO v_by FROM pg_catalog.pg_roles r WHERE r.oid = registered_by;
+    IF NOT FOUND THEN
+        RETURN pg_catalog.format('the role that registered hook %s (OID %s) was dropped: not called', hook, registered_by::oid);
+    END IF;
+    IF NOT pg_catalog.pg_has_role(registered_by, owner, 'USAGE') THEN
+        RETURN pg_catalog.format('role %s, which registered hook %s, no longer has the privileges of its owner %s: not called',
+                                 registered_by, hook, owner);
+    END IF;
+    IF p.owner_super AND NOT v_by.rolsuper THEN
+        RETURN pg_catalog.format('hook %s is owned by a superuser but was registered by %s, who is none: not called',
+                                 hook, registered_by);
+    END IF;
+    RETURN NULL;
+END $$;
+COMMENT ON FUNCTION jq._hook_problem(text, regrole, regrole) IS
+'Internal: NULL when the on_dead hook (qualified text) may be called: it exists, is still '
+'SECURITY DEFINER, still owned by owner, registered_by still exists and has owner''s '
+'privileges, and owner is no superuser unless registered_by is one; else why not.';
+
+-- One call of a hook, in a subtransaction, under jq.hook_lock_timeout(). Returns NULL on
+-- success, else the error as "SQLSTATE: message" (the subtransaction, with whatever the hook
+-- did, rolled back).
+CREATE OR REPLACE FUNCTION jq._call_hook(job jq.jobs, hook text, owner regrole, registered_by regrole)
+RETURNS text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
+AS $$
+DECLARE
+    v_problem text := jq._hook_problem(hook, owner, registered_by);
+    v_sql     text;
+    v_lock    text := pg_catalog.current_setting('lock_timeout');
+    v_state   text;
+    v_message text;
+BEGIN
+    IF v_problem IS NOT NULL THEN
+        RETURN '42501: ' || v_problem;
+    END IF;
+    SELECT pg_catalog.format('SELECT %I.%I($1)', n.nspname, f.proname) INTO v_sql
+    FROM pg_catalog.pg_proc f JOIN pg_catalog.pg_namespace n ON n.oid = f.pronamespace
+    WHERE f.oid = pg_catalog.to_regprocedure(hook);
+    BEGIN
+        PERFORM pg_catalog.set_config('lock_timeout', jq.hook_lock_timeout(), true);
+        EXECUTE v_sql USING job;
+        PERFORM pg_catalog.set_config('lock_timeout', v_lock, true);
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT;
+        RAISE LOG 'jq: on_dead hook % of job % failed: %: %', hook, job.id, v_state, v_message;
+        RETURN jq._clip_error(v_state || ': ' || v_message);
+    END;
+    RETURN NULL;
+END $$;
+COMMENT ON FUNCTION jq._call_hook(jq.jobs, text, regrole, regrole) IS
+'Internal: calls on_dead hook (qualified text) with job, as its owner (it is SECURITY DEFINER, '
+'checked by jq._hook_problem first), in a subtransaction with lock_timeout jq.hook_lock_timeout(). '
+'Returns NULL on success, else "SQLSTATE: message" with the hook''s work rolled back.';
+
+-- The jobs ids just went dead in this transaction: run their kinds' hooks.
+CREATE OR REPLACE FUNCTION jq._on_dead(ids bigint[], now timestamptz) RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
+AS $$
+DECLARE
+    r        record;
+    v_error  text;
+    v_failed integer := 0;
+BEGIN
+    FOR r IN SELECT j AS job, k.on_dead, k.on_dead_owner, k.on_dead_by
+             FROM jq.jobs j JOIN jq.kinds k ON k.queue = j.queue AND k.kind = j.kind
+             WHERE j.id = ANY (_on_dead.ids) AND j.state::text = 'dead' AND k.on_dead IS NOT NULL
+             ORDER BY j.id
+    LOOP
+        v_error := jq._call_hook(r.job, r.on_dead, r.on_dead_owner, r.on_dead_by);
+        CONTINUE WHEN v_error IS NULL;
+        v_failed := v_failed + 1;
+        INSERT INTO jq.pending_hooks AS p (job_id, queue, kind, hook, job, attempts, next_at, last_error, failed_at)
+        VALUES ((r.job).id, (r.job).queue, (r.job).kind, r.on_dead, pg_catalog.to_jsonb(r.job), 1,
+                _on_dead.now + jq._hook_retry_delay(1), v_error, _on_dead.now)
+        -- Dead again after jq.retry: a new round of calls.
+        ON CONFLICT (job_id) DO UPDATE SET hook = excluded.hook, job = excluded.job, attempts = 1,
+            next_at = excluded.next_at, last_error = excluded.last_error, failed_at = excluded.failed_at;
+    END LOOP;
+    RETURN v_failed;
+END $$;
+COMMENT ON FUNCTION jq._on_dead(bigint[], timestamptz) IS
+'Internal: for each job of ids that is dead and whose kind has an on_dead hook, calls the hook '
+'(jq._call_hook) in the caller''s transaction; a hook that fails leaves a jq.pending_hooks row '
+'(retried by maintenance from now + 10 s). Returns how many hooks failed. Called by jq.fail, the '
+'reaper (max_lease_expiries, wall timeouts) and jq.expire_lease.';
+
+-- Maintenance: the hooks that failed, due again. One row at a time, each hook in its own
+-- subtransaction; rows another pass holds are skipped (SKIP LOCKED), and so is a job whose row
+-- another transaction holds (jq.retry), until the next pass.
+CREATE OR REPLACE FUNCTION jq._retry_hooks(now timestamptz, batch integer DEFAULT 100) RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
+AS $$
+DECLARE
+    r       record;
+    k       record;
+    v_row   record;
+    v_job   jq.jobs;
+    v_error text;
+    v_done  integer := 0;
+BEGIN
+    FOR r IN SELECT p.job_id, p.queue, p.kind, p.job, p.attempts FROM jq.pending_hooks p
+             WHERE p.job_id = ANY (ARRAY(
+                 SELECT h.job_id FROM jq.pending_hooks h WHERE h.next_at <= _retry_hooks.now
+                 ORDER BY h.next_at LIMIT _retry_hooks.batch FOR UPDATE SKIP LOCKED))
+             ORDER BY p.next_at
+    LOOP
+        SELECT j.state::text AS state, j AS job INTO v_row FROM jq.jobs j WHERE j.id = r.job_id FOR SHARE SKIP LOCKED;
+        IF NOT FOUND THEN
+            CONTINUE WHEN EXISTS (SELECT 1 FROM jq.jobs j WHERE j.id = r.job_id);  -- held: next pass
+            v_job := pg_catalog.jsonb_populate_record(NULL::jq.jobs, r.job);  -- pruned: as it died
+        ELSIF v_row.state = 'dead' THEN
+            v_job := v_row.job;
+        ELSE
+            DELETE FROM jq.pending_hooks p WHERE p.job_id = r.job_id;  -- retried: no longer dead
+            CONTINUE;
+        END IF;
+        -- The kind's hook now: re-registering a fixed hook fixes the pending calls.
+        SELECT x.on_dead, x.on_dead_owner, x.on_dead_by INTO k
+        FROM jq.kinds x WHERE x.queue = r.queue AND x.kind = r.kind;
+        IF k.on_dead IS NULL THEN
+            DELETE FROM jq.pending_hooks p WHERE p.job_id = r.job_id;  -- the kind has no hook any more
+            CONTINUE;
+        END IF;
+        v_error := jq._call_hook(v_job, k.on_dead, k.on_dead_owner, k.on_dead_by);
+        IF v_error IS NULL THEN
+            DELETE FROM jq.pending_hooks p WHERE p.job_id = r.job_id;
+            v_done := v_done + 1;
+        ELSE
+            UPDATE jq.pending_hooks p SET attempts = r.attempts + 1, hook = k.on_dead,
+                   next_at = _retry_hooks.now + jq._hook_retry_delay(r.attempts + 1),
+                   last_error = v_error, failed_at = _retry_hooks.now
+            WHERE p.job_id = r.job_id;
+        END IF;
+    END LOOP;
+    RETURN v_done;
+END $$;
+COMMENT ON FUNCTION jq._retry_hooks(timestamptz, integer) IS
+'Maintenance (the reap duty): calls again up to batch on_dead hooks of jq.pending_hooks due at '
+'now, oldest first, with the job''s row (or, once pruned, the row as it went dead) and the kind''s '
+'current hook; deletes the row when the call succeeds, the job is no longer dead (jq.retry) or '
+'the kind has no hook any more, else counts the attempt and sets next_at (10 s doubling, at most '
+'1 hour). Returns how many hooks succeeded. Never waits for a lock.';
+
+CREATE OR REPLACE FUNCTION jq.clear_hook(id bigint, caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
+AS $$
+DECLARE
+    v_caller oid := jq._redeem(clear_hook.caller_ticket);
+    v_queue  text;
+BEGIN
+    -- The job's queue, or its pending hook's once retention pruned the job: checked whether or
+    -- not a hook is pending, so that a role learns nothing of jobs of queues it may not use.
+    v_queue := coalesce((SELECT j.queue FROM jq.jobs j WHERE j.id = clear_hook.id),
+                        (SELECT p.queue FROM jq.pending_hooks p WHERE p.job_id = clear_hook.id));
+    IF v_queue IS NULL THEN
+        RETURN false;
+    END IF;
+    IF jq._denial(v_caller, ARRAY[v_queue], 'admin') IS NOT NULL THEN
+        -- Without the queue's name, as jq._authorize_job.
+        RAISE EXCEPTION 'permission denied: role "%" may not administer the queue of job %',
+            v_caller::regrole, clear_hook.id USING ERRCODE = '42501';
+    END IF;
+    DELETE FROM jq.pending_hooks p WHERE p.job_id = clear_hook.id;
+    RETURN FOUND;
+END $$;
+COMMENT ON FUNCTION jq.clear_hook(bigint, bigint) IS
+'Gives up on the pending on_dead hook of dead job id (jq.pending_hooks): maintenance calls it no '
+'more. Returns false when the job has no pending hook. Errors: 42501 the caller holds no admin '
+'grant on the job''s queue.';
+
+CREATE OR REPLACE FUNCTION jq._check_kind_options(kind text, max_attempts integer, backoff_base interval,
+                                                  backoff_max interval, timeout interval, reset text[])
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
+AS $$
+DECLARE
+    v_bad text;
+BEGIN
+    IF kind IS NULL THEN
+        RAISE EXCEPTION 'kind must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF kind = '' OR pg_catalog.length(kind) > 200 THEN
+        RAISE EXCEPTION 'kind must have 1 to 200 characters' USING ERRCODE = '22023';
+    END IF;
+    PERFORM jq._check_queue_options(max_attempts, NULL, backoff_base, backoff_max, NULL, NULL, NULL, NULL);
+    IF timeout IS NOT NULL THEN
+        PERFORM jq._check_interval('timeout', timeout, false);
+    END IF;
+    SELECT o INTO v_bad FROM pg_catalog.unnest(reset) AS o
+    WHERE o IS NULL OR o NOT IN ('max_attempts', 'backoff', 'backoff_base', 'backoff_max', 'jitter',
+                                 'timeout', 'on_dead')
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'cannot reset %: not an option of a kind', coalesce(pg_catalog.quote_literal(v_bad), 'NULL')
+            USING ERRCODE = '22023',
+                  HINT = 'Options: max_attempts, backoff, backoff_base, backoff_max, jitter, timeout, on_dead.';
+    END IF;
+END $$;
+COMMENT ON FUNCTION jq._check_kind_options(text, integer, interval, interval, interval, text[]) IS
+'Internal: validates jq.alter_kind''s arguments: 22004 NULL kind; 22023 kind not 1-200 characters, '
+'max_attempts not in 1..1000000, a negative backoff interval, a timeout not over zero or over 100 '
+'years or with a negative field, an unknown option in reset.';
+
+CREATE OR REPLACE FUNCTION jq.alter_kind(
+    queue        text,
+    kind         text,
+    max_attempts integer DEFAULT NULL,
+    backoff      jq.backoff_policy DEFAULT NULL,
+    backoff_base interval DEFAULT NULL,
+    backoff_max  interval DEFAULT NULL,
+    jitter       jq.jitter_mode DEFAULT NULL,
+    timeout      interval DEFAULT NULL,
+    on_dead      regprocedure DEFAULT NULL,
+    reset        text[] DEFAULT NULL,
+    caller_ticket bigint DEFAULT jq._ticket()
+) RETURNS jq.kinds
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
+AS $$
+DECLARE
+    v_caller oid := jq._authorize_queue(alter_kind.caller_ticket, alter_kind.queue, 'admin');
+    v_owner  regrole;
+    v_reset  text[] := coalesce(alter_kind.reset, '{}');
+    k        jq.kinds;
+BEGIN
+    PERFORM jq._check_kind_options(alter_kind.kind, alter_kind.max_attempts, alter_kind.backoff_base,
+                                   alter_kind.backoff_max, alter_kind.timeout, alter_kind.reset);
+    -- A reset and a new value of the same option in one call: refused (which one
+    -- was meant?).
+    IF (alter_kind.max_attempts IS NOT NULL AND 'max_attempts' = ANY (v_reset))
+       OR (alter_kind.backoff IS NOT NULL AND 'backoff' = ANY (v_reset))
+       OR (alter_kind.backoff_base IS NOT NULL AND 'backoff_base' = ANY (v_reset))
+       OR (alter_kind.backoff_max IS NOT NULL AND 'backoff_max' = ANY (v_reset))
+       OR (alter_kind.jitter IS NOT NULL AND 'jitter' = ANY (v_reset))
+       OR (alter_kind.timeout IS NOT NULL AND 'timeout' = ANY (v_reset))
+       OR (alter_kind.on_dead IS NOT NULL AND 'on_dead' = ANY (v_reset)) THEN
+        RAISE EXCEPTION 'an option is both given and reset' USING ERRCODE = '22023';
+    END IF;
+    IF alter_kind.on_dead IS NOT NULL THEN
+        v_owner := jq._check_hook(alter_kind.on_dead, v_caller);
+    END IF;
+    -- jq.jobs before the queue row, the order jq.drop_queue takes them in (no deadlock); the
+    -- queue row locked, so a concurrent jq.drop_kind cannot clear has_kinds under this kind.
+    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;
+    UPDATE jq.queues t SET has_kinds = true WHERE t.name = alter_kind.queue;
+    IF NOT FOUND THEN
+        PERFORM jq._unknown_queue(alter_kind.queue);
+    END IF;
+    INSERT INTO jq.kinds AS x (queue, kind, max_attempts, backoff, backoff_base, backoff_max, jitter,
+                               timeout, on_dead, on_dead_owner, on_dead_by, updated_at)
+    VALUES (alter_kind.queue, alter_kind.kind, alter_kind.max_attempts, alter_kind.backoff,
+            alter_kind.backoff_base, alter_kind.backoff_max, alter_kind.jitter, alter_kind.timeout,
+            jq._hook_name(alter_kind.on_dead), v_owner, CASE WHEN v_owner IS NOT NULL THEN v_caller::regrole END,
+            pg_catalog.now())
+    ON CONFLICT ON CONSTRAINT kinds_pkey DO UPDATE SET
+        max_attempts  = CASE WHEN 'max_attempts' = ANY (v_reset) THEN NULL
+                             ELSE coalesce(excluded.max_attempts, x.max_attempts) END,
+        backoff       = CASE WHEN 'backoff' = ANY (v_reset) THEN NULL ELSE coalesce(excluded.backoff, x.backoff) END,
+        backoff_base  = CASE WHEN 'backoff_base' = ANY (v_reset) THEN NULL
+                             ELSE coalesce(excluded.backoff_base, x.backoff_base) END,
+        backoff_max   = CASE WHEN 'backoff_max' = ANY (v_reset) THEN NULL
+                             ELSE coalesce(excluded.backoff_max, x.backoff_max) END,
+        jitter        = CASE WHEN 'jitter' = ANY (v_reset) THEN NULL ELSE coalesce(excluded.jitter, x.jitter) END,
+        timeout       = CASE WHEN 'timeout' = ANY (v_reset) THEN NULL ELSE coalesce(excluded.timeout, x.timeout) END,
+        on_dead       = CASE WHEN 'on_dead' = ANY (v_reset) THEN NULL ELSE coalesce(excluded.on_dead, x.on_dead) END,
+        on_dead_owner = CASE WHEN 'on_dead' = ANY (v_reset) THEN NULL
+                             WHEN excluded.on_dead IS NOT NULL THEN excluded.on_dead_owner ELSE x.on_dead_owner END,
+        on_dead_by    = CASE WHEN 'on_dead' = ANY (v_reset) THEN NULL
+                             WHEN excluded.on_dead IS NOT NULL THEN excluded.on_dead_by ELSE x.on_dead_by END,
+        updated_at    = excluded.updated_at
+    RETURNING * INTO k;
+    RETURN k;
+END $$;
+COMMENT ON FUNCTION jq.alter_kind(text, text, integer, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, regprocedure, text[], bigint) IS
+'Creates or changes the policy of kind (1-200 characters) in queue and returns its jq.kinds row. '
+'Options left NULL stay as they are (NULL in the row: the queue''s); reset lists options to set '
+'back to NULL. max_attempts (1..1000000) and timeout (interval > 0, at most 100 years: the wall '
+'timeout of each attempt, after which maintenance ends it as a failed attempt) are given to jobs '
+'enqueued afterwards; backoff, backoff_base, backoff_max, jitter (as in jq.create_queue) apply '
+'to the failures after the call. on_dead: a function of one argument of type jq.jobs, SECURITY '
+'DEFINER, owned by the caller (or a role whose privileges it has; a superuser''s only for a '
+'superuser caller), called as its owner in the transaction that moves a job of the kind to dead '
+'(jq.fail, the reaper, a wall timeout, jq.expire_lease); one that raises is recorded in '
+'jq.pending_hooks and retried by maintenance. Errors: 22004 NULL kind or queue, 22023 invalid '
+'value or reset entry (or both given and reset), 42704 unknown queue, 42883 unknown function, '
+'42P13 on_dead of the wrong signature or not SECURITY DEFINER, 42501 on_dead owned by another '
+'role or a superuser, or the caller holds no admin grant on the queue; 0A000: the queue name '
+'under a nondeterministic collation.';
+
+CREATE OR REPLACE FUNCTION jq.drop_kind(queue text, kind text, caller_ticket bigint DEFAULT jq._ticket())
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
+AS $$
+DECLARE
+    v_found boolean;
+BEGIN
+    PERFORM jq._authorize_queue(drop_kind.caller_ticket, drop_kind.queue, 'admin');
+    PERFORM jq._check_kind_options(drop_kind.kind, NULL, NULL, NULL, NULL, NULL);
+    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;  -- before the queue row, as jq.drop_queue
+    PERFORM 1 FROM jq.queues t WHERE t.name = drop_kind.queue FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        PERFORM jq._unknown_queue(drop_kind.queue);
+    END IF;
+    DELETE FROM jq.kinds x WHERE x.queue = drop_kind.queue AND x.kind = drop_kind.kind;
+    v_found := FOUND;
+    UPDATE jq.queues t SET has_kinds = EXISTS (SELECT 1 FROM jq.kinds x WHERE x.queue = t.name)
+    WHERE t.name = drop_kind.queue;
+    RETURN v_found;
+END $$;
+COMMENT ON FUNCTION jq.drop_kind(text, text, bigint) IS
+'Deletes the policy of kind in queue: its jobs take the queue''s policy from then on (jobs '
+'enqueued before keep their max_attempts and timeout); its pending on_dead hooks are dropped by '
+'the next maintenance pass. Returns false when the kind had no policy. Errors: 22004 NULL kind, '
+'22023 invalid kind, 42704 unknown queue, 42501 the caller holds no admin grant on the queue.';
+
+-- security_barrier, as jq.queue_stats: only the queues the reader holds a jq privilege on.
+CREATE OR REPLACE VIEW jq.kind_policies WITH (security_barrier) AS
+SELECT k.queue,
+       k.kind,
+       coalesce(k.max_attempts, t.max_attempts) AS max_attempts,
+       coalesce(k.backoff, t.backoff) AS backoff,
+       coalesce(k.backoff_base, t.backoff_base) AS backoff_base,
+       coalesce(k.backoff_max, t.backoff_max) AS backoff_max,
+       coalesce(k.jitter, t.jitter) AS jitter,
+       k.timeout,
+       k.on_dead,
+       k.on_dead_owner,
+       (SELECT count(*) FROM jq.pending_hooks p WHERE p.queue = k.queue AND p.kind = k.kind) AS hooks_pending,
+       ARRAY(SELECT u.o FROM ROWS FROM (
+                 pg_catalog.unnest(ARRAY['max_attempts', 'backoff', 'backoff_base', 'backoff_max', 'jitter']),
+                 pg_catalog.unnest(ARRAY[k.max_attempts IS NULL, k.backoff IS NULL, k.backoff_base IS NULL,
+                                         k.backoff_max IS NULL, k.jitter IS NULL])) AS u(o, inherited)
+             WHERE u.inherited) AS from_queue,
+       k.updated_at
+FROM jq.kinds k JOIN jq.queues t ON t.name = k.queue
+WHERE pg_catalog.pg_has_role('jq_admin', 'USAGE')
+   OR EXISTS (SELECT 1 FROM jq.queue_grants g
+              WHERE g.queue IN (t.name, '*') AND pg_catalog.pg_has_role(g.grantee, 'USAGE'));
+COMMENT ON VIEW jq.kind_policies IS
+'One row per kind with a policy (jq.alter_kind): the effective max_attempts, backoff, '
+'backoff_base, backoff_max and jitter (the kind''s, else the queue''s; from_queue lists those '
+'taken from the queue), the wall timeout (NULL: none), the on_dead hook and its owner, and '
+'hooks_pending, its dead jobs whose hook has not succeeded yet. Shows only the queues the reader '
+'may use, as jq.queue_stats.';
