@@ -11,6 +11,10 @@
 //! (pg_test/tests/awaiting.rs). Awaiters are woken per queue, not per job: each re-checks its
 //! own job with one primary-key read; a queue's finishes wake all of its awaiters.
 //!
+//! Latches are also set for reasons of PostgreSQL's own (signals, catch-up interrupts; seen
+//! about every 10 s during a test run): an awaiter looks again only when a committer marked it
+//! ([`Awaiter::woken`]) or its deadline came.
+//!
 //! Nobody awaiting costs a committer one fence and one atomic load ([`wake`]), and only in a
 //! transaction that noted a wakeup event anyway (the completion does): no statement, no lock.
 //! Without `shared_preload_libraries = 'jq'` there is no shared area and awaiters poll every
@@ -34,6 +38,9 @@ pub struct Awaiter {
     db: AtomicU32,
     /// [`QueueHash::low31`] of the awaited job's queue.
     entry: AtomicU32,
+    /// 1 once a committer woke this awaiter, until it takes the wakeup and looks again
+    /// ([`_await_sleep`]); a latch set without it is spurious and costs no look.
+    woken: AtomicU32,
 }
 
 /// The shared area of the await wakeups.
@@ -81,6 +88,7 @@ pub fn wake(entries: impl Fn() -> Vec<u32>) {
             continue;
         }
         if entries.contains(&a.entry.load(Ordering::Relaxed)) {
+            a.woken.store(1, Ordering::SeqCst);
             sh.wakeups.fetch_add(1, Ordering::Relaxed);
             backend::set_latch_of(i as i32);
         }
@@ -115,6 +123,7 @@ fn _await_register(queue: &str) -> bool {
     }
     stop();
     let a = &sh.slots[me as usize];
+    a.woken.store(0, Ordering::SeqCst);
     a.entry.store(QueueHash::of(queue).low31(), Ordering::Relaxed);
     a.db.store(backend::my_database(), Ordering::Release);
     sh.active.fetch_add(1, Ordering::SeqCst);
@@ -122,32 +131,47 @@ fn _await_register(queue: &str) -> bool {
     true
 }
 
-/// `jq._await_sleep(deadline timestamptz) RETURNS boolean`: sleeps until this backend's latch is
-/// set (a commit in the registered queue, or an interrupt) or `deadline`; unregistered, at most
-/// `jq.poll_interval`. Resets the latch (before the caller's next look) and checks for
-/// interrupts. False if the deadline had already passed.
+/// `jq._await_sleep(deadline timestamptz) RETURNS boolean`: sleeps until a committer wakes this
+/// registered awaiter (a job of its queue ended) or `deadline`; a latch set by anything else
+/// (PostgreSQL's own signals) only checks for interrupts and sleeps on. Unregistered, it sleeps
+/// at most `jq.poll_interval`. The latch is reset before the caller's next look. False if the
+/// deadline had already passed.
 #[pg_extern(create_or_replace, volatile, parallel_unsafe)]
 fn _await_sleep(deadline: TimestampWithTimeZone) -> bool {
-    let left_us = i64::from(deadline) - backend::now_us();
-    if left_us <= 0 {
-        return false;
+    loop {
+        let left_us = i64::from(deadline) - backend::now_us();
+        if left_us <= 0 {
+            return false;
+        }
+        let mut timeout_ms = (left_us + 999) / 1000;
+        if !AWAITING.get() {
+            timeout_ms = timeout_ms.min(gucs::POLL_INTERVAL_MS.get() as i64);
+        }
+        // SAFETY: plain PostgreSQL calls on this backend's own latch.
+        unsafe {
+            pg_sys::WaitLatch(
+                pg_sys::MyLatch,
+                (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
+                timeout_ms.max(1),
+                pg_sys::PG_WAIT_EXTENSION,
+            );
+            pg_sys::ResetLatch(pg_sys::MyLatch);
+        }
+        pg_sys::check_for_interrupts!();
+        // After the reset: a committer that wakes us from now on sets the latch again.
+        if !AWAITING.get() || took_wakeup() || backend::now_us() >= i64::from(deadline) {
+            return true;
+        }
     }
-    let mut timeout_ms = (left_us + 999) / 1000;
-    if !AWAITING.get() {
-        timeout_ms = timeout_ms.min(gucs::POLL_INTERVAL_MS.get() as i64);
+}
+
+/// Whether a committer woke this awaiter since it last looked (and takes that wakeup).
+fn took_wakeup() -> bool {
+    let (Some(sh), me) = (AREA.get(), backend::my_procno()) else { return true };
+    if me < 0 || me as usize >= MAX_AWAITERS {
+        return true;
     }
-    // SAFETY: plain PostgreSQL calls on this backend's own latch.
-    unsafe {
-        pg_sys::WaitLatch(
-            pg_sys::MyLatch,
-            (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
-            timeout_ms.max(1),
-            pg_sys::PG_WAIT_EXTENSION,
-        );
-        pg_sys::ResetLatch(pg_sys::MyLatch);
-    }
-    pg_sys::check_for_interrupts!();
-    true
+    sh.slots[me as usize].woken.swap(0, Ordering::SeqCst) != 0
 }
 
 /// `jq._await_done()`: ends this backend's await registration.
