@@ -30,6 +30,8 @@ pub(crate) struct Claimed {
     pub priority: i32,
     /// Seconds of lease left as the server saw it (NULL only if the row had no lease).
     pub lease_left: Option<f64>,
+    /// The progress stored by an earlier attempt.
+    pub progress: Option<Value>,
 }
 
 impl Claimed {
@@ -44,6 +46,7 @@ impl Claimed {
             token: row.get("lease_token"),
             priority: row.get("priority"),
             lease_left: row.get("lease_left"),
+            progress: row.get("progress"),
         }
     }
 }
@@ -56,7 +59,7 @@ pub(crate) struct ClaimCall {
 }
 
 const CLAIM_COLUMNS: &str = "id, queue, kind, payload, attempt, max_attempts, lease_token, priority, \
-     extract(epoch FROM lease_expires_at - clock_timestamp())::float8 AS lease_left";
+     extract(epoch FROM lease_expires_at - clock_timestamp())::float8 AS lease_left, progress";
 
 impl ClaimCall {
     /// `many_queues`: the `text[]` form of `jq.claim`; `has_wait`: pass `wait` (see
@@ -95,34 +98,58 @@ impl ClaimCall {
     }
 }
 
-/// One row of a heartbeat: the job, whether an operator asked to cancel it, and the seconds of
-/// lease left (`None`: the job is no longer running under the token).
+/// One row of a heartbeat: the job, whether an operator asked to cancel it, the seconds of
+/// lease left (`None`: the job is no longer running under the token), and whether the progress
+/// sent with it was too large to store.
 pub(crate) struct Beat {
     pub id: i64,
     pub cancel_requested: Option<bool>,
     pub lease_left: Option<f64>,
+    pub progress_refused: bool,
 }
 
 /// `jq.heartbeat` of every `(ids[i], tokens[i])` in one statement, extending each lease by
-/// `extend` seconds (`None`: the queue's lease).
+/// `extend` seconds (`None`: the queue's lease) and storing `progress[i]` when it is given.
+/// A progress over `jq.max_progress_bytes()` is left out (the lease is still renewed) and
+/// reported as refused, so one oversized report cannot fail the heartbeat of every job.
 pub(crate) async fn heartbeat(
     conn: &mut Conn,
     ids: &[i64],
     tokens: &[Uuid],
     extend: Option<f64>,
+    progress: &[Option<Value>],
 ) -> Result<Vec<Beat>, QueryError> {
-    let rows = conn
-        .query(
+    let rows = if progress.iter().all(Option::is_none) {
+        conn.query(
             "SELECT u.id, h.cancel_requested, \
-                    extract(epoch FROM h.lease_expires_at - clock_timestamp())::float8 AS lease_left \
+                    extract(epoch FROM h.lease_expires_at - clock_timestamp())::float8 AS lease_left, \
+                    false AS progress_refused \
              FROM unnest($1::int8[], $2::uuid[]) AS u(id, token) \
              CROSS JOIN LATERAL jq.heartbeat(u.id, u.token, $3::float8 * interval '1 second') AS h",
             &[(&ids, Type::INT8_ARRAY), (&tokens, Type::UUID_ARRAY), (&extend, Type::FLOAT8)],
         )
-        .await?;
+        .await?
+    } else {
+        conn.query(
+            "SELECT u.id, h.cancel_requested, \
+                    extract(epoch FROM h.lease_expires_at - clock_timestamp())::float8 AS lease_left, \
+                    (u.progress IS NOT NULL AND NOT u.fits) AS progress_refused \
+             FROM (SELECT v.*, octet_length(v.progress::text) <= jq.max_progress_bytes() AS fits \
+                   FROM unnest($1::int8[], $2::uuid[], $4::jsonb[]) AS v(id, token, progress)) u \
+             CROSS JOIN LATERAL jq.heartbeat(u.id, u.token, $3::float8 * interval '1 second', \
+                                             CASE WHEN u.fits THEN u.progress END) AS h",
+            &[(&ids, Type::INT8_ARRAY), (&tokens, Type::UUID_ARRAY), (&extend, Type::FLOAT8), (&progress, Type::JSONB_ARRAY)],
+        )
+        .await?
+    };
     Ok(rows
         .iter()
-        .map(|r| Beat { id: r.get("id"), cancel_requested: r.get("cancel_requested"), lease_left: r.get("lease_left") })
+        .map(|r| Beat {
+            id: r.get("id"),
+            cancel_requested: r.get("cancel_requested"),
+            lease_left: r.get("lease_left"),
+            progress_refused: r.get("progress_refused"),
+        })
         .collect())
 }
 

@@ -31,6 +31,8 @@ pub(super) async fn run(shared: Arc<Shared>, opts: Arc<Opts>, mut conn: Conn, st
             _ = stop.cancelled() => break,
             // New jobs: their first heartbeat may be due before `wake`.
             _ = shared.claimed.notified() => {}
+            // A progress report to send at once (Job::set_progress_now).
+            _ = shared.progress_now.notified() => {}
             _ = tokio::time::sleep_until(wake.into()) => tokio::select! {
                 _ = stop.cancelled() => break,
                 _ = heartbeat(&shared, &opts, &mut conn) => {}
@@ -44,7 +46,12 @@ pub(super) async fn run(shared: Arc<Shared>, opts: Arc<Opts>, mut conn: Conn, st
 pub(super) fn next_wake(shared: &Shared) -> Instant {
     let far = Instant::now() + Duration::from_secs(1);
     let jobs = shared.jobs.lock().unwrap();
-    jobs.values().filter(|e| beats(e)).map(|e| e.next_heartbeat).min().map_or(far, |t| t.min(far))
+    jobs.values().filter(|e| beats(e)).map(|e| due_at(e)).min().map_or(far, |t| t.min(far))
+}
+
+/// When a job's heartbeat falls due: now for an urgent progress report, else on schedule.
+fn due_at(e: &Entry) -> Instant {
+    if e.progress.urgent() { Instant::now() } else { e.next_heartbeat }
 }
 
 /// Whether a job is heartbeated: its lease is not known lost, and its outcome is not being
@@ -68,9 +75,13 @@ pub(super) async fn heartbeat(shared: &Shared, opts: &Opts, conn: &mut Conn) {
     if ids.is_empty() {
         return;
     }
+    let progress: Vec<Option<serde_json::Value>> = {
+        let jobs = shared.jobs.lock().unwrap();
+        ids.iter().map(|id| jobs.get(id).and_then(|e| e.progress.take())).collect()
+    };
     let extend: Option<f64> = opts.lease.map(|l| l.as_secs_f64());
     let sent = Instant::now();
-    let result = api::heartbeat(conn, &ids, &tokens, extend).await.map_err(|e| match e {
+    let result = api::heartbeat(conn, &ids, &tokens, extend, &progress).await.map_err(|e| match e {
         QueryError::Connect(e) => e.to_string(),
         QueryError::Db(e) => describe(&e),
     });
@@ -86,6 +97,11 @@ pub(super) async fn heartbeat(shared: &Shared, opts: &Opts, conn: &mut Conn) {
         Err(msg) => {
             tracing::warn!(error = %msg, jobs = ids.len(), "heartbeat failed; retrying in 1 s");
             retry_soon(&mut jobs, &ids);
+            for (id, p) in ids.iter().zip(progress) {
+                if let (Some(e), Some(p)) = (jobs.get(id), p) {
+                    e.progress.restore(p);
+                }
+            }
         }
     }
 }
@@ -94,7 +110,7 @@ pub(super) async fn heartbeat(shared: &Shared, opts: &Opts, conn: &mut Conn) {
 fn due(shared: &Shared, horizon: Instant) -> (Vec<i64>, Vec<Uuid>) {
     let jobs = shared.jobs.lock().unwrap();
     let mut due: Vec<(i64, Uuid)> =
-        jobs.iter().filter(|(_, e)| beats(e) && e.next_heartbeat <= horizon).map(|(id, e)| (*id, e.token)).collect();
+        jobs.iter().filter(|(_, e)| beats(e) && due_at(e) <= horizon).map(|(id, e)| (*id, e.token)).collect();
     due.sort_unstable();
     due.into_iter().unzip()
 }
@@ -103,6 +119,9 @@ fn due(shared: &Shared, horizon: Instant) -> (Vec<i64>, Vec<Uuid>) {
 /// lease and the next heartbeat; a cancel request cancels the handler.
 fn apply(e: &mut Entry, beat: &Beat, sent: Instant, opts: &Opts) {
     let id = beat.id;
+    if beat.progress_refused {
+        tracing::warn!(job = id, "progress not stored: over jq.max_progress_bytes() (64 KiB of JSON text)");
+    }
     if e.reporting {
         // Its outcome went out meanwhile: the report's answer, not this one, settles the job.
         return;
