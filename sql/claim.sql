@@ -170,7 +170,7 @@ BEGIN
               FOR UPDATE OF p SKIP LOCKED))
         RETURNING j.id, j.queue, j.kind, j.payload, j.attempt, j.max_attempts, j.lease_token,
                   j.lease_expires_at, j.priority, j.run_at,
-                  jq._note_claimed_created_at(j.queue, j.priority, j.run_at, j.id, j.created_at), j.timeout;
+                  jq._note_claimed_created_at(j.queue, j.priority, j.run_at, j.id, j.created_at), j.timeout, j.progress;
         GET DIAGNOSTICS v_hinted = ROW_COUNT;
         IF v_hinted OPERATOR(pg_catalog.=) 0 AND pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL THEN
             -- Found by ctid, a row locked in a newer version is not updated: look again by id.
@@ -221,7 +221,7 @@ BEGIN
               FOR UPDATE OF p SKIP LOCKED))
         RETURNING j.id, j.queue, j.kind, j.payload, j.attempt, j.max_attempts, j.lease_token,
                   j.lease_expires_at, j.priority, j.run_at,
-                  jq._note_claimed_created_at(j.queue, j.priority, j.run_at, j.id, j.created_at), j.timeout;
+                  jq._note_claimed_created_at(j.queue, j.priority, j.run_at, j.id, j.created_at), j.timeout, j.progress;
         GET DIAGNOSTICS v_got = ROW_COUNT;
         IF v_got OPERATOR(pg_catalog.=) 0 AND pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL THEN
             -- The ctid fallback: the same range, by id, with a new snapshot.
@@ -347,10 +347,10 @@ BEGIN
                   LIMIT _claim_batch.n
                   FOR UPDATE OF p SKIP LOCKED))
             RETURNING j.id, j.queue, j.kind, j.payload, j.attempt, j.max_attempts, j.lease_token,
-                      j.lease_expires_at, j.priority, j.run_at, j.created_at, j.timeout
+                      j.lease_expires_at, j.priority, j.run_at, j.created_at, j.timeout, j.progress
         )
         SELECT c.id, c.queue, c.kind, c.payload, c.attempt, c.max_attempts, c.lease_token,
-               c.lease_expires_at, c.priority, c.run_at, c.created_at, c.timeout
+               c.lease_expires_at, c.priority, c.run_at, c.created_at, c.timeout, c.progress
         FROM claimed c
         WHERE jq._note_claimed(c.queue, c.priority, c.run_at, c.id)  -- once per claimed row
         ORDER BY c.run_at, c.id;
@@ -382,10 +382,10 @@ BEGIN
                   LIMIT _claim_batch.n
                   FOR UPDATE OF p SKIP LOCKED))
             RETURNING j.id, j.queue, j.kind, j.payload, j.attempt, j.max_attempts, j.lease_token,
-                      j.lease_expires_at, j.priority, j.run_at, j.created_at, j.timeout
+                      j.lease_expires_at, j.priority, j.run_at, j.created_at, j.timeout, j.progress
         )
         SELECT c.id, c.queue, c.kind, c.payload, c.attempt, c.max_attempts, c.lease_token,
-               c.lease_expires_at, c.priority, c.run_at, c.created_at, c.timeout
+               c.lease_expires_at, c.priority, c.run_at, c.created_at, c.timeout, c.progress
         FROM claimed c
         WHERE jq._note_claimed(c.queue, c.priority, c.run_at, c.id)  -- once per claimed row
         ORDER BY c.priority DESC, c.run_at, c.id;

@@ -274,7 +274,19 @@ COMMENT ON FUNCTION jq.fail(bigint, uuid, text, interval) IS
 'change unless the job is running under this lease_token. Errors: 22023 retry_in over 100 years '
 'or positive with a negative field (a zero or negative retry_in means now).';
 
+CREATE OR REPLACE FUNCTION jq.max_progress_bytes() RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 65536 $$;
+COMMENT ON FUNCTION jq.max_progress_bytes() IS
+'Largest progress jq.heartbeat stores: 65,536 bytes of JSON text (as jsonb prints it). Larger '
+'progress raises 54000 and changes nothing; keep big checkpoints in a table and report their key.';
+
+-- Progress rides on the heartbeat: the same one fenced UPDATE by primary key, so reporting it
+-- costs no statement of its own and a worker that lost its lease writes nothing
+-- (pg_test/tests/leases/progress.rs). Not copied into the execution history: it is the job's
+-- checkpoint, kept across attempts on the job row, and an append-only copy per failed
+-- execution would multiply up to jq.max_progress_bytes() by the attempts for history_retention.
 CREATE OR REPLACE FUNCTION jq.heartbeat(id bigint, lease_token uuid, extend interval DEFAULT NULL,
+                             progress jsonb DEFAULT NULL,
                              OUT lease_expires_at timestamptz, OUT cancel_requested boolean)
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -288,22 +300,31 @@ BEGIN
         RAISE EXCEPTION 'extend must be greater than zero and at most 100 years, got %',
             heartbeat.extend USING ERRCODE = '22023';
     END IF;
+    IF heartbeat.progress IS NOT NULL
+       AND pg_catalog.octet_length(heartbeat.progress::text) > jq.max_progress_bytes() THEN
+        RAISE EXCEPTION 'progress of % bytes as JSON text exceeds the maximum of % bytes (jq.max_progress_bytes())',
+            pg_catalog.octet_length(heartbeat.progress::text), jq.max_progress_bytes()
+            USING ERRCODE = '54000';
+    END IF;
     -- Bounded by the queue's max_lease (a lease of years pins the job and its slots), read once.
     UPDATE jq.jobs j SET (lease_expires_at, lease) = (
         -- Never past the attempt's wall timeout (NULL: none), when maintenance ends it as failed.
         SELECT LEAST(pg_catalog.clock_timestamp() + b.lease, j.started_at + j.timeout), b.lease
         FROM (SELECT LEAST(coalesce(heartbeat.extend, j.lease),
-                           (SELECT q.max_lease FROM jq.queues q WHERE q.name = j.queue)) AS lease) b)
+                           (SELECT q.max_lease FROM jq.queues q WHERE q.name = j.queue)) AS lease) b),
+        progress = coalesce(heartbeat.progress, j.progress)
     WHERE j.id = heartbeat.id AND j.lease_token = heartbeat.lease_token AND j.state::text = 'running'
     RETURNING j.lease_expires_at, j.cancel_requested
     INTO heartbeat.lease_expires_at, heartbeat.cancel_requested;
 END $$;
-COMMENT ON FUNCTION jq.heartbeat(bigint, uuid, interval) IS
+COMMENT ON FUNCTION jq.heartbeat(bigint, uuid, interval, jsonb) IS
 'Extends the lease of a running job to now + extend (interval; default the lease length of the '
 'current claim), at most the queue''s max_lease and never past started_at + the job''s timeout, and returns (lease_expires_at, cancel_requested): a true cancel_requested asks '
-'the handler to stop (jq.cancel). Fenced: both NULL and no change unless the job is running '
-'under this lease_token, so a stale worker cannot extend a newer claim. Errors: 22023 extend <= 0, '
-'over 100 years or with a negative field.';
+'the handler to stop (jq.cancel). progress (jsonb, optional; SQL NULL keeps the stored one): the '
+'job''s latest progress (any JSON: percent, message, checkpoint), stored on the job, kept across '
+'retries and expired leases, returned by the next claim and shown in jq.jobs. Fenced: both NULL and no change (progress '
+'included) unless the job is running under this lease_token, so a stale worker cannot extend a newer claim. Errors: 22023 extend <= 0, '
+'over 100 years or with a negative field; 54000 progress over jq.max_progress_bytes().';
 
 CREATE OR REPLACE FUNCTION jq.release(id bigint, lease_token uuid) RETURNS boolean
 LANGUAGE plpgsql
@@ -328,6 +349,7 @@ BEGIN
            b.started_at, b.lease_expires_at, pg_catalog.clock_timestamp(), b.queue, b.worker
     FROM back b
     WHERE jq._wake_ready(b.queue, b.priority, b.run_at)
+      AND (b.state <> 'cancelled' OR jq._wake_awaiters(b.queue))  -- src/awaiting.rs
       AND CASE WHEN b.concurrency_key IS NULL OR b.state <> 'cancelled' THEN true
                ELSE jq._key_fill(b.queue, b.concurrency_key, 1) >= 0 END;
     RETURN FOUND;

@@ -292,10 +292,12 @@ GRANT EXECUTE ON FUNCTION
     jq._ticket(), jq.status(), jq.cron_next(text, timestamptz, text),
     jq.cron_fires(text, timestamptz, timestamptz, text, integer),
     jq.backoff_seconds(text, double precision, double precision, integer, text, double precision),
-    jq.max_payload_bytes(), jq.max_error_length(), jq.max_claim_batch(),
+    jq.max_payload_bytes(), jq.max_error_length(), jq.max_claim_batch(), jq.max_progress_bytes(),
     jq.cron_log_retention(), jq.cron_misfire_grace(), jq.cron_max_catchup(), jq.hook_lock_timeout()
     TO jq_admin, jq_producer, jq_worker;
 GRANT SELECT ON jq.queue_stats, jq.kind_policies TO jq_admin, jq_producer, jq_worker;
+-- jq.await checks the caller's privilege on the job's queue itself (any of the three).
+GRANT EXECUTE ON FUNCTION jq.await(bigint, interval, bigint) TO jq_admin, jq_producer, jq_worker;
 
 GRANT EXECUTE ON FUNCTION
     jq.enqueue(text, jsonb, text, timestamptz, interval, integer, integer, text, text, bigint),
@@ -306,7 +308,7 @@ GRANT EXECUTE ON FUNCTION
     jq.claim(text, text, integer, interval, interval, bigint),
     jq.claim(text[], text, integer, interval, interval, bigint),
     jq.complete(bigint, uuid, jsonb), jq.complete_many(bigint[], uuid[], jsonb[]),
-    jq.fail(bigint, uuid, text, interval), jq.heartbeat(bigint, uuid, interval),
+    jq.fail(bigint, uuid, text, interval), jq.heartbeat(bigint, uuid, interval, jsonb),
     jq.release(bigint, uuid), jq.snooze(bigint, uuid, interval)
     TO jq_worker, jq_admin;
 

@@ -22,6 +22,7 @@ BEGIN
         IF FOUND THEN
             UPDATE jq.jobs j SET state = 'cancelled', finished_at = pg_catalog.clock_timestamp()
             WHERE j.id = cancel.id;
+            PERFORM jq._wake_awaiters(v_job.queue);  -- its jq.await callers, at commit
             -- A ready job, or one scheduled again after a claim, held a slot of its key.
             IF v_job.concurrency_key IS NOT NULL
                AND (v_job.state = 'ready' OR (v_job.state = 'scheduled' AND v_job.claims > 0)) THEN

@@ -445,6 +445,7 @@ BEGIN
     INTO v_admins FROM gone;
     PERFORM jq._settle_admin_execute(a) FROM pg_catalog.unnest(v_admins) AS a;
     DELETE FROM jq.queues t WHERE t.name = drop_queue.name;
+    PERFORM jq._wake_awaiters(drop_queue.name);  -- jq.await of its jobs reports them gone at commit
     RAISE LOG 'jq: dropped queue "%" with % jobs', drop_queue.name, v_jobs;
     RETURN true;
 END $$;

@@ -138,7 +138,10 @@ CREATE TABLE jq.jobs (
     -- Written at enqueue (from its kind, sql/kinds.sql): the wall timeout of each attempt. A
     -- claim and a heartbeat never set lease_expires_at past started_at + timeout, so the reaper
     -- finds an overdue attempt in jobs_running_idx and ends it as failed (jq._time_out).
-    timeout          interval
+    timeout          interval,
+    -- Written by jq.heartbeat when a worker reports progress (sql/finish.sql); kept across
+    -- retries and lease expiries. Last: added in 0.2.0, and no claim or completion writes it.
+    progress         jsonb
 ) WITH (
     fillfactor = 70,
     autovacuum_vacuum_scale_factor = 0.02,
@@ -155,7 +158,9 @@ COMMENT ON TABLE jq.jobs IS
 'length of the current lease, reused by jq.heartbeat when no extension is given. '
 'concurrency_key: jobs sharing it in one queue run at most key_concurrency at a time, in '
 '(run_at, id) order (docs/flow-control.md). base_priority / next_age_at: set only in queues with '
-'priority_aging: the priority given at enqueue, and when the aging pass next raises priority.';
+'priority_aging: the priority given at enqueue, and when the aging pass next raises priority. '
+'progress: the latest progress a worker reported with jq.heartbeat (any JSON), kept across '
+'retries and expired leases so the next attempt can resume from it; NULL until reported.';
 
 -- Claim: WHERE hashtextextended(queue, 0) = hashtextextended($1, 0) AND state = 'ready'
 -- ORDER BY priority DESC, run_at, id LIMIT n.
@@ -278,12 +283,14 @@ CREATE TYPE jq.claimed_job AS (
     priority         integer,
     run_at           timestamptz,
     created_at       timestamptz,
-    timeout          interval
+    timeout          interval,
+    progress         jsonb
 );
 COMMENT ON TYPE jq.claimed_job IS
 'One claimed job: pass id and lease_token to jq.complete / jq.fail / jq.heartbeat / jq.release. '
 'timeout: the attempt''s wall timeout (its kind''s, NULL: none); the lease never runs past '
-'started_at + timeout, when maintenance ends the attempt as failed.';
+'started_at + timeout, when maintenance ends the attempt as failed. '
+'progress: the latest progress reported by an earlier attempt (jq.heartbeat), NULL if none.';
 
 CREATE TYPE jq.tick_result AS (
     promoted integer,

@@ -14,6 +14,7 @@
 
 use pgrx::prelude::*;
 
+pub mod awaiting;
 pub mod backend;
 pub mod backoff;
 pub mod bgworker;
@@ -59,6 +60,7 @@ pub extern "C-unwind" fn _PG_init() {
     if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
         bgworker::init();
         wakeup::init();
+        awaiting::init();
         claim_hint::init();
     }
 }
@@ -91,7 +93,13 @@ extension_sql_file!(
     requires = ["cron", bgworker::_status, bgworker::_preloaded, bgworker::_launcher_wake]
 );
 extension_sql_file!("../sql/kinds.sql", name = "kinds", requires = ["maintenance"]);
-extension_sql_file!("../sql/grants.sql", name = "grants", requires = ["kinds", security::_authorize, security::_authorize_queue], finalize);
+extension_sql_file!(
+    "../sql/await.sql",
+    name = "await",
+    requires = ["kinds", wakeup::_wake_awaiters, awaiting::_await_register, awaiting::_await_sleep,
+                awaiting::_await_done, awaiting::_await_wakeups]
+);
+extension_sql_file!("../sql/grants.sql", name = "grants", requires = ["await", security::_authorize, security::_authorize_queue], finalize);
 
 #[cfg(any(test, feature = "pg_test"))]
 mod pg_tests;

@@ -25,7 +25,7 @@
 use crate::bgworker::notify;
 use crate::queue_hash::QueueHash;
 use crate::shmem::{Area, Zeroable};
-use crate::{backend, claim_hint, gucs};
+use crate::{awaiting, backend, claim_hint, gucs};
 use pgrx::prelude::*;
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
@@ -88,21 +88,25 @@ enum Event {
     Slot,
     /// A claimed job goes back to the queue if this transaction rolls back.
     Abort,
+    /// A job ended in a way that wakes no claim (src/awaiting.rs: only its awaiters care).
+    Done,
 }
 
 /// One queue this transaction touched: how many jobs became claimable (`ready`), how many
-/// running jobs ended (`slot`) and how many claimed jobs a rollback hands back (`abort`).
+/// running jobs ended (`slot`), how many claimed jobs a rollback hands back (`abort`) and how
+/// many jobs ended otherwise (`done`, for awaiters only).
 #[derive(Clone, Copy)]
 struct Pending {
     hash: QueueHash,
     ready: u32,
     slot: u32,
     abort: u32,
+    done: u32,
 }
 
 impl Pending {
     fn new(hash: QueueHash) -> Pending {
-        Pending { hash, ready: 0, slot: 0, abort: 0 }
+        Pending { hash, ready: 0, slot: 0, abort: 0, done: 0 }
     }
 
     /// What a rollback (of the transaction or of a subtransaction) wakes for: the handed-back
@@ -144,16 +148,24 @@ fn note(hash: QueueHash, event: Event, n: u32) {
             Event::Ready => &mut e.ready,
             Event::Slot => &mut e.slot,
             Event::Abort => &mut e.abort,
+            Event::Done => &mut e.done,
         };
         *count = count.saturating_add(n);
     });
 }
 
 /// At commit (src/xact.rs): ends this backend's wait and wakes for the jobs the transaction
-/// made claimable and the running jobs it ended; marks the ready filter.
+/// made claimable and the running jobs it ended; marks the ready filter; wakes the awaiters of
+/// the queues in which it ended a job (src/awaiting.rs): a running job's end notes a slot
+/// event, any other end a `Done` one ([`_wake_awaiters`]); an enqueue wakes no awaiter.
 pub fn at_commit() {
     let pending = PENDING.take();
     stop_waiting();
+    if !pending.is_empty() {
+        awaiting::wake(|| {
+            pending.iter().filter(|p| p.slot > 0 || p.done > 0).map(|p| p.hash.low31()).collect()
+        });
+    }
     let wakes: Vec<Pending> = pending
         .into_iter()
         .map(|p| Pending { abort: 0, ..p })
@@ -372,6 +384,15 @@ fn _wake_n(queue: &str, n: i32) -> bool {
 #[pg_extern(create_or_replace, volatile, parallel_unsafe)]
 fn _wake_slot(queue: &str) -> bool {
     note(QueueHash::of(queue), Event::Slot, 1);
+    true
+}
+
+/// `jq._wake_awaiters(queue text) RETURNS boolean`: at this transaction's commit, wake the
+/// backends awaiting a job of `queue` (src/awaiting.rs), for a job that ended without waking
+/// any claim (a cancelled job that was not running). Always true.
+#[pg_extern(create_or_replace, volatile, parallel_unsafe)]
+fn _wake_awaiters(queue: &str) -> bool {
+    note(QueueHash::of(queue), Event::Done, 1);
     true
 }
 

@@ -79,9 +79,9 @@ fn the_four_claim_statements_set_and_return_the_same_columns() {
             let ret = &rest[rest.find(" RETURNING ").expect("RETURNING") + " RETURNING ".len()..];
             let returning = if f == CLAIM {
                 let end = ret.find(';').expect("; after RETURNING");
-                // jq._note_claimed_created_at stands for created_at; columns added to
-                // jq.claimed_job later (timeout) follow it.
-                assert!(ret[..end].contains(NOTE_ONE), "{f}: a one-job copy's RETURNING has no {NOTE_ONE}: {}", &ret[..end]);
+                // In created_at's place: the note runs once per row updated, returning created_at.
+                assert!(ret[..end].contains(&format!("{NOTE_ONE}, ")) || ret[..end].ends_with(NOTE_ONE),
+                        "{f}: a one-job copy's RETURNING does not return created_at through {NOTE_ONE}: {}", &ret[..end]);
                 ret[..end].replace(NOTE_ONE, "j.created_at")
             } else {
                 let end = ret.find(" ) SELECT ").expect("outer SELECT after RETURNING");

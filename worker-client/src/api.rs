@@ -33,6 +33,8 @@ pub(crate) struct Claimed {
     /// The attempt's wall timeout in seconds, from its kind (`None`: none, or a jq without
     /// job kinds).
     pub timeout: Option<f64>,
+    /// The progress stored by an earlier attempt.
+    pub progress: Option<Value>,
 }
 
 impl Claimed {
@@ -48,6 +50,7 @@ impl Claimed {
             priority: row.get("priority"),
             lease_left: row.get("lease_left"),
             timeout: row.try_get("timeout").unwrap_or(None),
+            progress: row.get("progress"),
         }
     }
 }
@@ -60,7 +63,7 @@ pub(crate) struct ClaimCall {
 }
 
 const CLAIM_COLUMNS: &str = "id, queue, kind, payload, attempt, max_attempts, lease_token, priority, \
-     extract(epoch FROM lease_expires_at - clock_timestamp())::float8 AS lease_left";
+     extract(epoch FROM lease_expires_at - clock_timestamp())::float8 AS lease_left, progress";
 
 impl ClaimCall {
     /// `many_queues`: the `text[]` form of `jq.claim`; `has_wait`: pass `wait` (see
@@ -103,38 +106,64 @@ impl ClaimCall {
     }
 }
 
-/// One row of a heartbeat: the job, whether an operator asked to cancel it, and the seconds of
-/// lease left (`None`: the job is no longer running under the token).
+/// One row of a heartbeat: the job, whether an operator asked to cancel it, the seconds of
+/// lease left (`None`: the job is no longer running under the token), and whether the progress
+/// sent with it was too large to store.
 pub(crate) struct Beat {
     pub id: i64,
     pub cancel_requested: Option<bool>,
     pub lease_left: Option<f64>,
+    pub progress_refused: bool,
 }
 
 /// `jq.heartbeat` of every `(ids[i], tokens[i])` in one statement, extending each lease by
-/// `extend` seconds (`None`: the queue's lease); bounded by the call timeout, or `at_most` if
-/// less.
+/// `extend` seconds (`None`: the queue's lease) and storing `progress[i]` when it is given;
+/// bounded by the call timeout, or `at_most` if less.
+/// A progress over `jq.max_progress_bytes()` is left out (the lease is still renewed) and
+/// reported as refused, so one oversized report cannot fail the heartbeat of every job.
 pub(crate) async fn heartbeat(
     conn: &mut Conn,
     ids: &[i64],
     tokens: &[Uuid],
     extend: Option<f64>,
+    progress: &[Option<Value>],
     at_most: Duration,
 ) -> Result<Vec<Beat>, QueryError> {
-    let rows = conn
-        .query_bounded(
+    let rows = if progress.iter().all(Option::is_none) {
+        conn.query_bounded(
             "SELECT u.id, h.cancel_requested, \
-                    extract(epoch FROM h.lease_expires_at - clock_timestamp())::float8 AS lease_left \
+                    extract(epoch FROM h.lease_expires_at - clock_timestamp())::float8 AS lease_left, \
+                    false AS progress_refused \
              FROM unnest($1::int8[], $2::uuid[]) AS u(id, token) \
              CROSS JOIN LATERAL jq.heartbeat(u.id, u.token, $3::float8 * interval '1 second') AS h",
             &[(&ids, Type::INT8_ARRAY), (&tokens, Type::UUID_ARRAY), (&extend, Type::FLOAT8)],
             None,
             Bound::AtMost(at_most),
         )
-        .await?;
+        .await?
+    } else {
+        conn.query_bounded(
+            "SELECT u.id, h.cancel_requested, \
+                    extract(epoch FROM h.lease_expires_at - clock_timestamp())::float8 AS lease_left, \
+                    (u.progress IS NOT NULL AND NOT u.fits) AS progress_refused \
+             FROM (SELECT v.*, octet_length(v.progress::text) <= jq.max_progress_bytes() AS fits \
+                   FROM unnest($1::int8[], $2::uuid[], $4::jsonb[]) AS v(id, token, progress)) u \
+             CROSS JOIN LATERAL jq.heartbeat(u.id, u.token, $3::float8 * interval '1 second', \
+                                             CASE WHEN u.fits THEN u.progress END) AS h",
+            &[(&ids, Type::INT8_ARRAY), (&tokens, Type::UUID_ARRAY), (&extend, Type::FLOAT8), (&progress, Type::JSONB_ARRAY)],
+            None,
+            Bound::AtMost(at_most),
+        )
+        .await?
+    };
     Ok(rows
         .iter()
-        .map(|r| Beat { id: r.get("id"), cancel_requested: r.get("cancel_requested"), lease_left: r.get("lease_left") })
+        .map(|r| Beat {
+            id: r.get("id"),
+            cancel_requested: r.get("cancel_requested"),
+            lease_left: r.get("lease_left"),
+            progress_refused: r.get("progress_refused"),
+        })
         .collect())
 }
 

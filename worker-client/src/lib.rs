@@ -59,6 +59,7 @@ mod api;
 mod cancel;
 mod config;
 mod conn;
+mod progress;
 mod statement;
 mod tls;
 mod worker;
@@ -180,7 +181,11 @@ pub struct Job {
     pub max_attempts: i32,
     /// The job's priority.
     pub priority: i32,
+    /// The progress an earlier attempt of this job reported (`jq.jobs.progress`), to resume
+    /// from; `None` if none was reported.
+    pub progress: Option<serde_json::Value>,
     pub(crate) cancel: CancellationToken,
+    pub(crate) report: std::sync::Arc<progress::ProgressSlot>,
 }
 
 impl Job {
@@ -200,6 +205,21 @@ impl Job {
     /// A clone of the job's cancellation token, to hand to other tasks.
     pub fn cancellation_token(&self) -> CancellationToken {
         self.cancel.clone()
+    }
+
+    /// Reports the job's progress (any JSON: percent, message, checkpoint). It is stored on
+    /// the job (`jq.jobs.progress`) by the job's next heartbeat, fenced by its lease, kept across
+    /// retries and handed to the next attempt as [`Job::progress`]. Only the latest value is
+    /// sent; one not yet sent when the job ends is dropped. A value over
+    /// `jq.max_progress_bytes()` (64 KiB of JSON text) is refused by the server and logged.
+    pub fn set_progress(&self, value: serde_json::Value) {
+        self.report.set(value, false);
+    }
+
+    /// As [`Job::set_progress`], but heartbeats the job at once (one round trip) instead of
+    /// at its next due heartbeat: for a checkpoint that must be stored before going on.
+    pub fn set_progress_now(&self, value: serde_json::Value) {
+        self.report.set(value, true);
     }
 }
 

@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! jq-bench latency URL QUEUE RATE SECS CONSUMERS [SAMPLES_CSV]
+//! jq-bench await URL QUEUE JOBS AWAITERS WORKERS   (src/awaiting.rs: jq.await's latency)
 //!     Enqueues at a fixed arrival rate (jobs/s, open loop, spread over several producer
 //!     connections) for SECS seconds, the first second being warm-up, while CONSUMERS
 //!     connections loop `jq.claim(queue, …, n => 10, wait => '1 second')` (returns as soon as
@@ -41,6 +42,7 @@
 //! ```
 
 mod args;
+mod awaiting;
 mod client;
 mod latency;
 mod soak;
@@ -48,6 +50,7 @@ mod soak;
 use tokio_postgres::{Client, NoTls};
 
 use args::{arg, Consumers};
+use awaiting::await_latency;
 use client::client_drain;
 use latency::latency;
 use soak::soak;
@@ -90,9 +93,12 @@ async fn main() -> Res<()> {
             )
             .await
         }
+        Some("await") => {
+            await_latency(a[2].clone(), a[3].clone(), arg(&a, 4, "jobs"), arg(&a, 5, "awaiters"), arg(&a, 6, "workers")).await
+        }
         Some("soak") => {
             soak(a[2].clone(), a[3].clone(), arg(&a, 4, "rate"), arg(&a, 5, "jobs"), arg(&a, 6, "consumers"), a[7].clone()).await
         }
-        _ => Err("usage: jq-bench latency URL QUEUE RATE SECS CONSUMERS|client:WORKERS:CONCURRENCY [SAMPLES_CSV] | client URL QUEUE WORKERS CONCURRENCY BATCH WARMUP SECS | soak URL QUEUE RATE JOBS CONSUMERS OUTCSV".into()),
+        _ => Err("usage: jq-bench latency URL QUEUE RATE SECS CONSUMERS|client:WORKERS:CONCURRENCY [SAMPLES_CSV] | client URL QUEUE WORKERS CONCURRENCY BATCH WARMUP SECS | soak URL QUEUE RATE JOBS CONSUMERS OUTCSV | await URL QUEUE JOBS AWAITERS WORKERS".into()),
     }
 }

@@ -19,7 +19,7 @@ fn stale_worker_with_an_old_lease_token_changes_nothing_after_its_job_was_reaped
     if broken("heartbeat_no_token") {
         sabotage(
             &mut c,
-            "jq.heartbeat(bigint,uuid,interval)",
+            "jq.heartbeat(bigint,uuid,interval,jsonb)",
             "j.id = heartbeat.id AND j.lease_token = heartbeat.lease_token AND",
             "j.id = heartbeat.id AND",
             1,

@@ -131,7 +131,7 @@ fn heartbeat_reports_a_cancel_request_and_release_then_ends_the_job_cancelled() 
         );
     }
     if broken("heartbeat_hides_cancel") {
-        sabotage(&mut c, "jq.heartbeat(bigint,uuid,interval)", "RETURNING j.lease_expires_at, j.cancel_requested", "RETURNING j.lease_expires_at, false", 1);
+        sabotage(&mut c, "jq.heartbeat(bigint,uuid,interval,jsonb)", "RETURNING j.lease_expires_at, j.cancel_requested", "RETURNING j.lease_expires_at, false", 1);
     }
     c.execute("SELECT jq.create_queue('q')", &[]).unwrap();
     let id = enqueue(&mut c, "q");

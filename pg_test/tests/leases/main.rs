@@ -11,6 +11,7 @@
 
 mod fencing;
 mod heartbeats;
+mod progress;
 mod reaper;
 mod take_back;
 

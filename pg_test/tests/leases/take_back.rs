@@ -143,7 +143,7 @@ fn max_lease_bounds_claims_and_heartbeats() {
                  "coalesce(_claim_batch.lease, q.lease), q.max_lease", "coalesce(_claim_batch.lease, q.lease), NULL::interval", 4);
     }
     if broken("heartbeat_unbounded_lease") {
-        sabotage(&mut c, "jq.heartbeat(bigint,uuid,interval)",
+        sabotage(&mut c, "jq.heartbeat(bigint,uuid,interval,jsonb)",
                  "(SELECT q.max_lease FROM jq.queues q WHERE q.name = j.queue)", "NULL::interval", 1);
     }
     assert_eq!(jq_pg_test::sqlstate(c.batch_execute("SELECT jq.create_queue('z', max_lease => '0')")), "22023");

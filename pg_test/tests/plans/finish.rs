@@ -25,7 +25,7 @@ const COMPLETE_UPDATE: HotPath = HotPath {
 
 const HEARTBEAT_UPDATE: HotPath = HotPath {
     label: "jq.heartbeat: the fenced update by id",
-    function: "jq.heartbeat(bigint,uuid,interval)",
+    function: "jq.heartbeat(bigint,uuid,interval,jsonb)",
     source: "WHERE j.id = heartbeat.id AND j.lease_token = heartbeat.lease_token AND j.state::text = 'running'",
     subst: &[],
     types: "",

@@ -17,8 +17,8 @@ fn expected_execute(proname: &str) -> Option<&'static [&'static str]> {
     const NOBODY: &[&str] = &[];
     Some(match proname {
         "_ticket" | "status" | "cron_next" | "cron_fires" | "backoff_seconds" | "max_payload_bytes"
-        | "max_error_length" | "max_claim_batch" | "cron_log_retention" | "cron_misfire_grace"
-        | "cron_max_catchup" | "hook_lock_timeout" => EVERYONE,
+        | "max_error_length" | "max_claim_batch" | "max_progress_bytes" | "cron_log_retention"
+        | "cron_misfire_grace" | "cron_max_catchup" | "hook_lock_timeout" | "await" => EVERYONE,
         "enqueue" | "enqueue_many" => PRODUCE,
         "claim" | "complete" | "complete_many" | "fail" | "heartbeat" | "release" | "snooze" => WORK,
         "alter_queue" | "pause" | "resume" | "cancel" | "retry" | "expire_lease" | "schedule"
@@ -36,7 +36,7 @@ fn expected_execute(proname: &str) -> Option<&'static [&'static str]> {
 fn must_be_definer(proname: &str) -> bool {
     matches!(
         expected_execute(proname),
-        Some(r) if (!r.is_empty() && r != EVERYONE) || proname == "status"
+        Some(r) if (!r.is_empty() && r != EVERYONE) || proname == "status" || proname == "await"
     )
 }
 

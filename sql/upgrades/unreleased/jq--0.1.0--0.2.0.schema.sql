@@ -342,3 +342,24 @@ COMMENT ON TABLE jq.pending_hooks IS
 
 SELECT pg_catalog.pg_extension_config_dump('jq.kinds', '');
 SELECT pg_catalog.pg_extension_config_dump('jq.pending_hooks', '');
+-- Progress (sql/schema.sql): jq.heartbeat stores a worker's latest progress on the job, and the
+-- claim returns it. Both are appended last, as in a fresh install; the heartbeat takes a new
+-- last parameter, so its 0.1.0 signature goes (CREATE OR REPLACE would add an overload).
+DROP FUNCTION jq.heartbeat(bigint, uuid, interval);
+ALTER TABLE jq.jobs ADD COLUMN progress jsonb;
+ALTER TYPE jq.claimed_job ADD ATTRIBUTE progress jsonb;
+COMMENT ON TABLE jq.jobs IS
+'One row per job. Change it only through jq functions: every transition is fenced on the state '
+'(and lease token) it read. claims counts executions started (the seq of the current one); '
+'attempt counts executions charged (lease expiries and releases are refunded); lease is the '
+'length of the current lease, reused by jq.heartbeat when no extension is given. '
+'concurrency_key: jobs sharing it in one queue run at most key_concurrency at a time, in '
+'(run_at, id) order (docs/flow-control.md). base_priority / next_age_at: set only in queues with '
+'priority_aging: the priority given at enqueue, and when the aging pass next raises priority. '
+'progress: the latest progress a worker reported with jq.heartbeat (any JSON), kept across '
+'retries and expired leases so the next attempt can resume from it; NULL until reported.';
+COMMENT ON TYPE jq.claimed_job IS
+'One claimed job: pass id and lease_token to jq.complete / jq.fail / jq.heartbeat / jq.release. '
+'timeout: the attempt''s wall timeout (its kind''s, NULL: none); the lease never runs past '
+'started_at + timeout, when maintenance ends the attempt as failed. '
+'progress: the latest progress reported by an earlier attempt (jq.heartbeat), NULL if none.';

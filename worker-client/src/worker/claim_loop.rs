@@ -187,6 +187,7 @@ fn start_job(cl: &ClaimLoop, c: Claimed, permit: OwnedSemaphorePermit, room: Opt
     let id = c.id;
     let lease = Duration::from_secs_f64(c.lease_left.unwrap_or(0.0).max(0.05));
     let cancel = CancellationToken::new();
+    let report = std::sync::Arc::new(crate::progress::ProgressSlot::new(cl.shared.progress_now.clone()));
     cl.shared.counters.claimed.fetch_add(1, Ordering::Relaxed);
     cl.shared.jobs.lock().unwrap().insert(
         id,
@@ -201,6 +202,7 @@ fn start_job(cl: &ClaimLoop, c: Claimed, permit: OwnedSemaphorePermit, room: Opt
             lost: false,
             reporting: false,
             _room: room,
+            progress: report.clone(),
         },
     );
     let handler = cl.opts.handler_for(&c.queue, &c.kind);
@@ -227,7 +229,9 @@ fn start_job(cl: &ClaimLoop, c: Claimed, permit: OwnedSemaphorePermit, room: Opt
         attempt: c.attempt,
         max_attempts: c.max_attempts,
         priority: c.priority,
+        progress: c.progress,
         cancel: cancel.clone(),
+        report,
     };
     tracing::debug!(job = id, kind = %job.kind, attempt = job.attempt, "claimed");
     let fut = handler.expect("checked above").call(job);

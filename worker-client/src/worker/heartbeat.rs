@@ -31,6 +31,8 @@ pub(super) async fn run(shared: Arc<Shared>, opts: Arc<Opts>, mut conn: Conn, st
             _ = stop.cancelled() => break,
             // New jobs: their first heartbeat may be due before `wake`.
             _ = shared.claimed.notified() => {}
+            // A progress report to send at once (Job::set_progress_now).
+            _ = shared.progress_now.notified() => {}
             _ = tokio::time::sleep_until(wake.into()) => tokio::select! {
                 _ = stop.cancelled() => break,
                 _ = heartbeat(&shared, &opts, &mut conn) => {}
@@ -44,7 +46,12 @@ pub(super) async fn run(shared: Arc<Shared>, opts: Arc<Opts>, mut conn: Conn, st
 pub(super) fn next_wake(shared: &Shared) -> Instant {
     let far = Instant::now() + Duration::from_secs(1);
     let jobs = shared.jobs.lock().unwrap();
-    jobs.values().filter(|e| beats(e)).map(|e| e.next_heartbeat).min().map_or(far, |t| t.min(far))
+    jobs.values().filter(|e| beats(e)).map(|e| due_at(e)).min().map_or(far, |t| t.min(far))
+}
+
+/// When a job's heartbeat falls due: now for an urgent progress report, else on schedule.
+fn due_at(e: &Entry) -> Instant {
+    if e.progress.urgent() { Instant::now() } else { e.next_heartbeat }
 }
 
 /// Whether a job is heartbeated: its lease is not known lost, and its outcome is not being
@@ -68,10 +75,14 @@ pub(super) async fn heartbeat(shared: &Shared, opts: &Opts, conn: &mut Conn) {
     if ids.is_empty() {
         return;
     }
+    let progress: Vec<Option<serde_json::Value>> = {
+        let jobs = shared.jobs.lock().unwrap();
+        ids.iter().map(|id| jobs.get(id).and_then(|e| e.progress.take())).collect()
+    };
     let extend: Option<f64> = opts.lease.map(|l| l.as_secs_f64());
     let sent = Instant::now();
     let at_most = bound(earliest, opts);
-    let result = api::heartbeat(conn, &ids, &tokens, extend, at_most).await.map_err(|e| e.to_string());
+    let result = api::heartbeat(conn, &ids, &tokens, extend, &progress, at_most).await.map_err(|e| e.to_string());
     let mut jobs = shared.jobs.lock().unwrap();
     match result {
         Ok(beats) => {
@@ -84,6 +95,11 @@ pub(super) async fn heartbeat(shared: &Shared, opts: &Opts, conn: &mut Conn) {
         Err(msg) => {
             tracing::warn!(error = %msg, jobs = ids.len(), "heartbeat failed; retrying in 1 s");
             retry_soon(&mut jobs, &ids);
+            for (id, p) in ids.iter().zip(progress) {
+                if let (Some(e), Some(p)) = (jobs.get(id), p) {
+                    e.progress.restore(p);
+                }
+            }
         }
     }
 }
@@ -92,7 +108,7 @@ pub(super) async fn heartbeat(shared: &Shared, opts: &Opts, conn: &mut Conn) {
 /// local end of their leases.
 fn due(shared: &Shared, horizon: Instant) -> (Vec<i64>, Vec<Uuid>, Instant) {
     let jobs = shared.jobs.lock().unwrap();
-    let due: Vec<(&i64, &Entry)> = jobs.iter().filter(|(_, e)| beats(e) && e.next_heartbeat <= horizon).collect();
+    let due: Vec<(&i64, &Entry)> = jobs.iter().filter(|(_, e)| beats(e) && due_at(e) <= horizon).collect();
     let earliest = due.iter().map(|(_, e)| e.deadline).min().unwrap_or_else(Instant::now);
     let mut due: Vec<(i64, Uuid)> = due.into_iter().map(|(id, e)| (*id, e.token)).collect();
     due.sort_unstable();
@@ -120,6 +136,9 @@ fn bound(earliest: Instant, opts: &Opts) -> Duration {
 /// lease and the next heartbeat; a cancel request cancels the handler.
 fn apply(e: &mut Entry, beat: &Beat, sent: Instant, opts: &Opts) {
     let id = beat.id;
+    if beat.progress_refused {
+        tracing::warn!(job = id, "progress not stored: over jq.max_progress_bytes() (64 KiB of JSON text)");
+    }
     if e.reporting {
         // Its outcome went out meanwhile: the report's answer, not this one, settles the job.
         return;

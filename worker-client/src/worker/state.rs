@@ -79,6 +79,8 @@ pub(super) struct Entry {
     /// `starving_reporter`): freed when the entry is removed, i.e. once its outcome has been
     /// reported, so the claim loop cannot run ahead of the reporter (claim_loop.rs, `take_room`).
     pub(super) _room: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// Progress the handler reported, sent with the next heartbeat (src/progress.rs).
+    pub(super) progress: std::sync::Arc<crate::progress::ProgressSlot>,
 }
 
 /// State shared by the claim loop, the supervisors, the reporter and [`super::Worker::run_until`].
@@ -89,6 +91,8 @@ pub(super) struct Shared {
     pub(super) stopping: AtomicBool,
     /// Wakes the heartbeat task when jobs were claimed, so their first heartbeat is scheduled.
     pub(super) claimed: tokio::sync::Notify,
+    /// Wakes the heartbeat task for a progress report to be sent at once.
+    pub(super) progress_now: std::sync::Arc<tokio::sync::Notify>,
 }
 
 /// What a job's run ended with, for the reporter to record.
@@ -117,6 +121,7 @@ impl Shared {
             counters: Counters::default(),
             stopping: AtomicBool::new(false),
             claimed: tokio::sync::Notify::new(),
+            progress_now: std::sync::Arc::new(tokio::sync::Notify::new()),
         }
     }
 

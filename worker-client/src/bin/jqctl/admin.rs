@@ -115,7 +115,8 @@ pub async fn jobs(cli: &Cli, queue: &str, state: Option<JobState>, limit: i64) -
             "SELECT id::text, state::text, kind, attempt::text || '/' || max_attempts::text AS attempts, \
                     priority::text, to_char(run_at, 'YYYY-MM-DD HH24:MI:SS') AS run_at, \
                     to_char(finished_at, 'YYYY-MM-DD HH24:MI:SS') AS finished_at, \
-                    left(regexp_replace(last_error, '\\s+', ' ', 'g'), 100) AS last_error \
+                    left(regexp_replace(last_error, '\\s+', ' ', 'g'), 100) AS last_error, \
+                    left(progress::text, 40) AS progress \
              FROM jq.jobs WHERE queue = $1 AND ($2::text IS NULL OR state = $2::text::jq.job_state) \
              ORDER BY id DESC LIMIT $3",
             &[(&queue, Type::TEXT), (&state, Type::TEXT), (&limit, Type::INT8)],
@@ -123,10 +124,51 @@ pub async fn jobs(cli: &Cli, queue: &str, state: Option<JobState>, limit: i64) -
         .await?;
     let (mut h, body) = table::rows_text(&rows);
     if h.is_empty() {
-        h = ["id", "state", "kind", "attempts", "priority", "run_at", "finished_at", "last_error"]
+        h = ["id", "state", "kind", "attempts", "priority", "run_at", "finished_at", "last_error", "progress"]
             .iter()
             .map(|s| s.to_string())
             .collect();
+    }
+    table::print(&h, &body);
+    Ok(())
+}
+
+/// `jqctl show ID`: the job's row as `field: value` lines, its progress (pretty JSON) and its
+/// executions, oldest first. Reads jq.jobs and jq.executions (jq_admin).
+pub async fn show(cli: &Cli, id: i64) -> CliResult {
+    let client = connect(cli).await?;
+    let job = client
+        .query_typed_opt(
+            "SELECT id::text, queue, kind, state::text, attempt::text || '/' || max_attempts::text AS attempts, \
+                    priority::text, lease_expiries::text, created_at::text, run_at::text, started_at::text, \
+                    worker, lease_expires_at::text, finished_at::text, cancel_requested::text, \
+                    idempotency_key, concurrency_key, payload::text, result::text, last_error, \
+                    jsonb_pretty(progress) AS progress \
+             FROM jq.jobs WHERE id = $1",
+            &[(&id, Type::INT8)],
+        )
+        .await?
+        .ok_or_else(|| CliError(format!("job {id} does not exist (or was pruned)")))?;
+    for (i, col) in job.columns().iter().enumerate() {
+        let v: Option<String> = job.get(i);
+        match (col.name(), v) {
+            ("progress", Some(p)) => println!("progress:\n  {}", p.replace('\n', "\n  ")),
+            (name, Some(v)) => println!("{name}: {v}"),
+            (name, None) => println!("{name}:"),
+        }
+    }
+    let rows = client
+        .query_typed(
+            "SELECT seq::text, attempt::text, outcome::text, worker, started_at::text, finished_at::text, \
+                    left(regexp_replace(error, '\\s+', ' ', 'g'), 100) AS error \
+             FROM jq.executions WHERE job_id = $1 ORDER BY seq",
+            &[(&id, Type::INT8)],
+        )
+        .await?;
+    println!("executions:");
+    let (mut h, body) = table::rows_text(&rows);
+    if h.is_empty() {
+        h = ["seq", "attempt", "outcome", "worker", "started_at", "finished_at", "error"].iter().map(|s| s.to_string()).collect();
     }
     table::print(&h, &body);
     Ok(())

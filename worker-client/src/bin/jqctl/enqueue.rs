@@ -38,6 +38,11 @@ pub struct EnqueueArgs {
     /// "delay":…, "run_at":…, "max_attempts":…, "idempotency_key":…}) instead of a payload.
     #[arg(long)]
     pub specs: bool,
+    /// Single job: wait up to TIMEOUT (30s, 5m, 2h; default 1h) for it to finish (jq.await) and
+    /// print its result JSON on stdout. Exit status 0: completed; 2: dead (its last error on
+    /// stderr); 3: cancelled; 4: not finished when TIMEOUT ran out; 1: any other error.
+    #[arg(long, value_name = "TIMEOUT", num_args = 0..=1, default_missing_value = "1h", conflicts_with = "specs")]
+    pub wait: Option<String>,
     /// Jobs per jq.enqueue_many call when reading stdin.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100000))]
     pub batch: u32,
@@ -72,10 +77,18 @@ pub async fn run(cli: &Cli, a: &EnqueueArgs) -> CliResult {
                 )
                 .await?
                 .get(0);
-            println!("{id}");
-            Ok(())
+            match &a.wait {
+                None => {
+                    println!("{id}");
+                    Ok(())
+                }
+                Some(t) => await_outcome(&client, id, worker_client::parse_duration(t)?).await,
+            }
         }
         _ => {
+            if a.wait.is_some() {
+                return Err("--wait applies to a single job (give PAYLOAD)".into());
+            }
             if a.key.is_some() {
                 return Err("--key applies to a single job; give keys per line with --specs".into());
             }
@@ -84,6 +97,43 @@ pub async fn run(cli: &Cli, a: &EnqueueArgs) -> CliResult {
             }
             from_stdin(&client, a).await
         }
+    }
+}
+
+/// `--wait`: awaits job `id` for up to `timeout` (jq.await, at most an hour per call), prints
+/// its result, and sets jqctl's exit status from its state (see [`EnqueueArgs::wait`]).
+async fn await_outcome(client: &tokio_postgres::Client, id: i64, timeout: std::time::Duration) -> CliResult {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now()).min(std::time::Duration::from_secs(3600));
+        let row = client
+            .query_typed_one(
+                "SELECT state::text, result, last_error FROM jq.await($1::int8, $2::float8 * interval '1 second')",
+                &[(&id, Type::INT8), (&left.as_secs_f64(), Type::FLOAT8)],
+            )
+            .await?;
+        let (state, result, error): (String, Option<Value>, Option<String>) = (row.get(0), row.get(1), row.get(2));
+        let status = match state.as_str() {
+            "completed" => {
+                println!("{}", result.unwrap_or(Value::Null));
+                0
+            }
+            "dead" => {
+                eprintln!("jqctl: job {id} is dead: {}", error.unwrap_or_default().replace('\n', " "));
+                2
+            }
+            "cancelled" => {
+                eprintln!("jqctl: job {id} was cancelled");
+                3
+            }
+            other if left.is_zero() || std::time::Instant::now() >= deadline => {
+                eprintln!("jqctl: job {id} is still {other} after the wait");
+                4
+            }
+            _ => continue,
+        };
+        crate::EXIT_STATUS.store(status, std::sync::atomic::Ordering::Relaxed);
+        return Ok(());
     }
 }
 

@@ -5,6 +5,7 @@
 mod admin;
 mod enqueue;
 mod metrics;
+mod progress_file;
 mod table;
 mod work;
 
@@ -45,7 +46,10 @@ pub enum Command {
     ///
     /// Runs CMD once per job: payload JSON on stdin, JQ_JOB_ID, JQ_QUEUE, JQ_KIND, JQ_ATTEMPT,
     /// JQ_MAX_ATTEMPTS in the environment; exit 0 completes the job (stdout is stored as the
-    /// result when it is JSON), any other exit fails it with the tail of stderr. Stops on
+    /// result when it is JSON), any other exit fails it with the tail of stderr. Progress: the
+    /// command appends JSON lines to the file named by JQ_PROGRESS_FILE; the last one is stored
+    /// with the next heartbeat (jq.jobs.progress), and JQ_PROGRESS holds the progress an
+    /// earlier attempt reported (empty if none), to resume from. Stops on
     /// SIGTERM/SIGINT: no new claims, running commands get --grace to finish, then they are
     /// sent SIGTERM (SIGKILL 2 s later) and their jobs released, not failed.
     Work(work::WorkArgs),
@@ -62,6 +66,11 @@ pub enum Command {
         /// Refresh every SECS seconds (default 2) until interrupted.
         #[arg(long, value_name = "SECS", num_args = 0..=1, default_missing_value = "2")]
         watch: Option<f64>,
+    },
+    /// Show one job: its row, its progress and every execution (jq.executions).
+    Show {
+        /// Job id.
+        id: i64,
     },
     /// List jobs of a queue.
     Jobs {
@@ -233,6 +242,10 @@ fn init_logging(cli: &Cli) {
         .try_init();
 }
 
+/// The exit status of a command that succeeded but reports an outcome through it
+/// (`jqctl enqueue --wait`); 0 unless that command set it.
+pub static EXIT_STATUS: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(&cli);
@@ -245,7 +258,7 @@ fn main() -> ExitCode {
         }
     };
     match rt.block_on(run(&cli)) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => ExitCode::from(EXIT_STATUS.load(std::sync::atomic::Ordering::Relaxed)),
         Err(CliError(msg)) => {
             eprintln!("jqctl: error: {}", msg.replace('\n', " "));
             ExitCode::FAILURE
@@ -261,6 +274,7 @@ async fn run(cli: &Cli) -> CliResult {
         Command::Metrics(args) => metrics::run(cli, args).await,
         Command::Stats { watch } => admin::stats(cli, *watch).await,
         Command::Jobs { queue, state, limit } => admin::jobs(cli, queue, *state, *limit).await,
+        Command::Show { id } => admin::show(cli, *id).await,
         Command::Retry { id } => admin::retry(cli, *id).await,
         Command::Cancel { id } => admin::cancel(cli, *id).await,
         Command::ExpireLease { id, lease_token } => admin::expire_lease(cli, *id, *lease_token).await,

@@ -9,6 +9,7 @@ use clap::Args;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use worker_client::{parse_duration, HandlerResult, Job, StatementMode, Worker};
 
+use crate::progress_file::{self, ProgressFile};
 use crate::{Cli, CliResult};
 
 /// Largest stdout kept as a job's result.
@@ -209,8 +210,11 @@ fn describe_status(s: ExitStatus) -> String {
 
 /// Runs the command for one job. See `jqctl work --help` for the contract.
 async fn run_command(job: Job, argv: Arc<Vec<OsString>>) -> HandlerResult {
+    let mut progress = ProgressFile::create(job.id).map_err(|e| format!("cannot create the progress file: {e}"))?;
     let mut cmd = tokio::process::Command::new(&argv[0]);
     cmd.args(&argv[1..])
+        .env("JQ_PROGRESS_FILE", &progress.path)
+        .env("JQ_PROGRESS", job.progress.as_ref().map(|p| p.to_string()).unwrap_or_default())
         .env("JQ_JOB_ID", job.id.to_string())
         .env("JQ_QUEUE", &job.queue)
         .env("JQ_KIND", &job.kind)
@@ -254,13 +258,17 @@ async fn run_command(job: Job, argv: Arc<Vec<OsString>>) -> HandlerResult {
             _ = &mut reading => exited.await,
         }
     });
-    let status = tokio::select! {
-        r = &mut all => r,
-        _ = job.cancelled() => {
-            // jq.cancel, a lost lease or the end of the shutdown grace: ask the command to
-            // stop; if it does not, the worker drops this future and the guard kills it.
-            guard.signal(libc::SIGTERM);
-            all.as_mut().await
+    let mut tick = tokio::time::interval(progress_file::POLL);
+    let status = loop {
+        tokio::select! {
+            r = &mut all => break r,
+            _ = job.cancelled() => {
+                // jq.cancel, a lost lease or the end of the shutdown grace: ask the command to
+                // stop; if it does not, the worker drops this future and the guard kills it.
+                guard.signal(libc::SIGTERM);
+                break all.as_mut().await;
+            }
+            _ = tick.tick() => progress.forward(&job),
         }
     };
     drop(all);
