@@ -133,8 +133,12 @@ fn pickup_through_pgbouncer() {
     let st = w.wait_for(Duration::from_secs(5)).unwrap_or_else(|| panic!("worker exits within 5 s of SIGTERM\n{}", w.log_text()));
     assert!(st.success(), "{}", w.log_text());
     eprintln!("pickup through pgbouncer (started, finished after enqueue, s): {lags:?}");
-    for (started, finished) in &lags {
-        assert!(*started < 0.5 && *finished < 1.0, "slow pickup {lags:?}\n{}", w.log_text());
+    // Woken, not found by the next claim: each job starts well inside the claim's 30 s wait.
+    // The bound is a third of that wait, not a speed target (the figures above are printed; on
+    // a quiet machine they are milliseconds, under load a few seconds were seen), so that a
+    // loaded machine cannot fail it while a missed wakeup (30 s) always does.
+    for (started, _) in &lags {
+        assert!(*started < 10.0, "pickup not woken {lags:?}\n{}", w.log_text());
     }
     assert_clean(&[w.log_text()], 0);
 }
