@@ -136,6 +136,34 @@ COMMENT ON FUNCTION jq._hook_problem(text, regrole, regrole) IS
 -- One call of a hook, in a subtransaction, under jq.hook_lock_timeout(). Returns NULL on
 -- success, else the error as "SQLSTATE: message" (the subtransaction, with whatever the hook
 -- did, rolled back).
+-- Every setting of the session, as one text: a hook must leave them as it found them. A plain
+-- SET (or set_config(..., false)) inside a function outlives the function, SET clauses
+-- notwithstanding, so a hook could otherwise put its own schema first in search_path and have
+-- the rest of the caller's transaction (jq.fail's worker, the maintenance worker, a superuser)
+-- resolve operators to its functions. No SET clause (it would hide the search_path it must
+-- see); every name and operator is qualified instead, so it means the same whatever the hook
+-- did. Checked by pg_test/tests/kinds/hooks.rs
+-- `a_hook_that_changes_a_session_setting_is_rolled_back`.
+CREATE OR REPLACE FUNCTION jq._session_settings() RETURNS text
+LANGUAGE sql STABLE
+AS $$
+    SELECT pg_catalog.string_agg(s.name OPERATOR(pg_catalog.||) '=' OPERATOR(pg_catalog.||) s.setting, ';'
+                                 ORDER BY s.name)
+    FROM pg_catalog.pg_settings s
+$$;
+COMMENT ON FUNCTION jq._session_settings() IS
+'Internal: every setting of this session (name=setting;...), compared before and after an '
+'on_dead hook (jq._call_hook) so that a hook cannot leave a changed setting behind.';
+
+-- Text equality under a fixed search_path (see jq._session_settings): after a hook, the
+-- caller's own unqualified operators cannot be trusted until its settings are known unchanged.
+CREATE OR REPLACE FUNCTION jq._same_text(a text, b text) RETURNS boolean
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT a OPERATOR(pg_catalog.=) b $$;
+COMMENT ON FUNCTION jq._same_text(text, text) IS
+'Internal: a = b (text), evaluated with search_path pg_catalog whatever the session''s is.';
+
 CREATE OR REPLACE FUNCTION jq._call_hook(job jq.jobs, hook text, owner regrole, registered_by regrole)
 RETURNS text
 LANGUAGE plpgsql
@@ -146,6 +174,7 @@ DECLARE
     v_problem text := jq._hook_problem(hook, owner, registered_by);
     v_sql     text;
     v_lock    text := pg_catalog.current_setting('lock_timeout');
+    v_settings text;
     v_state   text;
     v_message text;
 BEGIN
@@ -157,7 +186,14 @@ BEGIN
     WHERE f.oid = pg_catalog.to_regprocedure(hook);
     BEGIN
         PERFORM pg_catalog.set_config('lock_timeout', jq.hook_lock_timeout(), true);
+        v_settings := jq._session_settings();
         EXECUTE v_sql USING job;
+        -- A changed setting (search_path above all) is refused: raising here rolls back the
+        -- subtransaction, and with it the hook's work and its settings (jq._session_settings).
+        IF NOT jq._same_text(jq._session_settings(), v_settings) THEN
+            RAISE EXCEPTION 'the hook changed a setting of the session (SET or set_config); hooks must not'
+                USING ERRCODE = '42501';
+        END IF;
         PERFORM pg_catalog.set_config('lock_timeout', v_lock, true);
     EXCEPTION WHEN OTHERS THEN
         GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT;

@@ -196,3 +196,68 @@ fn a_hook_waiting_for_a_lock_does_not_hold_up_the_failing_worker() {
     assert_eq!(one::<i32>(&mut c, "SELECT jq._retry_hooks(now() + interval '1 day')"), 1);
     assert_eq!(one::<i64>(&mut c, "SELECT count(*) FROM public.domain"), 1);
 }
+
+// A SET (or set_config(.., false)) inside a function outlives it, SET clauses notwithstanding:
+// a hook that put its owner's schema first in search_path would have the rest of the caller's
+// transaction (jq.fail's worker, the maintenance worker) resolve `=` to its owner's operator,
+// as whoever called. Negative control: JQ_TEST_BREAK=hook_keeps_settings (the comparison of the
+// settings after the hook removed) made this test fail: the hook's SET LOCAL was still in force
+// in the worker's transaction (and, before the fix, its search_path outlived it in the session).
+#[test]
+fn a_hook_that_changes_a_session_setting_is_rolled_back() {
+    let db = TestDb::new("hook_settings");
+    let mut c = db.connect();
+    if broken("hook_keeps_settings") {
+        sabotage(&mut c, CALL_HOOK, "IF NOT jq._same_text(jq._session_settings(), v_settings) THEN", "IF false THEN", 1);
+    }
+    let role = Role::new(&mut c, &db, "hook_settings");
+    let r = &role.name;
+    c.batch_execute(&format!(
+        "SELECT jq.create_queue('q', max_attempts => 1);
+         SET ROLE {r};
+         CREATE TABLE app.seen (job_id bigint);
+         CREATE FUNCTION app.move_path(job jq.jobs) RETURNS void LANGUAGE plpgsql SECURITY DEFINER AS $$
+         BEGIN
+             INSERT INTO app.seen VALUES (job.id);
+             PERFORM pg_catalog.set_config('search_path', 'app, pg_catalog', false);
+         END $$;
+         CREATE FUNCTION app.local_set(job jq.jobs) RETURNS void LANGUAGE plpgsql SECURITY DEFINER AS $$
+         BEGIN
+             INSERT INTO app.seen VALUES (job.id);
+             SET LOCAL work_mem = '64kB';
+         END $$;
+         SELECT jq.alter_kind('q', 'path', on_dead => 'app.move_path(jq.jobs)');
+         SELECT jq.alter_kind('q', 'local', on_dead => 'app.local_set(jq.jobs)');
+         RESET ROLE;"
+    ))
+    .unwrap();
+    let path: i64 = one(&mut c, "SELECT jq.enqueue('q', kind => 'path')");
+    let local: i64 = one(&mut c, "SELECT jq.enqueue('q', kind => 'local')");
+    let mut w = db.connect();
+    let path_before: String = one(&mut w, "SELECT current_setting('search_path')");
+    let mem_before: String = one(&mut w, "SELECT current_setting('work_mem')");
+    w.batch_execute("BEGIN").unwrap();
+    for j in claim(&mut w, "q", "w", 2, None) {
+        assert_eq!(fail(&mut w, &j, "boom").as_deref(), Some("dead"), "job {}", j.id);
+    }
+    // Still inside the worker's transaction: a SET LOCAL would show here.
+    assert_eq!(one::<String>(&mut w, "SELECT current_setting('work_mem')"), mem_before, "SET LOCAL of a hook kept");
+    w.batch_execute("COMMIT").unwrap();
+    assert_eq!(one::<String>(&mut w, "SELECT current_setting('search_path')"), path_before,
+               "the hook's search_path outlived it in the worker's session");
+    assert_eq!(one::<i64>(&mut c, "SELECT count(*) FROM app.seen"), 0, "the refused hooks' work was kept");
+    let errors: Vec<(i64, String)> = c
+        .query("SELECT job_id, last_error FROM jq.pending_hooks ORDER BY job_id", &[])
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    assert_eq!(errors.iter().map(|e| e.0).collect::<Vec<_>>(), vec![path, local], "{errors:?}");
+    for (_, e) in &errors {
+        assert!(e.starts_with("42501: the hook changed a setting of the session"), "{errors:?}");
+    }
+    // The maintenance retry refuses it the same way and its session keeps its settings.
+    c.batch_execute("SELECT jq._retry_hooks(now() + interval '1 day')").unwrap();
+    assert_eq!(one::<String>(&mut c, "SELECT current_setting('search_path')"), path_before);
+    assert_eq!(one::<i64>(&mut c, "SELECT max(attempts)::int8 FROM jq.pending_hooks"), 2);
+}
