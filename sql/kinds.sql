@@ -160,6 +160,7 @@ COMMENT ON FUNCTION jq._session_settings() IS
 CREATE OR REPLACE FUNCTION jq._same_text(a text, b text) RETURNS boolean
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
+SET jit = off
 AS $$ SELECT a OPERATOR(pg_catalog.=) b $$;
 COMMENT ON FUNCTION jq._same_text(text, text) IS
 'Internal: a = b (text), evaluated with search_path pg_catalog whatever the session''s is.';
