@@ -29,9 +29,9 @@ jq_cluster_start() {
     opts+=" -c shared_buffers=256MB -c max_prepared_transactions=10 -c log_min_messages=warning"
     local extra
     for extra in "$@"; do opts+=" -c $extra"; done
-    # The ports used here lie in Linux's ephemeral range (32768-60999), so a client connection
-    # of an earlier step may hold the port for a moment ("Address already in use": seen once,
-    # bench/smoke right after the test suite). Retry a few times before giving up.
+    # Default ports lie below Linux's ephemeral range (32768-60999). A port given inside it may
+    # be held for a moment by a client connection of an earlier step ("Address already in use":
+    # seen with bench/smoke right after the test suite): retry a few times before giving up.
     local try
     for try in 1 2 3 4 5 6 7 8 9 10; do
         if jq_as_postgres "$JQ_PG_BIN/pg_ctl" -D "$dir" -l "$dir/server.log" -o "$opts" -w -t 60 start >/dev/null; then

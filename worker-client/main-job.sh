@@ -3,7 +3,7 @@
 # `jqctl work` workers.
 #
 # Installs what is missing, builds and installs jq and jqctl (release), starts a private
-# cluster (data and socket in /tmp/jq-main-PORT, port 54400, shared_preload_libraries=jq),
+# cluster (data and socket in /tmp/jq-main-PORT, port 24400, shared_preload_libraries=jq),
 # creates three queues and, when this jq has cron (jq.schedule), a schedule firing a report
 # job every minute. Generates files and enqueues one checksum job per file with `jqctl enqueue`.
 # Several `jqctl work` processes run worker-client/main-job-task.sh per job: hash the file,
@@ -14,13 +14,13 @@
 #
 # Usage: worker-client/main-job.sh [JOBS] [WORKERS]    (defaults: 2000 jobs, 3 workers of 4 slots)
 # Environment: PG_CONFIG (the PostgreSQL installation to install jq into and run; default the
-# system PostgreSQL 15), JQ_MAIN_PORT (54400), JQ_MAIN_DATA (/tmp/jq-main-PORT).
+# system PostgreSQL 15), JQ_MAIN_PORT (24400), JQ_MAIN_DATA (/tmp/jq-main-PORT).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 jobs=${1:-2000}
 workers=${2:-3}
-port=${JQ_MAIN_PORT:-54400}
+port=${JQ_MAIN_PORT:-24400}
 run=$root/.jq-run
 # The cluster's data directory lives under /tmp: Postgres runs as the postgres user, which
 # may not be allowed into a clone under a private home directory.

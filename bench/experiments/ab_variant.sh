@@ -7,7 +7,7 @@
 #   bench/experiments/ab_variant.sh "ALTER TABLE jq.jobs ADD CONSTRAINT c CHECK (max_attempts BETWEEN 1 AND 1000000)"
 #
 # Environment: CONNS ["1 4 64"] BATCH [1; or 10, 100] ROUNDS [3] SECS [5] PREFILL [120000]
-#   JQ_AB_PORT [55420] JQ_AB_DATA [/tmp/jq-ab]; PG_CONFIG as for bench/run (jq installed there).
+#   JQ_AB_PORT [25420] JQ_AB_DATA [/tmp/jq-ab]; PG_CONFIG as for bench/run (jq installed there).
 # Used for the CHECK-constraint finding in docs/BENCHMARKS.md ("What was learned").
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -15,7 +15,7 @@ variant_sql=${1:?usage: bench/experiments/ab_variant.sh "SQL applied to the vari
 PG_CONFIG=${PG_CONFIG:-$(command -v pg_config || echo /usr/lib/postgresql/15/bin/pg_config)}
 export JQ_PG_BIN=$("$PG_CONFIG" --bindir)
 source bench/release_build.sh; require_release_jq "$PG_CONFIG"
-port=${JQ_AB_PORT:-55420}; data=${JQ_AB_DATA:-/tmp/jq-ab}; rounds=${ROUNDS:-3}; secs=${SECS:-5}; n=${PREFILL:-120000}
+port=${JQ_AB_PORT:-25420}; data=${JQ_AB_DATA:-/tmp/jq-ab}; rounds=${ROUNDS:-3}; secs=${SECS:-5}; n=${PREFILL:-120000}
 source pg_test/cluster.sh
 jq_cluster_stop "$data" >/dev/null 2>&1 || true; rm -rf "$data"
 trap 'jq_cluster_stop "$data" >/dev/null 2>&1' EXIT

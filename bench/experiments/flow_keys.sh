@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds=${1:-3}; secs=${2:-8}; keys=${3:-2000}; per=${4:-100}; clients=8
-port=${JQ_BENCH_PORT:-54451}; data=${JQ_BENCH_DATA:-/tmp/jq-bench-keys}
+port=${JQ_BENCH_PORT:-24451}; data=${JQ_BENCH_DATA:-/tmp/jq-bench-keys}
 source pg_test/cluster.sh
 jq_cluster_stop "$data" || true; rm -rf "$data"
 trap 'jq_cluster_stop "$data"' EXIT

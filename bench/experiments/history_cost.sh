@@ -12,13 +12,13 @@
 # Interleaved rounds, fresh prefill per cell (PREFILL jobs), synchronous_commit=off; jobs/s
 # from the completion log (bench_done) over SECS seconds after a 2 s warm-up, at each of CONNS.
 # Needs bench/.peers/pgmq/pgmq.sql (bench/run fetches it). No jq needed.
-#   ROUNDS [3] SECS [6] CONNS ["1 4"] PREFILL [400000] JQ_BENCH_PORT [54462]
+#   ROUNDS [3] SECS [6] CONNS ["1 4"] PREFILL [400000] JQ_BENCH_PORT [24462]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PG_CONFIG=${PG_CONFIG:-$(command -v pg_config || echo /usr/lib/postgresql/15/bin/pg_config)}
 export JQ_PG_BIN=$("$PG_CONFIG" --bindir)
 source pg_test/cluster.sh
-D=${JQ_BENCH_DATA:-/tmp/jq-bench-hist}; P=${JQ_BENCH_PORT:-54462}
+D=${JQ_BENCH_DATA:-/tmp/jq-bench-hist}; P=${JQ_BENCH_PORT:-24462}
 ROUNDS=${ROUNDS:-3}; SECS=${SECS:-6}; CONNS=${CONNS:-1 4}; PREFILL=${PREFILL:-400000}
 jq_cluster_stop $D || true; rm -rf $D
 trap 'jq_cluster_stop $D' EXIT

@@ -8,7 +8,7 @@
 # from what the pooler's hop costs. Prints every cell, then per batch the median jobs/s of each
 # path and the median of its same-round ratios to direct.
 #
-#   PORT=54329 bench/experiments/pooler.sh          # a running cluster with jq, e.g. pg_test/run's
+#   PORT=24329 bench/experiments/pooler.sh          # a running cluster with jq, e.g. pg_test/run's
 #
 # Settings: PORT (the cluster, 127.0.0.1, user postgres; jq from PG_CONFIG's installation, a
 # release build), BOUNCER_PORT (default PORT + 9),
@@ -18,7 +18,7 @@
 # /tmp/jq-pooler-bench-BOUNCER_PORT; stops it at the end.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-PORT=${PORT:-54329}; BOUNCER_PORT=${BOUNCER_PORT:-$((PORT + 9))}
+PORT=${PORT:-24329}; BOUNCER_PORT=${BOUNCER_PORT:-$((PORT + 9))}
 ROUNDS=${ROUNDS:-3}; SECS=${SECS:-5}; WARM=${WARM:-2}; PREFILL=${PREFILL:-100000}
 DB=jq_pooler_bench
 dir=/tmp/jq-pooler-bench-$BOUNCER_PORT

@@ -13,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds=${1:-3}; secs=${2:-8}; clients=8
-port=${JQ_BENCH_PORT:-54450}; data=${JQ_BENCH_DATA:-/tmp/jq-bench-quick}
+port=${JQ_BENCH_PORT:-24450}; data=${JQ_BENCH_DATA:-/tmp/jq-bench-quick}
 source pg_test/cluster.sh
 jq_cluster_stop "$data" || true; rm -rf "$data"
 trap 'jq_cluster_stop "$data"' EXIT

@@ -6,13 +6,13 @@
 # batch 10 under the held snapshot; then the reaper's SELECT under EXPLAIN (ANALYZE, BUFFERS),
 # twice with the snapshot held and twice after its end. jq's background worker is kept out of
 # the database (jq.databases), so only these calls touch the index.
-# Usage: bench/experiments/reaper_dead_head.sh   (jq installed into PG_CONFIG; port 55530, /tmp/jq-reaper-exp)
+# Usage: bench/experiments/reaper_dead_head.sh   (jq installed into PG_CONFIG; port 25530, /tmp/jq-reaper-exp)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 PG_CONFIG=${PG_CONFIG:-$(command -v pg_config || echo /usr/lib/postgresql/15/bin/pg_config)}
 export JQ_PG_BIN=$("$PG_CONFIG" --bindir)
 source pg_test/cluster.sh
-D=/tmp/jq-reaper-exp; P=55530
+D=/tmp/jq-reaper-exp; P=25530
 jq_cluster_stop $D >/dev/null 2>&1; rm -rf $D
 jq_cluster_start $D $P shared_preload_libraries=jq "jq.databases='none'" >/dev/null || exit 1
 # The reaper's scan (jq._reap's batch), under EXPLAIN.

@@ -4,13 +4,13 @@
 # SQL-level drain (batch 10, 100) and the worker client with the index and with it dropped, 2
 # rounds, on a private cluster. It drops an index jq needs (the reaper's): a measurement only.
 # Usage: bench/experiments/running_idx.sh   (after bench/run has built bench/driver and installed jq
-# into PG_CONFIG; JQ_BENCH_PORT [54461], JQ_BENCH_DATA [/tmp/jq-bench-exp])
+# into PG_CONFIG; JQ_BENCH_PORT [24461], JQ_BENCH_DATA [/tmp/jq-bench-exp])
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PG_CONFIG=${PG_CONFIG:-$(command -v pg_config || echo /usr/lib/postgresql/15/bin/pg_config)}
 export JQ_PG_BIN=$("$PG_CONFIG" --bindir)
 source pg_test/cluster.sh
-D=${JQ_BENCH_DATA:-/tmp/jq-bench-exp}; P=${JQ_BENCH_PORT:-54461}
+D=${JQ_BENCH_DATA:-/tmp/jq-bench-exp}; P=${JQ_BENCH_PORT:-24461}
 jq_cluster_stop $D || true; rm -rf $D
 trap 'jq_cluster_stop $D' EXIT
 jq_cluster_start $D $P shared_buffers=2GB max_wal_size=8GB fsync=on full_page_writes=on synchronous_commit=off shared_preload_libraries=jq jq.databases=jq

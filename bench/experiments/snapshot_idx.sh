@@ -12,7 +12,7 @@ cd "$(dirname "$0")/../.."
 source pg_test/cluster.sh
 PG_CONFIG=${PG_CONFIG:-$(command -v pg_config || echo /usr/lib/postgresql/15/bin/pg_config)}
 export JQ_PG_BIN=$("$PG_CONFIG" --bindir)
-D=${JQ_BENCH_DATA:-/tmp/jq-bench-exp-snap}; P=${JQ_BENCH_PORT:-54464}
+D=${JQ_BENCH_DATA:-/tmp/jq-bench-exp-snap}; P=${JQ_BENCH_PORT:-24464}
 jq_cluster_stop $D || true; rm -rf $D
 trap 'jq_cluster_stop $D' EXIT
 jq_cluster_start $D $P shared_buffers=2GB max_wal_size=8GB fsync=on full_page_writes=on synchronous_commit=off shared_preload_libraries=jq jq.databases=${JQ_DATABASES:-jq}

@@ -1,6 +1,6 @@
 //! Harness for jq's tests against a real cluster: the cluster is started by `pg_test/run`
 //! (initdb and postgres as the `postgres` user) and found through `JQ_TEST_PGHOST` /
-//! `JQ_TEST_PGPORT` (default 127.0.0.1:54329). Each test gets a database of its own with the
+//! `JQ_TEST_PGPORT` (default 127.0.0.1:24329). Each test gets a database of its own with the
 //! extension freshly created, dropped again when the test ends, so tests run in parallel
 //! without seeing each other's jobs.
 //!
@@ -24,9 +24,9 @@ pub fn host() -> String {
     std::env::var("JQ_TEST_PGHOST").unwrap_or_else(|_| "127.0.0.1".into())
 }
 
-/// The test cluster's port: `JQ_TEST_PGPORT`, default 54329.
+/// The test cluster's port: `JQ_TEST_PGPORT`, default 24329.
 pub fn port() -> u16 {
-    std::env::var("JQ_TEST_PGPORT").ok().and_then(|p| p.parse().ok()).unwrap_or(54329)
+    std::env::var("JQ_TEST_PGPORT").ok().and_then(|p| p.parse().ok()).unwrap_or(24329)
 }
 
 /// `host=… port=… user=postgres` for the test cluster, plus `dbname` when given.

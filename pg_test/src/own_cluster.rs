@@ -20,7 +20,7 @@ pub struct OwnCluster {
 impl OwnCluster {
     /// Initializes and starts a cluster with the `postgres -c` `settings`.
     pub fn start(offset: u16, settings: &[&str]) -> OwnCluster {
-        let base: u16 = std::env::var("JQ_TEST_PGPORT").unwrap_or_else(|_| "54329".into()).parse().unwrap();
+        let base: u16 = std::env::var("JQ_TEST_PGPORT").unwrap_or_else(|_| "24329".into()).parse().unwrap();
         // base + offset, or the next port up that nothing listens on (a postmaster left behind by
         // an earlier run whose data directory is gone can hold the port for up to a minute).
         // Ports base + 10 .. are never used by the other suites (worker-client uses + 3 and + 97).

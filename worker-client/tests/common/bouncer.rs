@@ -25,7 +25,9 @@ pub struct Bouncer {
 impl Bouncer {
     /// Starts a pgbouncer in transaction mode on `JQ_TEST_PGPORT + offset`, with
     /// `default_pool_size` server connections per database; `None` (after saying so on
-    /// stderr) when pgbouncer is missing outside CI.
+    /// stderr) when pgbouncer is missing outside CI. When that port is taken (another process,
+    /// or a client connection's local port when the base port lies in the ephemeral range), it
+    /// retries on ports the kernel reports free, up to five times.
     pub fn start(offset: u16, default_pool_size: u32) -> Option<Bouncer> {
         if !std::path::Path::new(PGBOUNCER).exists() {
             let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty());
@@ -33,7 +35,23 @@ impl Bouncer {
             eprintln!("SKIPPED: {PGBOUNCER} is missing (apt-get install pgbouncer, or run .ci/setup); pooler test not run");
             return None;
         }
-        let port = port() + offset;
+        let mut port = port() + offset;
+        for _ in 0..5 {
+            match Self::start_on(port, default_pool_size) {
+                Ok(b) => return Some(b),
+                Err(log) if log.contains("Address already in use") => {
+                    eprintln!("pgbouncer: port {port} is taken, retrying on another");
+                    port = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap().local_addr().unwrap().port();
+                }
+                Err(log) => panic!("pgbouncer is not listening on {port}:\n{log}"),
+            }
+        }
+        panic!("pgbouncer: no free port after five tries");
+    }
+
+    /// One attempt at [`Bouncer::start`] on `port`: the bouncer, or pgbouncer's log when it
+    /// did not come up within 15 s (or exited: it does when it cannot bind).
+    fn start_on(port: u16, default_pool_size: u32) -> Result<Bouncer, String> {
         let dir = std::env::temp_dir().join(format!("jq-bouncer-{port}"));
         stop_pidfile(&dir.join("pgbouncer.pid"));
         let _ = std::fs::remove_dir_all(&dir);
@@ -65,11 +83,19 @@ impl Bouncer {
         assert!(st.success(), "pgbouncer did not start: {st:?}");
         let b = Bouncer { port, dir };
         let deadline = Instant::now() + Duration::from_secs(15);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "pgbouncer is not listening on {port}:\n{}", b.log());
+        // Up once its log says it listens on the port (a connect alone could reach another
+        // process holding the port) and a connect succeeds; a FATAL line means it exited.
+        let listening = format!("listening on 127.0.0.1:{port}");
+        loop {
+            let log = b.log();
+            if log.contains(&listening) && TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Ok(b);
+            }
+            if Instant::now() >= deadline || log.contains("FATAL") {
+                return Err(log);
+            }
             std::thread::sleep(Duration::from_millis(50));
         }
-        Some(b)
     }
 
     /// The URL of `db` through this pooler.
