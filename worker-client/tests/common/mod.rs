@@ -16,6 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub mod bouncer;
+pub mod browser;
 pub mod scenarios;
 
 pub use jq_pg_test::waiting::{cluster_cmd, cluster_sh, wait_until, Ticker};
