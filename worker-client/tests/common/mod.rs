@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 pub mod bouncer;
 pub mod browser;
+pub mod dashboard;
 pub mod scenarios;
 
 pub use jq_pg_test::waiting::{cluster_cmd, cluster_sh, wait_until, Ticker};
