@@ -142,12 +142,15 @@ fn retrying_dead_jobs_from_the_browser_makes_them_ready() {
     let mut c = db.connect();
     create_queue(&mut c, "mail", "30 seconds", ", max_attempts => 1");
     let dead: Vec<i64> = (0..3).map(|i| enqueue(&mut c, "mail", serde_json::json!({"fail": i}))).collect();
-    {
-        let _w = WorkerProc::start(&db, "mail", "dash-fail", &[], SCRIPT, &[]);
-        wait_until(LIMIT, "the worker failed the jobs to dead", || {
-            dead.iter().all(|&id| state(&mut c, id).as_deref() == Some("dead"))
-        });
-    } // stopped: a retried job stays ready until the next worker starts
+    let mut w = WorkerProc::start(&db, "mail", "dash-fail", &[], SCRIPT, &[]);
+    wait_until(LIMIT, "the worker failed the jobs to dead", || {
+        dead.iter().all(|&id| state(&mut c, id).as_deref() == Some("dead"))
+    });
+    // Stopped gracefully, so that a retried job stays ready until the next worker starts: a
+    // SIGKILLed worker's long-poll claim goes on in its backend for up to its idle wait (5 s)
+    // and can still claim the retried job (which then waits for its lease to expire).
+    w.signal("TERM");
+    assert!(w.wait_for(Duration::from_secs(15)).is_some(), "the worker stopped on SIGTERM");
 
     let out = output_dir("dashboard_retry");
     let Some(mut b) = Browser::launch(&out) else { return };
