@@ -10,6 +10,7 @@
 //! render.rs for formatting, charts and error pages, db.rs for the connection.
 
 mod actions;
+mod breaks;
 mod db;
 mod job;
 mod overview;
