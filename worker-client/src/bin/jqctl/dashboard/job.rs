@@ -34,6 +34,8 @@ struct Live {
     state: String,
     fields: Vec<(&'static str, String)>,
     payload: String,
+    /// Negative control `dashboard_raw_payload`: the payload inserted unescaped.
+    raw: bool,
     result: Option<String>,
     progress: Option<String>,
     last_error: Option<String>,
@@ -112,6 +114,7 @@ async fn live(app: &AppRef, id: i64) -> Result<Option<Live>, tokio_postgres::Err
         state,
         fields,
         payload: pretty(r.get(19)).unwrap_or_default(),
+        raw: super::security::broken("dashboard_raw_payload"),
         result: pretty(r.get(20)),
         progress: pretty(r.get(21)),
         last_error: r.get(22),
