@@ -13,6 +13,29 @@
 -- (no sort, no count; pg_test/tests/plans/observe.rs), and a filtered listing reads at most
 -- scan_limit index entries per page.
 
+-- A name (queue or schedule) passed under a nondeterministic collation would compare
+-- case-insensitively (say) with the names in jq's tables, and reach another tenant's rows while
+-- the grant check looked at the name as given: refused, as src/security.rs refuses it for the
+-- functions that authorise through jq._authorize_queue. A PL/pgSQL parameter carries the
+-- collation of the call's argument, so pg_collation_for sees it here.
+CREATE OR REPLACE FUNCTION jq._refuse_collation(name text) RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
+AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_collation c
+               WHERE c.oid = pg_catalog.pg_collation_for(_refuse_collation.name)::pg_catalog.regcollation
+                 AND NOT c.collisdeterministic) THEN
+        RAISE EXCEPTION 'jq: queue names cannot be compared under a nondeterministic collation'
+            USING ERRCODE = '0A000',
+                  HINT = 'Pass the queue name without a COLLATE clause (or with a deterministic collation).';
+    END IF;
+END $$;
+COMMENT ON FUNCTION jq._refuse_collation(text) IS
+'Internal: raises 0A000 when name (a queue or schedule name argument) carries a nondeterministic '
+'collation, which would widen the comparisons with jq''s names.';
+
 -- The oldest run_at among a queue's ready jobs, read as a loose index scan of jobs_claim_idx: one
 -- descent per distinct priority (the first entry of each priority has its smallest run_at), for
 -- at most 100 priorities, instead of reading every ready job as min(run_at) would.
@@ -52,22 +75,30 @@ DECLARE
     v_caller oid := jq._redeem(overview.caller_ticket);
     v_cap    integer := overview.depth_cap;
 BEGIN
+    PERFORM jq._refuse_collation(overview.only_queue);
     IF v_cap IS NULL OR v_cap < 1 OR v_cap > 10000000 THEN
         RAISE EXCEPTION 'depth_cap must be between 1 and 10000000, got %', v_cap USING ERRCODE = '22023';
     END IF;
     RETURN QUERY
+    -- Each count reads at most v_cap + 1 entries of its state's index, in the index's order (the
+    -- ORDER BY keeps the planner from a sequential scan that would filter the whole table).
     SELECT t.name,
-           (SELECT count(*) FROM (SELECT 1 FROM jq.jobs j  -- jobs_claim_idx, index-only
+           (SELECT count(*) FROM (SELECT 1 FROM jq.jobs j  -- jobs_claim_idx
                                   WHERE hashtextextended(j.queue, 0) = hashtextextended(t.name, 0)
-                                    AND j.state = 'ready' LIMIT v_cap + 1) x),
-           (SELECT count(*) FROM (SELECT 1 FROM jq.jobs j
-                                  WHERE j.queue = t.name AND j.state = 'scheduled' LIMIT v_cap + 1) x),
-           (SELECT count(*) FROM (SELECT 1 FROM jq.jobs j
-                                  WHERE j.queue = t.name AND j.state = 'running' LIMIT v_cap + 1) x),
-           (SELECT count(*) FROM (SELECT 1 FROM jq.jobs j
-                                  WHERE j.queue = t.name AND j.state = 'blocked' LIMIT v_cap + 1) x),
-           (SELECT count(*) FROM (SELECT 1 FROM jq.jobs j
-                                  WHERE j.queue = t.name AND j.state = 'dead' LIMIT v_cap + 1) x),
+                                    AND j.state = 'ready'
+                                  ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_cap + 1) x),
+           (SELECT count(*) FROM (SELECT 1 FROM jq.jobs j  -- jobs_scheduled_idx
+                                  WHERE j.queue = t.name AND j.state = 'scheduled'
+                                  ORDER BY j.run_at, j.id LIMIT v_cap + 1) x),
+           (SELECT count(*) FROM (SELECT 1 FROM jq.jobs j  -- jobs_running_idx
+                                  WHERE j.queue = t.name AND j.state = 'running'
+                                  ORDER BY j.lease_expires_at LIMIT v_cap + 1) x),
+           (SELECT count(*) FROM (SELECT 1 FROM jq.jobs j  -- jobs_blocked_idx
+                                  WHERE j.queue = t.name AND j.state = 'blocked'
+                                  ORDER BY j.concurrency_key, j.run_at, j.id LIMIT v_cap + 1) x),
+           (SELECT count(*) FROM (SELECT 1 FROM jq.jobs j  -- jobs_dead_idx
+                                  WHERE j.queue = t.name AND j.state = 'dead'
+                                  ORDER BY j.finished_at, j.id LIMIT v_cap + 1) x),
            now() - jq._oldest_claimable(t.name),
            t.paused,
            to_jsonb(t) - 'name' - 'paused' - 'rate_tokens' - 'rate_updated' - 'has_kinds'
@@ -99,6 +130,7 @@ DECLARE
     v_caller oid := jq._redeem(throughput.caller_ticket);
     v_from   timestamptz;
 BEGIN
+    PERFORM jq._refuse_collation(throughput.queue);
     IF throughput.since IS NULL OR throughput.since <= interval '0' OR throughput.since > interval '1 day' THEN
         RAISE EXCEPTION 'since must be greater than 0 and at most 1 day, got %', throughput.since
             USING ERRCODE = '22023';
@@ -221,6 +253,7 @@ DECLARE
     v_scanned integer := 0;
     v_last    bigint;
 BEGIN
+    PERFORM jq._refuse_collation(list_jobs.queue);
     IF list_jobs.job_state IS NULL THEN
         RAISE EXCEPTION 'job_state must not be NULL' USING ERRCODE = '22004';
     END IF;
@@ -243,7 +276,11 @@ BEGIN
     END IF;
     FOR r IN EXECUTE jq._list_jobs_sql(list_jobs.job_state, list_jobs.after_id IS NOT NULL)
              USING list_jobs.queue, list_jobs.job_kind, list_jobs.key, list_jobs.error,
-                   v_pri, v_run, v_lease, v_fin, v_cid, v_ckey, list_jobs.scan_limit
+                   v_pri, v_run, v_lease, v_fin, v_cid, v_ckey,
+                   -- Without filters every row read is returned: the statement's LIMIT is n, so
+                   -- the planner sees how few rows are wanted (an ordered index scan).
+                   CASE WHEN list_jobs.job_kind IS NULL AND list_jobs.key IS NULL AND list_jobs.error IS NULL
+                        THEN list_jobs.n ELSE list_jobs.scan_limit END
     LOOP
         v_scanned := v_scanned + 1;
         v_last := r.id;
@@ -366,6 +403,7 @@ AS $$
 DECLARE
     v_caller oid := jq._redeem(cron_log.caller_ticket);
 BEGIN
+    PERFORM jq._refuse_collation(cron_log.schedule);
     IF cron_log.n IS NULL OR cron_log.n < 1 OR cron_log.n > 1000 THEN
         RAISE EXCEPTION 'n must be between 1 and 1000, got %', cron_log.n USING ERRCODE = '22023';
     END IF;

@@ -13,7 +13,7 @@
 //! Negative controls (each seen failing; see the comment of each test):
 //! - `JQ_CLIENT_BREAK=dashboard_actions_noop` (feature `test-breaks`): the action handlers
 //!   redirect without calling jq;
-//! - `JQ_CLIENT_BREAK=dashboard_unescaped`: the payload is written into the page unescaped;
+//! - `JQ_CLIENT_BREAK=dashboard_raw_payload`: the payload is written into the page unescaped;
 //! - `JQ_TEST_BREAK=observe_ignores_grants`: jq.overview in the test's database skips its grant
 //!   check (a sabotage of the SQL read API the dashboard relies on, which enforces the grants);
 //! - `JQ_TEST_BREAK=observe_hides_executions`: jq.job_executions returns no rows.
@@ -352,7 +352,7 @@ fn a_role_granted_only_queue_a_sees_nothing_of_queue_b() {
 /// A payload (and an error) holding `<script>` and an `<img onerror>` render as text on the job
 /// page and the queue page: no dialog opens, the title and the global the payload sets stay
 /// untouched, no element of the payload exists in the page.
-/// Control: `JQ_CLIENT_BREAK=dashboard_unescaped` — the payload's `<img>` is an element of the
+/// Control: `JQ_CLIENT_BREAK=dashboard_raw_payload` — the payload's `<img>` is an element of the
 /// page (seen failing; its script and handler are still stopped by the dashboard's
 /// Content-Security-Policy, so the element checks, not the dialog check, catch it).
 #[test]

@@ -34,8 +34,8 @@ struct Live {
     state: String,
     fields: Vec<(&'static str, String)>,
     payload: String,
-    /// Negative control only (breaks.rs, `dashboard_unescaped`): the payload is written raw.
-    payload_raw: bool,
+    /// Negative control `dashboard_raw_payload`: the payload inserted unescaped.
+    raw: bool,
     result: Option<String>,
     progress: Option<String>,
     last_error: Option<String>,
@@ -114,7 +114,7 @@ async fn live(app: &AppRef, id: i64) -> Result<Option<Live>, tokio_postgres::Err
         state,
         fields,
         payload: pretty(r.get(19)).unwrap_or_default(),
-        payload_raw: super::breaks::unescaped(),
+        raw: super::security::broken("dashboard_raw_payload"),
         result: pretty(r.get(20)),
         progress: pretty(r.get(21)),
         last_error: r.get(22),

@@ -10,7 +10,6 @@
 //! render.rs for formatting, charts and error pages, db.rs for the connection.
 
 mod actions;
-mod breaks;
 mod db;
 mod job;
 mod overview;
@@ -104,7 +103,11 @@ fn routes(app: AppRef) -> Router {
     let routed = if app.base.is_empty() {
         pages
     } else {
-        Router::new().nest(&app.base, pages).fallback(render::not_found_handler)
+        // The nested "/" answers BASE; BASE/ (the URL printed at start) is routed here.
+        Router::new()
+            .route(&format!("{}/", app.base), get(overview::page))
+            .nest(&app.base, pages)
+            .fallback(render::not_found_handler)
     };
     routed.layer(axum::middleware::from_fn_with_state(app.clone(), security::guard)).with_state(app)
 }

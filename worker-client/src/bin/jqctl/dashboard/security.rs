@@ -43,8 +43,18 @@ pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// Whether a form's `csrf` field is the process's token.
+/// Whether the negative control `variant` (JQ_CLIENT_BREAK) is on: only in builds with the
+/// feature `test-breaks`, never in one that serves (tests/dashboard.rs names the controls).
+pub fn broken(variant: &str) -> bool {
+    cfg!(feature = "test-breaks") && std::env::var("JQ_CLIENT_BREAK").is_ok_and(|v| v == variant)
+}
+
+/// Whether a form's `csrf` field is the process's token (negative control `dashboard_no_csrf`:
+/// every form passes).
 pub fn check_csrf(app: &AppRef, form: &HashMap<String, String>) -> bool {
+    if broken("dashboard_no_csrf") {
+        return true;
+    }
     form.get("csrf").is_some_and(|t| ct_eq(t.as_bytes(), app.csrf.as_bytes()))
 }
 
