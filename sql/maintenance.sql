@@ -222,9 +222,11 @@ BEGIN
     SELECT (SELECT count(*) FROM logged l),
            (SELECT pg_catalog.array_agg(b.id) FROM back b WHERE b.state = 'dead')
     INTO v_n, v_dead;
-    -- max_lease_expiries reached: the kinds' exhaustion hooks, in this transaction (sql/kinds.sql).
+    -- max_lease_expiries reached: the kinds' exhaustion hooks, in this transaction when an
+    -- operator took the lease back (jq.expire_lease), else queued for the hooks duty, which the
+    -- reaper never waits for (sql/kinds.sql).
     IF v_dead IS NOT NULL THEN
-        PERFORM jq._on_dead(v_dead, _end_leases.now);
+        PERFORM jq._on_dead(v_dead, _end_leases.now, _end_leases.taken_by IS NULL);
     END IF;
     RETURN v_n;
 END $$;
@@ -316,7 +318,7 @@ BEGIN
            (SELECT pg_catalog.array_agg(e.id) FROM ended e WHERE e.state = 'dead')
     INTO v_n, v_dead;
     IF v_dead IS NOT NULL THEN
-        PERFORM jq._on_dead(v_dead, _time_out.now);
+        PERFORM jq._on_dead(v_dead, _time_out.now, true);  -- queued for the hooks duty
     END IF;
     RETURN v_n;
 END $$;
@@ -587,8 +589,10 @@ BEGIN
         PERFORM jq._age(_maintain.now, 5000);
     WHEN 'reap' THEN
         v_total := jq._reap(_maintain.now, 1000, 10000);
-        -- Exhaustion hooks that raised, due again (not counted; sql/kinds.sql).
-        PERFORM jq._retry_hooks(_maintain.now, 100);
+    WHEN 'hooks' THEN
+        -- on_dead hooks due: queued by the reaper, or failed before (sql/kinds.sql). The
+        -- background worker runs its own loop of the same steps under jq.hook_timeout instead.
+        v_total := jq._retry_hooks(_maintain.now, 100);
     WHEN 'cron' THEN
         v_total := jq.cron_tick(_maintain.now);
     WHEN 'prune' THEN
@@ -605,10 +609,11 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION jq._maintain(text, timestamptz) IS
 'Maintenance: runs one duty at now and returns its count: promote (due scheduled jobs to ready, '
-'up to 50,000 in batches of 5,000; then one priority-aging batch, jq._age, not counted), reap (expired leases and wall timeouts, up to 10,000 in batches of 1,000; then up to 100 due on_dead hook retries, jq._retry_hooks, not counted), '
+'up to 50,000 in batches of 5,000; then one priority-aging batch, jq._age, not counted), reap (expired leases and wall timeouts, up to 10,000 in batches of 1,000), hooks (up to 100 due on_dead hook calls, jq._retry_hooks), '
 'cron (jq.cron_tick: due cron schedules), prune (jq._prune with batch 5,000 and budget 100,000: '
 'a pass per queue, then the rest of 100,000 shared among the queues with more). jq.tick() runs all '
-'four; the background worker runs each in its own transaction through jq._maintain_guarded. '
+'four and then hooks; the background worker runs each in its own transaction through jq._maintain_guarded, and '
+'the hooks one call per transaction under jq.hook_timeout. '
 'Errors: 22023 unknown duty; errors of the duty itself propagate.';
 
 CREATE OR REPLACE FUNCTION jq._maintain_guarded(duty text, now timestamptz, OUT done integer, OUT error text)
@@ -643,14 +648,15 @@ BEGIN
     v_result.reaped := jq._maintain('reap', v_now);
     v_result.fired := jq._maintain('cron', v_now);
     v_result.pruned := jq._maintain('prune', v_now);
+    PERFORM jq._maintain('hooks', v_now);  -- not counted in jq.tick_result
     RETURN v_result;
 END $$;
 COMMENT ON FUNCTION jq.tick() IS
 'One maintenance pass at now(), in the caller''s transaction: promote due scheduled jobs (up to '
 '50,000), reap expired leases (up to 10,000), fire due cron schedules (jq.cron_tick), prune past '
 'retention (passes of up to 5,000 jobs, oldest first: one per queue, then the rest of 100,000 '
-'shared among the queues with more; execution rows until a pass prunes fewer or 100,000 went); returns the '
-'counts. Safe to run from several sessions at once and beside the background worker. With jq '
+'shared among the queues with more; execution rows until a pass prunes fewer or 100,000 went), then '
+'call up to 100 due on_dead hooks (not counted); returns the counts. Safe to run from several sessions at once and beside the background worker. With jq '
 'in shared_preload_libraries the background worker does this every jq.tick_interval; otherwise '
 'call it about once a second, from pg_cron or any client (see README).';
 

@@ -25,6 +25,10 @@ pub const MAX_DATABASES_LIMIT: i32 = 4096;
 /// `jq.tick_interval`: milliseconds between two maintenance passes of a database's worker.
 pub static TICK_INTERVAL_MS: GucSetting<i32> = GucSetting::<i32>::new(1000);
 
+/// `jq.hook_timeout`: milliseconds one on_dead hook call of the maintenance worker may take
+/// before it is cancelled and counted as a failed call (src/bgworker/hooks.rs).
+pub static HOOK_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(5000);
+
 /// `jq.poll_interval`: milliseconds between re-checks of a waiting `jq.claim(…, wait => …)`
 /// when jq is not in `shared_preload_libraries` (no shared-memory wakeups).
 pub static POLL_INTERVAL_MS: GucSetting<i32> = GucSetting::<i32>::new(200);
@@ -94,6 +98,16 @@ pub fn init() {
         c"Reloaded on SIGHUP; takes effect at the next pass.",
         &TICK_INTERVAL_MS,
         10,
+        3_600_000,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"jq.hook_timeout",
+        c"Longest an on_dead hook call of a jq maintenance worker may run before it is cancelled (a failed call).",
+        c"Reloaded on SIGHUP. Hooks called by jq.fail run under the caller's statement_timeout instead.",
+        &HOOK_TIMEOUT_MS,
+        100,
         3_600_000,
         GucContext::Sighup,
         GucFlags::UNIT_MS,

@@ -21,6 +21,7 @@
 
 mod census;
 pub mod drop_hook;
+mod hooks;
 pub mod launcher;
 pub mod notify;
 pub mod presence;
