@@ -74,11 +74,19 @@ AS $$
 DECLARE
     v_caller oid := jq._redeem(overview.caller_ticket);
     v_cap    integer := overview.depth_cap;
+    v_sched  jsonb;
 BEGIN
     PERFORM jq._refuse_collation(overview.only_queue);
     IF v_cap IS NULL OR v_cap < 1 OR v_cap > 10000000 THEN
         RAISE EXCEPTION 'depth_cap must be between 1 and 10000000, got %', v_cap USING ERRCODE = '22023';
     END IF;
+    -- Scheduled jobs per queue from one walk of jobs_scheduled_idx, at most 100 x depth_cap
+    -- entries (beyond that a queue's count is a lower bound).
+    SELECT coalesce(jsonb_object_agg(x.queue, x.n), '{}') INTO v_sched FROM (
+        SELECT s.queue, count(*) AS n FROM (
+            SELECT j.queue FROM jq.jobs j WHERE j.state = 'scheduled'
+            ORDER BY j.run_at, j.id LIMIT 100 * v_cap::bigint) s
+        GROUP BY s.queue) x;
     RETURN QUERY
     -- Each count reads at most v_cap + 1 entries of its state's index, in the index's order (the
     -- ORDER BY keeps the planner from a sequential scan that would filter the whole table).
@@ -87,9 +95,8 @@ BEGIN
                                   WHERE hashtextextended(j.queue, 0) = hashtextextended(t.name, 0)
                                     AND j.state = 'ready'
                                   ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_cap + 1) x),
-           (SELECT count(*) FROM (SELECT 1 FROM jq.jobs j  -- jobs_scheduled_idx
-                                  WHERE j.queue = t.name AND j.state = 'scheduled'
-                                  ORDER BY j.run_at, j.id LIMIT v_cap + 1) x),
+           -- jobs_scheduled_idx has no queue column: counted once for all queues (below).
+           least(coalesce((v_sched ->> t.name)::bigint, 0), v_cap + 1),
            (SELECT count(*) FROM (SELECT 1 FROM jq.jobs j  -- jobs_running_idx
                                   WHERE j.queue = t.name AND j.state = 'running'
                                   ORDER BY j.lease_expires_at LIMIT v_cap + 1) x),
@@ -111,16 +118,17 @@ COMMENT ON FUNCTION jq.overview(text, integer, bigint) IS
 'One row per queue the caller holds any jq privilege on (or just only_queue, when given): claimable '
 '(ready), scheduled, running, blocked and dead job counts, each capped: a value of depth_cap + 1 '
 'means "more than depth_cap" (default 10,000; counted over LIMIT depth_cap + 1, so a deep queue '
-'costs the same on every call); oldest_claimable_age (interval since the oldest ready job became '
+'costs the same on every call; scheduled jobs are counted in one pass over at most 100 x '
+'depth_cap of them for all queues, beyond which the counts are lower bounds); oldest_claimable_age (interval since the oldest ready job became '
 'due, over the 100 highest priorities; NULL when none); paused; settings: the queue''s options as '
 'in jq.queues (JSON object: max_attempts, lease, backoff, flow control: max_concurrency, '
 'key_concurrency, rate_limit, rate_period, rate_burst, priority_aging, ...). A queue the caller '
 'may not see is left out as if it did not exist. Errors: 22023 depth_cap outside 1..10000000.';
 
-CREATE OR REPLACE FUNCTION jq.throughput(queue text, since interval DEFAULT '1 hour',
+CREATE OR REPLACE FUNCTION jq.throughput(queue text DEFAULT NULL, since interval DEFAULT '1 hour',
                                          max_rows integer DEFAULT 10000,
                                          caller_ticket bigint DEFAULT jq._ticket())
-RETURNS TABLE (minute timestamptz, completed bigint, failed bigint, dead bigint, partial boolean)
+RETURNS TABLE (queue text, minute timestamptz, completed bigint, failed bigint, dead bigint, partial boolean)
 LANGUAGE plpgsql STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, jq, pg_temp
@@ -139,44 +147,55 @@ BEGIN
         RAISE EXCEPTION 'max_rows must be between 1 and 10000000, got %', throughput.max_rows
             USING ERRCODE = '22023';
     END IF;
-    IF throughput.queue IS NULL OR NOT jq._may(v_caller, throughput.queue, 'any')
-       OR NOT EXISTS (SELECT 1 FROM jq.queues t WHERE t.name = throughput.queue) THEN
-        RETURN;
-    END IF;
     v_from := date_trunc('minute', now() - throughput.since);
-    -- Newest first, at most max_rows of each: the latest minutes are exact, and the minutes at or
-    -- before the oldest row read are flagged partial when the limit was reached.
+    -- Per queue, newest first, at most max_rows completed and max_rows dead jobs (their
+    -- indexes, backwards): the latest minutes are exact, and the minutes at or before the oldest
+    -- row read are flagged partial when a limit was reached. The failed executions of all the
+    -- queues come from one scan of the log's last minutes (its BRIN index), not one per queue.
     RETURN QUERY
-    WITH c AS (SELECT j.finished_at AS at FROM jq.jobs j  -- jobs_finished_idx, backwards
-               WHERE j.queue = throughput.queue AND j.state = 'completed' AND j.finished_at >= v_from
-               ORDER BY j.finished_at DESC, j.id DESC LIMIT throughput.max_rows),
-         d AS (SELECT j.finished_at AS at FROM jq.jobs j  -- jobs_dead_idx, backwards
-               WHERE j.queue = throughput.queue AND j.state = 'dead' AND j.finished_at >= v_from
-               ORDER BY j.finished_at DESC, j.id DESC LIMIT throughput.max_rows),
-         f AS (SELECT e.finished_at AS at FROM jq.execution_log e  -- execution_log_finished_brin
-               WHERE e.queue = throughput.queue AND e.outcome = 'failed' AND e.finished_at >= v_from
-               ORDER BY e.finished_at DESC LIMIT throughput.max_rows),
-         cut AS (SELECT max(x.at) AS at FROM (
-                     SELECT min(c.at) AS at FROM c HAVING count(*) >= throughput.max_rows
-                     UNION ALL SELECT min(d.at) FROM d HAVING count(*) >= throughput.max_rows
-                     UNION ALL SELECT min(f.at) FROM f HAVING count(*) >= throughput.max_rows) x),
-         cm AS (SELECT date_trunc('minute', c.at) AS m, count(*) AS n FROM c GROUP BY 1),
-         dm AS (SELECT date_trunc('minute', d.at) AS m, count(*) AS n FROM d GROUP BY 1),
-         fm AS (SELECT date_trunc('minute', f.at) AS m, count(*) AS n FROM f GROUP BY 1)
-    SELECT g.m, coalesce(cm.n, 0), coalesce(fm.n, 0), coalesce(dm.n, 0),
-           coalesce(g.m <= (SELECT cut.at FROM cut), false)
-    FROM generate_series(v_from, date_trunc('minute', now()), interval '1 minute') AS g(m)
-    LEFT JOIN cm ON cm.m = g.m LEFT JOIN fm ON fm.m = g.m LEFT JOIN dm ON dm.m = g.m
-    ORDER BY g.m;
+    WITH qs AS (SELECT t.name FROM jq.queues t
+                WHERE (throughput.queue IS NULL OR t.name = throughput.queue)
+                  AND jq._may(v_caller, t.name, 'any')),
+         c AS (SELECT qs.name AS q, x.at FROM qs CROSS JOIN LATERAL (
+                   SELECT j.finished_at AS at FROM jq.jobs j  -- jobs_finished_idx, backwards
+                   WHERE j.queue = qs.name AND j.state = 'completed' AND j.finished_at >= v_from
+                   ORDER BY j.finished_at DESC, j.id DESC LIMIT throughput.max_rows) x),
+         d AS (SELECT qs.name AS q, x.at FROM qs CROSS JOIN LATERAL (
+                   SELECT j.finished_at AS at FROM jq.jobs j  -- jobs_dead_idx, backwards
+                   WHERE j.queue = qs.name AND j.state = 'dead' AND j.finished_at >= v_from
+                   ORDER BY j.finished_at DESC, j.id DESC LIMIT throughput.max_rows) x),
+         fm AS (SELECT e.queue AS q, date_trunc('minute', e.finished_at) AS m, count(*) AS n
+                FROM jq.execution_log e  -- execution_log_finished_brin
+                WHERE e.outcome = 'failed' AND e.finished_at >= v_from
+                  AND e.queue IN (SELECT qs.name FROM qs)
+                GROUP BY 1, 2),
+         cut AS (SELECT x.q, max(x.at) AS at FROM (
+                     SELECT c.q, min(c.at) AS at FROM c GROUP BY c.q HAVING count(*) >= throughput.max_rows
+                     UNION ALL
+                     SELECT d.q, min(d.at) FROM d GROUP BY d.q HAVING count(*) >= throughput.max_rows) x
+                 GROUP BY x.q),
+         cm AS (SELECT c.q, date_trunc('minute', c.at) AS m, count(*) AS n FROM c GROUP BY 1, 2),
+         dm AS (SELECT d.q, date_trunc('minute', d.at) AS m, count(*) AS n FROM d GROUP BY 1, 2)
+    SELECT qs.name, g.m, coalesce(cm.n, 0), coalesce(fm.n, 0), coalesce(dm.n, 0),
+           coalesce(g.m <= cut.at, false)
+    FROM qs
+    CROSS JOIN generate_series(v_from, date_trunc('minute', now()), interval '1 minute') AS g(m)
+    LEFT JOIN cm ON cm.q = qs.name AND cm.m = g.m
+    LEFT JOIN fm ON fm.q = qs.name AND fm.m = g.m
+    LEFT JOIN dm ON dm.q = qs.name AND dm.m = g.m
+    LEFT JOIN cut ON cut.q = qs.name
+    ORDER BY qs.name, g.m;
 END $$;
 COMMENT ON FUNCTION jq.throughput(text, interval, integer, bigint) IS
-'Per minute since now() - since (default 1 hour; at most 1 day), oldest first, for queue: '
-'completed (jobs completed in that minute and still within retention), failed (failed executions, '
-'from jq.execution_log within history_retention) and dead (jobs that went dead in that minute, '
-'within dead_retention). Reads at most max_rows (default 10,000) of each, newest first: partial is '
-'true for the minutes at or before the oldest row read when a limit was reached (their counts are '
-'too low). No rows for a queue the caller holds no privilege on, or that does not exist. Errors: '
-'22023 since or max_rows out of range.';
+'Per queue (queue, or every queue the caller holds any privilege on when NULL) and per minute '
+'since now() - since (default 1 hour; at most 1 day), oldest first: completed (jobs completed in '
+'that minute and still within retention), failed (failed executions, from jq.execution_log within '
+'history_retention) and dead (jobs that went dead in that minute, within dead_retention). Reads at '
+'most max_rows (default 10,000) completed and max_rows dead jobs per queue, newest first: partial '
+'is true for the minutes at or before the oldest row read when a limit was reached (their counts '
+'are too low); the failed executions of the period are read once for all the queues. No rows for '
+'a queue the caller holds no privilege on, or that does not exist. Errors: 22023 since or '
+'max_rows out of range, 0A000 queue under a nondeterministic collation.';
 
 -- The keyset of each state: the order of the state's index, and the condition "after the cursor
 -- job" in it ($5.. are the cursor job's key values). Ready jobs are listed in claim order, then by

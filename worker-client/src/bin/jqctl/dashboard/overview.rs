@@ -126,6 +126,26 @@ pub struct Rates {
     pub failure_rate: f64,
 }
 
+/// Per-minute series of every visible queue: one call of jq.throughput (the failed executions
+/// of all queues are read in one scan of the log).
+pub type Throughput = (Vec<f64>, Vec<f64>, Vec<f64>, bool);
+
+async fn throughput_all(app: &AppRef) -> Result<HashMap<String, Throughput>, tokio_postgres::Error> {
+    let rows = app
+        .db
+        .rows("SELECT queue, completed::float8, failed::float8, dead::float8, partial FROM jq.throughput()", &[])
+        .await?;
+    let mut out: HashMap<String, Throughput> = HashMap::new();
+    for r in rows {
+        let e = out.entry(r.get(0)).or_default();
+        e.0.push(r.get(1));
+        e.1.push(r.get(2));
+        e.2.push(r.get(3));
+        e.3 |= r.get::<_, bool>(4);
+    }
+    Ok(out)
+}
+
 /// Chart and rates from the throughput series (the last 15 minutes for the failure rate).
 pub fn rates(c: &[f64], f: &[f64], d: &[f64], partial: bool) -> Rates {
     let tail = |v: &[f64], n: usize| v.iter().rev().take(n).sum::<f64>();
@@ -161,12 +181,13 @@ async fn live(app: &AppRef) -> Result<Live, tokio_postgres::Error> {
         .await?;
     let mut queues = Vec::new();
     let mut signals = Vec::new();
+    let mut series = throughput_all(app).await?;
     for r in rows {
         let name: String = r.get(0);
         let (claimable, scheduled): (i64, i64) = (r.get(1), r.get(2));
         let oldest: Option<f64> = r.get(6);
         let settings: serde_json::Value = serde_json::from_str(r.get::<_, &str>(8)).unwrap_or_default();
-        let (c, f, d, partial) = throughput(app, &name).await?;
+        let (c, f, d, partial) = series.remove(&name).unwrap_or_default();
         let rt = rates(&c, &f, &d, partial);
         let depth = claimable + scheduled;
         let oldest_alert = oldest.is_some_and(|o| o > a.max_oldest_pending);

@@ -20,6 +20,9 @@ pub const STATES: [&str; 7] = ["ready", "scheduled", "running", "blocked", "dead
 /// Jobs per page.
 const PAGE: i32 = 50;
 
+/// Jobs read at most per page of a filtered listing (jq.list_jobs' scan_limit).
+const SCAN: i32 = 2000;
+
 /// One job of the listing.
 pub struct JobRow {
     pub id: i64,
@@ -112,9 +115,9 @@ async fn jobs(app: &AppRef, queue: &str, state: &str, q: &HashMap<String, String
                                  WHEN state = 'running' THEN lease_expires_at ELSE run_at END,
                             'YYYY-MM-DD HH24:MI:SS'),
                     worker, concurrency_key, idempotency_key, last_error, cursor_only
-             FROM jq.list_jobs($1, $2::text::jq.job_state, $3, $4, $5, $6, $7)",
+             FROM jq.list_jobs($1, $2::text::jq.job_state, $3, $4, $5, $6, $7, $8)",
             &[(&queue, Type::TEXT), (&state, Type::TEXT), (&kind, Type::TEXT), (&key, Type::TEXT),
-              (&error, Type::TEXT), (&after, Type::INT8), (&PAGE, Type::INT4)],
+              (&error, Type::TEXT), (&after, Type::INT8), (&PAGE, Type::INT4), (&SCAN, Type::INT4)],
         )
         .await?;
     let mut out = Vec::new();
