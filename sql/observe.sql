@@ -125,7 +125,7 @@ COMMENT ON FUNCTION jq.overview(text, integer, bigint) IS
 'key_concurrency, rate_limit, rate_period, rate_burst, priority_aging, ...). A queue the caller '
 'may not see is left out as if it did not exist. Errors: 22023 depth_cap outside 1..10000000.';
 
-CREATE OR REPLACE FUNCTION jq.throughput(queue text DEFAULT NULL, since interval DEFAULT '1 hour',
+CREATE OR REPLACE FUNCTION jq.throughput(only_queue text DEFAULT NULL, since interval DEFAULT '1 hour',
                                          max_rows integer DEFAULT 10000,
                                          caller_ticket bigint DEFAULT jq._ticket())
 RETURNS TABLE (queue text, minute timestamptz, completed bigint, failed bigint, dead bigint, partial boolean)
@@ -138,7 +138,7 @@ DECLARE
     v_caller oid := jq._redeem(throughput.caller_ticket);
     v_from   timestamptz;
 BEGIN
-    PERFORM jq._refuse_collation(throughput.queue);
+    PERFORM jq._refuse_collation(throughput.only_queue);
     IF throughput.since IS NULL OR throughput.since <= interval '0' OR throughput.since > interval '1 day' THEN
         RAISE EXCEPTION 'since must be greater than 0 and at most 1 day, got %', throughput.since
             USING ERRCODE = '22023';
@@ -154,7 +154,7 @@ BEGIN
     -- queues come from one scan of the log's last minutes (its BRIN index), not one per queue.
     RETURN QUERY
     WITH qs AS (SELECT t.name FROM jq.queues t
-                WHERE (throughput.queue IS NULL OR t.name = throughput.queue)
+                WHERE (throughput.only_queue IS NULL OR t.name = throughput.only_queue)
                   AND jq._may(v_caller, t.name, 'any')),
          c AS (SELECT qs.name AS q, x.at FROM qs CROSS JOIN LATERAL (
                    SELECT j.finished_at AS at FROM jq.jobs j  -- jobs_finished_idx, backwards
@@ -187,7 +187,7 @@ BEGIN
     ORDER BY qs.name, g.m;
 END $$;
 COMMENT ON FUNCTION jq.throughput(text, interval, integer, bigint) IS
-'Per queue (queue, or every queue the caller holds any privilege on when NULL) and per minute '
+'Per queue (only_queue, or every queue the caller holds any privilege on when NULL) and per minute '
 'since now() - since (default 1 hour; at most 1 day), oldest first: completed (jobs completed in '
 'that minute and still within retention), failed (failed executions, from jq.execution_log within '
 'history_retention) and dead (jobs that went dead in that minute, within dead_retention). Reads at '
@@ -195,7 +195,7 @@ COMMENT ON FUNCTION jq.throughput(text, interval, integer, bigint) IS
 'is true for the minutes at or before the oldest row read when a limit was reached (their counts '
 'are too low); the failed executions of the period are read once for all the queues. No rows for '
 'a queue the caller holds no privilege on, or that does not exist. Errors: 22023 since or '
-'max_rows out of range, 0A000 queue under a nondeterministic collation.';
+'max_rows out of range, 0A000 only_queue under a nondeterministic collation.';
 
 -- The keyset of each state: the order of the state's index, and the condition "after the cursor
 -- job" in it ($5.. are the cursor job's key values). Ready jobs are listed in claim order, then by

@@ -49,7 +49,10 @@ printf '%-48s %10s %10s %10s\n' page median_ms p95_ms max_ms
 for p in "${pages[@]}"; do
     times=()
     for _ in $(seq "$requests"); do
-        t=$(curl -s -o /dev/null -D - "$base$p" | tr -d '\r' | sed -n 's/^server-timing: app;dur=//Ip')
+        head=$(curl -s -o /dev/null -D - "$base$p" | tr -d '\r')
+        # Only successful pages count: an error page is fast and would flatter the figures.
+        echo "$head" | head -1 | grep -q ' 200' || { echo "$p: $(echo "$head" | head -1)" >&2; exit 1; }
+        t=$(echo "$head" | sed -n 's/^server-timing: app;dur=//Ip')
         times+=("$t")
     done
     printf '%s\n' "${times[@]}" | sort -n | awk -v page="$p" '
