@@ -25,8 +25,9 @@ pub const MAX_DATABASES_LIMIT: i32 = 4096;
 /// `jq.tick_interval`: milliseconds between two maintenance passes of a database's worker.
 pub static TICK_INTERVAL_MS: GucSetting<i32> = GucSetting::<i32>::new(1000);
 
-/// `jq.hook_timeout`: milliseconds one on_dead hook call of the maintenance worker may take
-/// before it is cancelled and counted as a failed call (src/bgworker/hooks.rs).
+/// `jq.hook_timeout`: milliseconds the maintenance worker's reap (with the on_dead hooks it
+/// calls) and each of its hooks duty's calls may take before they are cancelled: the reap is
+/// redone with its hooks queued, a hook call counts as failed (src/bgworker/hooks.rs).
 pub static HOOK_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(5000);
 
 /// `jq.poll_interval`: milliseconds between re-checks of a waiting `jq.claim(…, wait => …)`
@@ -104,7 +105,7 @@ pub fn init() {
     );
     GucRegistry::define_int_guc(
         c"jq.hook_timeout",
-        c"Longest an on_dead hook call of a jq maintenance worker may run before it is cancelled (a failed call).",
+        c"Longest a jq maintenance worker's reap (with its on_dead hooks) or one of its on_dead hook calls may run before it is cancelled.",
         c"Reloaded on SIGHUP. Hooks called by jq.fail run under the caller's statement_timeout instead.",
         &HOOK_TIMEOUT_MS,
         100,
