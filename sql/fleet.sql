@@ -212,15 +212,25 @@ COMMENT ON FUNCTION jq._prune_workers(timestamptz, integer) IS
 'than jq.worker_retention() before now; returns how many. Skips rows another session holds '
 '(FOR UPDATE SKIP LOCKED); never waits for a lock.';
 
+CREATE OR REPLACE FUNCTION jq.worker_state(stopped_at timestamptz, last_beat_at timestamptz) RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN stopped_at IS NOT NULL THEN 'stopped'
+                WHEN last_beat_at < pg_catalog.now() OPERATOR(pg_catalog.-) (3 OPERATOR(pg_catalog.*) jq.worker_beat_interval())
+                    THEN 'stale'
+                ELSE 'active' END
+$$;
+COMMENT ON FUNCTION jq.worker_state(timestamptz, timestamptz) IS
+'The state jq.fleet shows for a worker with this stopped_at and last_beat_at: stopped '
+'(deregistered), stale (no beat for 3 x jq.worker_beat_interval() before now(): crashed, '
+'killed, hung or cut off), else active. Inlined.';
+
 -- security_barrier: a reader's own (leaky) function in a WHERE on this view sees only the rows
 -- the view lets it see (as jq.queue_stats).
 CREATE OR REPLACE VIEW jq.fleet WITH (security_barrier) AS
 SELECT w.worker_id, w.name, w.hostname, w.pid, w.client_version, w.jq_version, w.queues,
        w.concurrency, w.in_flight, w.rss_bytes, w.started_at, w.last_beat_at, w.stopped_at,
        w.samples,
-       CASE WHEN w.stopped_at IS NOT NULL THEN 'stopped'
-            WHEN w.last_beat_at < pg_catalog.now() - 3 * jq.worker_beat_interval() THEN 'stale'
-            ELSE 'active' END AS state
+       jq.worker_state(w.stopped_at, w.last_beat_at) AS state
 FROM jq.workers w
 WHERE pg_catalog.pg_has_role('jq_admin', 'USAGE')
    OR NOT EXISTS (SELECT 1 FROM pg_catalog.unnest(w.queues) AS u(q)
@@ -229,7 +239,7 @@ WHERE pg_catalog.pg_has_role('jq_admin', 'USAGE')
 COMMENT ON VIEW jq.fleet IS
 'The worker fleet: jq.workers (worker_id, name, hostname, pid, client_version, jq_version, '
 'queues, concurrency, in_flight, rss_bytes in bytes, started_at, last_beat_at, stopped_at, '
-'samples) and state: stopped (deregistered), stale (no beat for 3 x jq.worker_beat_interval(): '
-'crashed, killed, hung or cut off), else active. Shows a role only the workers all of whose '
+'samples) and state (jq.worker_state): stopped (deregistered), stale (no beat for 3 x '
+'jq.worker_beat_interval(): crashed, killed, hung or cut off), else active. Shows a role only the workers all of whose '
 'queues it holds a jq privilege on (a superuser or member of jq_admin: all). For operators '
 'only: a job''s lease, not this view, says whether it is being worked.';

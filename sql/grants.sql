@@ -294,7 +294,7 @@ GRANT EXECUTE ON FUNCTION
     jq.backoff_seconds(text, double precision, double precision, integer, text, double precision),
     jq.max_payload_bytes(), jq.max_error_length(), jq.max_claim_batch(), jq.max_progress_bytes(),
     jq.cron_log_retention(), jq.cron_misfire_grace(), jq.cron_max_catchup(), jq.hook_lock_timeout(),
-    jq.worker_beat_interval(), jq.worker_retention()
+    jq.worker_beat_interval(), jq.worker_retention(), jq.worker_state(timestamptz, timestamptz)
     TO jq_admin, jq_producer, jq_worker;
 -- jq.fleet shows each reader the workers of the queues it holds a privilege on (sql/fleet.sql).
 GRANT SELECT ON jq.queue_stats, jq.kind_policies, jq.fleet TO jq_admin, jq_producer, jq_worker;

@@ -7,6 +7,8 @@
 //!   role's beat rewrites the worker's row; `beats_and_deregistration_count_only_from_the_registering_role` fails.
 //! - `fleet_no_sample_cap`: jq.worker_beat keeps every sample: the row's CHECK (at most 60)
 //!   refuses the 61st beat; `beats_record_counts_and_keep_the_last_60_samples` fails.
+//! - `fleet_never_stale`: jq.worker_state never says stale;
+//!   `a_worker_without_beats_for_three_intervals_is_stale` fails.
 //! - `fleet_view_unfiltered`: jq.fleet without its grant filter; `a_role_sees_only_the_workers_of_its_queues` fails.
 
 use jq_pg_test::{broken, sabotage, sqlstate, Client, TestDb};
@@ -139,6 +141,9 @@ fn beats_record_counts_and_keep_the_last_60_samples() {
 fn a_worker_without_beats_for_three_intervals_is_stale() {
     let db = TestDb::new("fleet_stale");
     let mut c = db.connect();
+    if broken("fleet_never_stale") {
+        sabotage(&mut c, "jq.worker_state(timestamptz,timestamptz)", "THEN 'stale'", "THEN 'active'", 1);
+    }
     c.batch_execute("SELECT jq.create_queue('a')").unwrap();
     let id: String =
         c.query_one("SELECT jq.register_worker('w', 'h', 1, NULL, ARRAY['a'], 1)::text", &[]).unwrap().get(0);

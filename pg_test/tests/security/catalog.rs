@@ -19,7 +19,7 @@ fn expected_execute(proname: &str) -> Option<&'static [&'static str]> {
         "_ticket" | "status" | "cron_next" | "cron_fires" | "backoff_seconds" | "max_payload_bytes"
         | "max_error_length" | "max_claim_batch" | "max_progress_bytes" | "cron_log_retention"
         | "cron_misfire_grace" | "cron_max_catchup" | "hook_lock_timeout" | "await"
-        | "worker_beat_interval" | "worker_retention" => EVERYONE,
+        | "worker_beat_interval" | "worker_retention" | "worker_state" => EVERYONE,
         "enqueue" | "enqueue_many" => PRODUCE,
         "claim" | "complete" | "complete_many" | "fail" | "heartbeat" | "release" | "snooze"
         | "register_worker" | "worker_beat" | "deregister_worker" => WORK,
