@@ -293,9 +293,11 @@ GRANT EXECUTE ON FUNCTION
     jq.cron_fires(text, timestamptz, timestamptz, text, integer),
     jq.backoff_seconds(text, double precision, double precision, integer, text, double precision),
     jq.max_payload_bytes(), jq.max_error_length(), jq.max_claim_batch(), jq.max_progress_bytes(),
-    jq.cron_log_retention(), jq.cron_misfire_grace(), jq.cron_max_catchup(), jq.hook_lock_timeout()
+    jq.cron_log_retention(), jq.cron_misfire_grace(), jq.cron_max_catchup(), jq.hook_lock_timeout(),
+    jq.worker_beat_interval(), jq.worker_retention(), jq.worker_state(timestamptz, timestamptz)
     TO jq_admin, jq_producer, jq_worker;
-GRANT SELECT ON jq.queue_stats, jq.kind_policies TO jq_admin, jq_producer, jq_worker;
+-- jq.fleet shows each reader the workers of the queues it holds a privilege on (sql/fleet.sql).
+GRANT SELECT ON jq.queue_stats, jq.kind_policies, jq.fleet TO jq_admin, jq_producer, jq_worker;
 -- jq.await checks the caller's privilege on the job's queue itself (any of the three).
 GRANT EXECUTE ON FUNCTION jq.await(bigint, interval, bigint) TO jq_admin, jq_producer, jq_worker;
 
@@ -310,6 +312,12 @@ GRANT EXECUTE ON FUNCTION
     jq.complete(bigint, uuid, jsonb), jq.complete_many(bigint[], uuid[], jsonb[]),
     jq.fail(bigint, uuid, text, interval), jq.heartbeat(bigint, uuid, interval, jsonb),
     jq.release(bigint, uuid), jq.snooze(bigint, uuid, interval)
+    TO jq_worker, jq_admin;
+-- The fleet registry (sql/fleet.sql): registering checks work on every queue named; a beat or
+-- deregistration counts only from the registering role (or a jq_admin member).
+GRANT EXECUTE ON FUNCTION
+    jq.register_worker(text, text, integer, text, text[], integer, bigint),
+    jq.worker_beat(uuid, integer, bigint, bigint), jq.deregister_worker(uuid, bigint)
     TO jq_worker, jq_admin;
 
 DO $$

@@ -609,6 +609,8 @@ BEGIN
         -- above that its finished jobs pile up without bound (pg_test/tests/robustness/maintenance.rs,
         -- negative control prune_one_batch).
         v_total := jq._prune(_maintain.now, 5000, 100000);
+        -- Workers stopped or silent past jq.worker_retention() (sql/fleet.sql), counted.
+        v_total := v_total + jq._prune_workers(_maintain.now, 1000);
     ELSE
         RAISE EXCEPTION 'unknown maintenance duty %', _maintain.duty USING ERRCODE = '22023';
     END CASE;
@@ -618,7 +620,8 @@ COMMENT ON FUNCTION jq._maintain(text, timestamptz) IS
 'Maintenance: runs one duty at now and returns its count: promote (due scheduled jobs to ready, '
 'up to 50,000 in batches of 5,000; then one priority-aging batch, jq._age, not counted), reap (expired leases and wall timeouts, up to 10,000 in batches of 1,000; reap_deferring_hooks: the same with the on_dead hooks queued instead of called), hooks (up to 100 due on_dead hook calls, jq._retry_hooks), '
 'cron (jq.cron_tick: due cron schedules), prune (jq._prune with batch 5,000 and budget 100,000: '
-'a pass per queue, then the rest of 100,000 shared among the queues with more). jq.tick() runs all '
+'a pass per queue, then the rest of 100,000 shared among the queues with more; then up to 1,000 '
+'workers past jq.worker_retention(), jq._prune_workers). jq.tick() runs all '
 'four and then hooks; the background worker runs each in its own transaction through jq._maintain_guarded, and '
 'the hooks one call per transaction under jq.hook_timeout. '
 'Errors: 22023 unknown duty; errors of the duty itself propagate.';

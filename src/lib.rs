@@ -99,7 +99,8 @@ extension_sql_file!(
     requires = ["kinds", wakeup::_wake_awaiters, awaiting::_await_register, awaiting::_await_sleep,
                 awaiting::_await_done, awaiting::_await_wakeups]
 );
-extension_sql_file!("../sql/grants.sql", name = "grants", requires = ["await", security::_authorize, security::_authorize_queue], finalize);
+extension_sql_file!("../sql/fleet.sql", name = "fleet", requires = ["await"]);
+extension_sql_file!("../sql/grants.sql", name = "grants", requires = ["fleet", security::_authorize, security::_authorize_queue], finalize);
 
 #[cfg(any(test, feature = "pg_test"))]
 mod pg_tests;

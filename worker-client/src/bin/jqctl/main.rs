@@ -8,6 +8,7 @@ mod metrics;
 mod progress_file;
 mod table;
 mod work;
+mod workers;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -129,13 +130,17 @@ pub enum Command {
     Schedules,
     /// List the job kinds' policies (jq.kind_policies).
     Kinds,
+    /// List the worker fleet (jq.fleet): name, state (active, stale, stopped), queues, jobs
+    /// held / concurrency, resident memory, start, last beat.
+    Workers,
     /// Create or change a job kind's policy in a queue (jq.alter_kind).
     AlterKind(admin::AlterKindArgs),
     /// Serve Prometheus metrics of the queues, tables and background worker.
     ///
     /// Per-queue gauges from jq.queue_stats (depth, claimable, running, dead, oldest claimable
     /// age, recent completions, failures and expired leases, p95 wait), table health from
-    /// jq.table_health, and the maintenance worker from jq.status(), read afresh on every
+    /// jq.table_health, the maintenance worker from jq.status(), and the worker fleet from
+    /// jq.fleet (workers per state, jobs in flight), read afresh on every
     /// scrape of http://ADDR/metrics. Alert rules: docs/observability.md.
     Metrics(metrics::MetricsArgs),
 }
@@ -286,6 +291,7 @@ async fn run(cli: &Cli) -> CliResult {
         Command::Unschedule { name } => admin::unschedule(cli, name).await,
         Command::Schedules => admin::schedules(cli).await,
         Command::Kinds => admin::kinds(cli).await,
+        Command::Workers => workers::workers(cli).await,
         Command::AlterKind(args) => admin::alter_kind(cli, args).await,
     }
 }
