@@ -264,7 +264,7 @@ pub fn cut(s: &str, width: usize) -> String {
 /// line fits or every shrinkable one is at its limit.
 fn fit(natural: &[usize], shrink: &[Option<usize>], budget: Option<usize>) -> Vec<usize> {
     let mut width = natural.to_vec();
-    let Some(budget) = budget else { return width };
+    let Some(budget) = budget.filter(|_| !no_fit()) else { return width };
     let line = |w: &[usize]| w.iter().sum::<usize>() + 3 * w.len() - 1;
     while line(&width) > budget {
         let widest = (0..width.len())
@@ -276,6 +276,12 @@ fn fit(natural: &[usize], shrink: &[Option<usize>], budget: Option<usize>) -> Ve
         }
     }
     width
+}
+
+/// Negative control only (feature `test-breaks`, `JQ_CLIENT_BREAK=no_fit`): tables ignore the
+/// width budget (worker-client/tests/listings.rs must then fail).
+fn no_fit() -> bool {
+    cfg!(feature = "test-breaks") && std::env::var("JQ_CLIENT_BREAK").is_ok_and(|v| v == "no_fit")
 }
 
 impl Table {
