@@ -292,6 +292,8 @@ fn kinds_rows(c: &mut Client) -> Vec<String> {
         .collect()
 }
 
+/// Besides `JQ_TEST_JQCTL`, seen failing ("changed jq.kinds") with an alter-kind that applied
+/// --max-attempts in a call of its own before the others: the refusal must be all or nothing.
 #[test]
 fn alter_kind_sets_and_resets_a_policy_and_refuses_bad_input_changing_nothing() {
     let db = TestDb::new("listings_kinds");
