@@ -117,9 +117,9 @@ pub type Param = (Box<dyn ToSql + Sync + Send>, Type);
 /// A listing: `SELECT <columns> <from>`, with `from` holding FROM, WHERE, ORDER BY and LIMIT
 /// (parameters `$1`…) and the columns in display order.
 pub struct Listing {
-    pub from: String,
-    pub cols: Vec<Col>,
-    pub params: Vec<Param>,
+    from: String,
+    cols: Vec<Col>,
+    params: Vec<Param>,
 }
 
 impl Listing {
@@ -294,6 +294,14 @@ impl Table {
         for r in &rows {
             for (i, c) in r.iter().enumerate() {
                 natural[i] = natural[i].max(c.chars().count());
+            }
+        }
+        // A cell wider than the whole line is cut anyway: the fit starts from there.
+        if let Some(b) = budget {
+            for (w, s) in natural.iter_mut().zip(&self.shrink) {
+                if s.is_some() {
+                    *w = (*w).min(b);
+                }
             }
         }
         let width = fit(&natural, &self.shrink, budget);
