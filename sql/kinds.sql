@@ -208,8 +208,11 @@ COMMENT ON FUNCTION jq._call_hook(jq.jobs, text, regrole, regrole) IS
 'checked by jq._hook_problem first), in a subtransaction with lock_timeout jq.hook_lock_timeout(). '
 'Returns NULL on success, else "SQLSTATE: message" with the hook''s work rolled back.';
 
--- The jobs ids just went dead in this transaction: run their kinds' hooks.
-CREATE OR REPLACE FUNCTION jq._on_dead(ids bigint[], now timestamptz) RETURNS integer
+-- The jobs ids just went dead in this transaction: run their kinds' hooks, or (defer: the
+-- background worker's reap redone after its hooks overran jq.hook_timeout) queue them for the
+-- hooks duty.
+CREATE OR REPLACE FUNCTION jq._on_dead(ids bigint[], now timestamptz, defer boolean DEFAULT false)
+RETURNS integer
 LANGUAGE plpgsql
 SET search_path = pg_catalog, jq, pg_temp
 SET jit = off
@@ -224,28 +227,53 @@ BEGIN
              WHERE j.id = ANY (_on_dead.ids) AND j.state::text = 'dead' AND k.on_dead IS NOT NULL
              ORDER BY j.id
     LOOP
-        v_error := jq._call_hook(r.job, r.on_dead, r.on_dead_owner, r.on_dead_by);
-        CONTINUE WHEN v_error IS NULL;
-        v_failed := v_failed + 1;
+        IF NOT _on_dead.defer THEN
+            v_error := jq._call_hook(r.job, r.on_dead, r.on_dead_owner, r.on_dead_by);
+            CONTINUE WHEN v_error IS NULL;
+            v_failed := v_failed + 1;
+        END IF;
         INSERT INTO jq.pending_hooks AS p (job_id, queue, kind, hook, job, attempts, next_at, last_error, failed_at)
-        VALUES ((r.job).id, (r.job).queue, (r.job).kind, r.on_dead, pg_catalog.to_jsonb(r.job), 1,
-                _on_dead.now + jq._hook_retry_delay(1), v_error, _on_dead.now)
+        VALUES ((r.job).id, (r.job).queue, (r.job).kind, r.on_dead, pg_catalog.to_jsonb(r.job),
+                CASE WHEN _on_dead.defer THEN 0 ELSE 1 END,
+                CASE WHEN _on_dead.defer THEN _on_dead.now ELSE _on_dead.now + jq._hook_retry_delay(1) END,
+                v_error, CASE WHEN _on_dead.defer THEN NULL ELSE _on_dead.now END)
         -- Dead again after jq.retry: a new round of calls.
-        ON CONFLICT (job_id) DO UPDATE SET hook = excluded.hook, job = excluded.job, attempts = 1,
+        ON CONFLICT (job_id) DO UPDATE SET hook = excluded.hook, job = excluded.job, attempts = excluded.attempts,
             next_at = excluded.next_at, last_error = excluded.last_error, failed_at = excluded.failed_at;
     END LOOP;
     RETURN v_failed;
 END $$;
-COMMENT ON FUNCTION jq._on_dead(bigint[], timestamptz) IS
+COMMENT ON FUNCTION jq._on_dead(bigint[], timestamptz, boolean) IS
 'Internal: for each job of ids that is dead and whose kind has an on_dead hook, calls the hook '
 '(jq._call_hook) in the caller''s transaction; a hook that fails leaves a jq.pending_hooks row '
-'(retried by maintenance from now + 10 s). Returns how many hooks failed. Called by jq.fail, the '
-'reaper (max_lease_expiries, wall timeouts) and jq.expire_lease.';
+'(retried by maintenance from now + 10 s). With defer (the background worker''s reap redone '
+'after its hooks overran jq.hook_timeout) no hook is called: each gets a row due at now '
+'(attempts 0), called by the hooks duty (jq._take_hook, jq._run_hook). Returns how many hooks '
+'failed. Called by jq.fail, jq.expire_lease and the reaper (max_lease_expiries, wall timeouts).';
 
--- Maintenance: the hooks that failed, due again. One row at a time, each hook in its own
--- subtransaction; rows another pass holds are skipped (SKIP LOCKED), and so is a job whose row
--- another transaction holds (jq.retry), until the next pass.
-CREATE OR REPLACE FUNCTION jq._retry_hooks(now timestamptz, batch integer DEFAULT 100) RETURNS integer
+-- Maintenance: hooks due (queued by an overrunning reap, or failed before), one at a time. The
+-- background worker takes a row in a transaction of its own (jq._take_hook: the attempt is
+-- counted and next_at moved before the hook runs), then calls it in another one under
+-- jq.hook_timeout (jq._run_hook), and records a call that timed out (jq._hook_interrupted): a
+-- hook that hangs costs at most jq.hook_timeout per call and waits its backoff like any failure
+-- (pg_test/tests/kinds/hooks.rs, a_hanging_hook_does_not_hold_up_maintenance).
+CREATE OR REPLACE FUNCTION jq._take_hook(now timestamptz, OUT job_id bigint, OUT attempt integer)
+LANGUAGE sql
+SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
+AS $$
+    UPDATE jq.pending_hooks p
+    SET attempts = p.attempts + 1, next_at = _take_hook.now + jq._hook_retry_delay(p.attempts + 1)
+    WHERE p.job_id = (SELECT h.job_id FROM jq.pending_hooks h WHERE h.next_at <= _take_hook.now
+                      ORDER BY h.next_at LIMIT 1 FOR UPDATE SKIP LOCKED)
+    RETURNING p.job_id, p.attempts
+$$;
+COMMENT ON FUNCTION jq._take_hook(timestamptz) IS
+'Internal (hooks duty): the oldest jq.pending_hooks row due at now that no other session holds, '
+'with its attempt counted and next_at moved past the retry delay before the hook is called; '
+'job_id NULL when none is due. Never waits for a lock.';
+
+CREATE OR REPLACE FUNCTION jq._run_hook(job_id bigint, attempt integer, now timestamptz) RETURNS boolean
 LANGUAGE plpgsql
 SET search_path = pg_catalog, jq, pg_temp
 SET jit = off
@@ -256,50 +284,86 @@ DECLARE
     v_row   record;
     v_job   jq.jobs;
     v_error text;
-    v_done  integer := 0;
 BEGIN
-    FOR r IN SELECT p.job_id, p.queue, p.kind, p.job, p.attempts FROM jq.pending_hooks p
-             WHERE p.job_id = ANY (ARRAY(
-                 SELECT h.job_id FROM jq.pending_hooks h WHERE h.next_at <= _retry_hooks.now
-                 ORDER BY h.next_at LIMIT _retry_hooks.batch FOR UPDATE SKIP LOCKED))
-             ORDER BY p.next_at
-    LOOP
-        SELECT j.state::text AS state, j AS job INTO v_row FROM jq.jobs j WHERE j.id = r.job_id FOR SHARE SKIP LOCKED;
-        IF NOT FOUND THEN
-            CONTINUE WHEN EXISTS (SELECT 1 FROM jq.jobs j WHERE j.id = r.job_id);  -- held: next pass
-            v_job := pg_catalog.jsonb_populate_record(NULL::jq.jobs, r.job);  -- pruned: as it died
-        ELSIF v_row.state = 'dead' THEN
-            v_job := v_row.job;
-        ELSE
-            DELETE FROM jq.pending_hooks p WHERE p.job_id = r.job_id;  -- retried: no longer dead
-            CONTINUE;
+    -- Fenced on the attempt jq._take_hook counted: a row taken again since is not this call's.
+    SELECT p.queue, p.kind, p.job INTO r FROM jq.pending_hooks p
+    WHERE p.job_id = _run_hook.job_id AND p.attempts = _run_hook.attempt FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    SELECT j.state::text AS state, j AS job INTO v_row FROM jq.jobs j WHERE j.id = _run_hook.job_id FOR SHARE SKIP LOCKED;
+    IF NOT FOUND THEN
+        IF EXISTS (SELECT 1 FROM jq.jobs j WHERE j.id = _run_hook.job_id) THEN
+            RETURN false;  -- held (jq.retry): called again at next_at
         END IF;
-        -- The kind's hook now: re-registering a fixed hook fixes the pending calls.
-        SELECT x.on_dead, x.on_dead_owner, x.on_dead_by INTO k
-        FROM jq.kinds x WHERE x.queue = r.queue AND x.kind = r.kind;
-        IF k.on_dead IS NULL THEN
-            DELETE FROM jq.pending_hooks p WHERE p.job_id = r.job_id;  -- the kind has no hook any more
-            CONTINUE;
-        END IF;
-        v_error := jq._call_hook(v_job, k.on_dead, k.on_dead_owner, k.on_dead_by);
-        IF v_error IS NULL THEN
-            DELETE FROM jq.pending_hooks p WHERE p.job_id = r.job_id;
+        v_job := pg_catalog.jsonb_populate_record(NULL::jq.jobs, r.job);  -- pruned: as it died
+    ELSIF v_row.state = 'dead' THEN
+        v_job := v_row.job;
+    ELSE
+        DELETE FROM jq.pending_hooks p WHERE p.job_id = _run_hook.job_id;  -- retried: no longer dead
+        RETURN true;
+    END IF;
+    -- The kind's hook now: re-registering a fixed hook fixes the pending calls.
+    SELECT x.on_dead, x.on_dead_owner, x.on_dead_by INTO k FROM jq.kinds x WHERE x.queue = r.queue AND x.kind = r.kind;
+    IF k.on_dead IS NULL THEN
+        DELETE FROM jq.pending_hooks p WHERE p.job_id = _run_hook.job_id;  -- the kind has no hook any more
+        RETURN true;
+    END IF;
+    v_error := jq._call_hook(v_job, k.on_dead, k.on_dead_owner, k.on_dead_by);
+    IF v_error IS NULL THEN
+        DELETE FROM jq.pending_hooks p WHERE p.job_id = _run_hook.job_id;
+        RETURN true;
+    END IF;
+    UPDATE jq.pending_hooks p SET hook = k.on_dead, last_error = v_error, failed_at = _run_hook.now
+    WHERE p.job_id = _run_hook.job_id;
+    RETURN false;
+END $$;
+COMMENT ON FUNCTION jq._run_hook(bigint, integer, timestamptz) IS
+'Internal (hooks duty): calls the kind''s current on_dead hook for the pending row job_id taken by '
+'jq._take_hook as attempt (nothing when the row moved on or another session holds it or the job), '
+'with the job''s row (or, once pruned, the row as it went dead); deletes the row when the call '
+'succeeds, the job is no longer dead (jq.retry) or the kind has no hook any more (true), else '
+'records the error (false). Never waits for a lock.';
+
+CREATE OR REPLACE FUNCTION jq._hook_interrupted(job_id bigint, attempt integer, error text, now timestamptz)
+RETURNS boolean
+LANGUAGE sql
+SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
+AS $$
+    UPDATE jq.pending_hooks p SET last_error = jq._clip_error(_hook_interrupted.error), failed_at = _hook_interrupted.now
+    WHERE p.job_id = _hook_interrupted.job_id AND p.attempts = _hook_interrupted.attempt
+    RETURNING true
+$$;
+COMMENT ON FUNCTION jq._hook_interrupted(bigint, integer, text, timestamptz) IS
+'Internal (hooks duty): records error ("SQLSTATE: message") for the call attempt of job_id''s '
+'hook that did not finish (jq.hook_timeout, or another error outside the hook''s own '
+'subtransaction); true when the row was still at that attempt.';
+
+CREATE OR REPLACE FUNCTION jq._retry_hooks(now timestamptz, batch integer DEFAULT 100) RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
+AS $$
+DECLARE
+    v_id      bigint;
+    v_attempt integer;
+    v_done    integer := 0;
+BEGIN
+    FOR i IN 1 .. _retry_hooks.batch LOOP
+        SELECT t.job_id, t.attempt INTO v_id, v_attempt FROM jq._take_hook(_retry_hooks.now) t;
+        EXIT WHEN v_id IS NULL;
+        IF jq._run_hook(v_id, v_attempt, _retry_hooks.now) THEN
             v_done := v_done + 1;
-        ELSE
-            UPDATE jq.pending_hooks p SET attempts = r.attempts + 1, hook = k.on_dead,
-                   next_at = _retry_hooks.now + jq._hook_retry_delay(r.attempts + 1),
-                   last_error = v_error, failed_at = _retry_hooks.now
-            WHERE p.job_id = r.job_id;
         END IF;
     END LOOP;
     RETURN v_done;
 END $$;
 COMMENT ON FUNCTION jq._retry_hooks(timestamptz, integer) IS
-'Maintenance (the reap duty): calls again up to batch on_dead hooks of jq.pending_hooks due at '
-'now, oldest first, with the job''s row (or, once pruned, the row as it went dead) and the kind''s '
-'current hook; deletes the row when the call succeeds, the job is no longer dead (jq.retry) or '
-'the kind has no hook any more, else counts the attempt and sets next_at (10 s doubling, at most '
-'1 hour). Returns how many hooks succeeded. Never waits for a lock.';
+'Maintenance (the hooks duty of jq.tick, in the caller''s transaction and under its '
+'statement_timeout): up to batch due jq.pending_hooks rows, oldest first, each through '
+'jq._take_hook and jq._run_hook. The background worker runs the same two steps in separate '
+'transactions under jq.hook_timeout instead. Returns how many rows it settled. Never waits for a lock.';
 
 CREATE OR REPLACE FUNCTION jq.clear_hook(id bigint, caller_ticket bigint DEFAULT jq._ticket()) RETURNS boolean
 LANGUAGE plpgsql

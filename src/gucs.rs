@@ -25,6 +25,11 @@ pub const MAX_DATABASES_LIMIT: i32 = 4096;
 /// `jq.tick_interval`: milliseconds between two maintenance passes of a database's worker.
 pub static TICK_INTERVAL_MS: GucSetting<i32> = GucSetting::<i32>::new(1000);
 
+/// `jq.hook_timeout`: milliseconds the maintenance worker's reap (with the on_dead hooks it
+/// calls) and each of its hooks duty's calls may take before they are cancelled: the reap is
+/// redone with its hooks queued, a hook call counts as failed (src/bgworker/hooks.rs).
+pub static HOOK_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(5000);
+
 /// `jq.poll_interval`: milliseconds between re-checks of a waiting `jq.claim(…, wait => …)`
 /// when jq is not in `shared_preload_libraries` (no shared-memory wakeups).
 pub static POLL_INTERVAL_MS: GucSetting<i32> = GucSetting::<i32>::new(200);
@@ -94,6 +99,16 @@ pub fn init() {
         c"Reloaded on SIGHUP; takes effect at the next pass.",
         &TICK_INTERVAL_MS,
         10,
+        3_600_000,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"jq.hook_timeout",
+        c"Longest a jq maintenance worker's reap (with its on_dead hooks) or one of its on_dead hook calls may run before it is cancelled.",
+        c"Reloaded on SIGHUP. Hooks called by jq.fail run under the caller's statement_timeout instead.",
+        &HOOK_TIMEOUT_MS,
+        100,
         3_600_000,
         GucContext::Sighup,
         GucFlags::UNIT_MS,

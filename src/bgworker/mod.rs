@@ -21,6 +21,7 @@
 
 mod census;
 pub mod drop_hook;
+mod hooks;
 pub mod launcher;
 pub mod notify;
 pub mod presence;
@@ -28,6 +29,7 @@ pub mod probe;
 mod process;
 pub mod slots;
 mod status;
+mod timeout;
 pub mod worker;
 
 use pgrx::prelude::*;

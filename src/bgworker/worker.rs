@@ -1,7 +1,8 @@
 //! A database's maintenance worker: runs one pass right away (the recovery pass) and then one
 //! every `jq.tick_interval`: promote, reap, cron, prune, each duty in its own transaction
 //! through `jq._maintain_guarded` (which turns an error into a value, so a broken row never stops
-//! the worker), then the NOTIFYs of [`super::notify`]. Each pass is recorded in the database's
+//! the worker), then the due on_dead hooks ([`super::hooks`]), then the NOTIFYs of
+//! [`super::notify`]. Each pass is recorded in the database's
 //! slot for `jq.status()`.
 //!
 //! It exits on SIGTERM (the launcher starts a new one within a second unless the server is
@@ -64,7 +65,7 @@ pub fn in_transaction<R>(body: impl FnOnce() -> R + std::panic::UnwindSafe) -> R
     result
 }
 
-fn run_duty(duty: &str) -> Duty {
+pub fn run_duty(duty: &str) -> Duty {
     let r = in_transaction(|| {
         Spi::get_two_with_args::<i64, String>(
             "SELECT done::bigint, error FROM jq._maintain_guarded($1, pg_catalog.now())",
@@ -201,7 +202,7 @@ fn run_pass() -> Option<([i64; 5], Option<String>)> {
     let mut counts = [0i64; 5];
     let mut error: Option<String> = None;
     for (i, duty) in DUTIES.iter().enumerate() {
-        let d = run_duty(duty);
+        let d = if *duty == "reap" { super::hooks::run_reap() } else { run_duty(duty) };
         counts[i] = d.done;
         if let Some(e) = d.error {
             error = Some(format!("{duty}: {e}"));
@@ -209,6 +210,13 @@ fn run_pass() -> Option<([i64; 5], Option<String>)> {
         if BackgroundWorker::sigterm_received() {
             return None;
         }
+    }
+    let h = super::hooks::run_hooks();
+    if let Some(e) = h.error {
+        error = Some(format!("hooks: {e}"));
+    }
+    if BackgroundWorker::sigterm_received() {
+        return None;
     }
     let n = notify_ready_queues();
     counts[4] = n.done;

@@ -55,12 +55,13 @@ fn snooze_refunds_the_attempt_records_the_execution_and_is_fenced() {
 
 /// 8 claimers hammer a queue limited to 50 jobs per second (burst 5) for 20 s with long-polling
 /// claims of up to 5 jobs. From the claim times (jq.jobs.started_at): no window of 1 s holds
-/// more than 50 + 5 claims, plus one, and the overall rate is within 10% of 50/s. The plus one:
-/// tokens are counted at one instant under the queue row lock and started_at is stamped a little
-/// later by the claiming statement, so a window of started_at can begin just after its first
-/// claim's tokens were counted; a claim preempted for more than one token's interval (20 ms)
-/// in between lets the window hold one token more than 55 (seen once in the full suite, 56,
-/// with the other tests running beside it on two vCPUs; alone 54-55).
+/// more than 50 + 5 claims plus the stamping lag's tokens, and the overall rate is within 10% of
+/// 50/s. The lag: tokens are counted at one instant under the queue row lock and started_at is
+/// stamped a little later by the claiming statement (still under the lock), so a window of
+/// started_at of 1 s covers at most 1 s + L of token time, L the longest pause of a claim
+/// between counting and stamping: at most 55 + 50·L claims. Alone L stays under 20 ms (54-55);
+/// with the rest of the suite on two vCPUs a claim was seen preempted for about 80 ms (59). The
+/// bound allows L = 250 ms (67); the control exceeds it by thousands.
 ///
 /// Negative control: JQ_TEST_BREAK=rate_no_tokens_taken fails (thousands of claims per window).
 #[test]
@@ -116,7 +117,7 @@ fn a_rate_limited_queue_never_exceeds_its_limit_in_any_window() {
     // Beyond the first burst, tokens arrive at 50/s over the span.
     let rate = (total - 5) as f64 / span;
     eprintln!("{total} claims over {span:.2} s: {rate:.1}/s; busiest 1 s window {max_window}; {empties} empty claims");
-    assert!(max_window <= 56, "a 1 s window saw {max_window} claims (limit 50 + burst 5, + 1 for the stamping lag)");
+    assert!(max_window <= 67, "a 1 s window saw {max_window} claims (limit 50 + burst 5, + 12 for a stamping lag of 250 ms)");
     assert!((rate - 50.0).abs() <= 5.0, "overall rate {rate:.1}/s, not within 10% of 50/s");
 }
 

@@ -1,16 +1,18 @@
 //! Exhaustion hooks: called in the transaction that moves a job to dead (jq.fail, the reaper's
-//! max_lease_expiries, a wall timeout), as their owner; a hook that raises or waits for a lock
-//! leaves the job dead with the error recorded and is retried by maintenance until it succeeds
-//! or is cleared.
+//! max_lease_expiries, a wall timeout, jq.expire_lease), as their owner; a hook that raises,
+//! waits for a lock or hangs leaves the job dead with the error recorded and is retried by
+//! maintenance until it succeeds or is cleared; a hanging one never holds up maintenance.
 
 use std::time::{Duration, Instant};
 
+use jq_pg_test::waiting::wait_until;
 use jq_pg_test::{broken, claim, sabotage, sqlstate, Client, TestDb};
 
 use super::{fail, one, past_lease, reap_at};
 
 const CALL_HOOK: &str = "jq._call_hook(jq.jobs,text,regrole,regrole)";
 const HOOK_PROBLEM: &str = "jq._hook_problem(text,regrole,regrole)";
+const ON_DEAD: &str = "jq._on_dead(bigint[],timestamptz,boolean)";
 
 /// A login-less role of its own, member of jq_admin, dropped (with what it owns) on drop.
 struct Role {
@@ -155,6 +157,8 @@ fn a_failing_hook_leaves_the_job_dead_and_is_retried_until_it_succeeds_or_is_cle
     assert_eq!(one::<i32>(&mut c, "SELECT jq._retry_hooks(now())"), 0);
     assert_eq!(one::<i32>(&mut c, "SELECT jq._retry_hooks(now() + interval '11 seconds')"), 0);
     assert_eq!(one::<i64>(&mut c, "SELECT min(attempts)::int8 FROM jq.pending_hooks"), 2);
+    assert!(one::<String>(&mut c, &format!("SELECT last_error FROM jq.pending_hooks WHERE job_id = {b}"))
+        .starts_with("P0001: domain store down"), "the reaper called b's hook in its transaction");
     assert!(one::<bool>(&mut c, &format!("SELECT jq.clear_hook({b})")));
     assert!(!one::<bool>(&mut c, &format!("SELECT jq.clear_hook({b})")), "cleared twice");
     // Fixed: the next due call succeeds and writes the domain row.
@@ -260,4 +264,51 @@ fn a_hook_that_changes_a_session_setting_is_rolled_back() {
     c.batch_execute("SELECT jq._retry_hooks(now() + interval '1 day')").unwrap();
     assert_eq!(one::<String>(&mut c, "SELECT current_setting('search_path')"), path_before);
     assert_eq!(one::<i64>(&mut c, "SELECT max(attempts)::int8 FROM jq.pending_hooks"), 2);
+}
+
+/// A hook that hangs holds up neither the reaper nor any other queue: the background worker's
+/// reap, which calls it inline, is cancelled at jq.hook_timeout (5 s) and redone with the hook
+/// queued (job a dead); the hooks duty then calls it in a transaction of its own under the same
+/// timeout, records 57014 and goes on; the next call waits the retry delay.
+///
+/// Negative controls: JQ_TEST_BREAK=hook_inline_in_reaper (jq._on_dead ignores defer, so the
+/// redone reap calls the hook inline again) made this test fail: job a never became dead. A jq
+/// built with the cargo feature `break-hook-timeout` (no timeout armed) made it fail too (the
+/// reap hung in the hook).
+#[test]
+fn a_hanging_hook_does_not_hold_up_maintenance() {
+    let db = TestDb::new("bgw_hook_hang");
+    let mut c = db.connect();
+    if broken("hook_inline_in_reaper") {
+        sabotage(&mut c, ON_DEAD, "IF NOT _on_dead.defer THEN", "IF true THEN", 1);
+    }
+    c.batch_execute(
+        "SELECT jq.create_queue('q', max_attempts => 1, max_lease_expiries => 0);
+         SELECT jq.create_queue('r');
+         CREATE FUNCTION public.hang(job jq.jobs) RETURNS void LANGUAGE plpgsql SECURITY DEFINER
+             SET search_path = public, pg_temp AS $$ BEGIN PERFORM pg_catalog.pg_sleep(600); END $$;
+         SELECT jq.alter_kind('q', 'k', on_dead => 'public.hang(jq.jobs)')",
+    )
+    .unwrap();
+    let a: i64 = one(&mut c, "SELECT jq.enqueue('q', kind => 'k')");
+    let mut w = db.connect();
+    claim(&mut w, "q", "w", 1, Some("1 second")).pop().expect("claim a");
+    let state = |c: &mut Client, id: i64| one::<String>(c, &format!("SELECT state::text FROM jq.jobs WHERE id = {id}"));
+    wait_until(Duration::from_secs(30), "the reaper makes job a dead", || state(&mut c, a) == "dead");
+    wait_until(Duration::from_secs(30), "the hooks duty takes a's hook", || {
+        one::<i64>(&mut c, &format!("SELECT coalesce(max(attempts), 0)::int8 FROM jq.pending_hooks WHERE job_id = {a}")) >= 1
+    });
+    // The hook hangs now (or is about to); a lease of queue r expires meanwhile.
+    let b: i64 = one(&mut c, "SELECT jq.enqueue('r')");
+    claim(&mut w, "r", "w", 1, Some("1 second")).pop().expect("claim b");
+    wait_until(Duration::from_secs(30), "the reaper takes back b's expired lease", || state(&mut c, b) == "ready");
+    wait_until(Duration::from_secs(30), "the hanging call is cancelled and recorded", || {
+        one::<bool>(&mut c, &format!("SELECT coalesce(bool_or(last_error LIKE '57014: %'), false) FROM jq.pending_hooks WHERE job_id = {a}"))
+    });
+    let (attempts, delay): (i32, f64) = {
+        let r = c.query_one("SELECT attempts, extract(epoch FROM next_at - failed_at)::float8 FROM jq.pending_hooks WHERE job_id = $1", &[&a]).unwrap();
+        (r.get(0), r.get(1))
+    };
+    assert_eq!(attempts, 1, "one call so far");
+    assert!(delay > 4.0, "the next call waits its retry delay (10 s from the take), not {delay} s after the timeout");
 }
