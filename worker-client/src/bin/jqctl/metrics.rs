@@ -219,7 +219,7 @@ pub async fn run(cli: &Cli, args: &MetricsArgs) -> CliResult {
                 let mut guard = client.lock().await;
                 if guard.is_closed() {
                     // Reconnect after a server restart or a dropped connection.
-                    let cli = Cli { database_url: cli_url.clone(), verbose: 0, quiet: true, command: crate::Command::Queues };
+                    let cli = Cli { database_url: cli_url.clone(), verbose: 0, quiet: true, command: crate::Command::Queues { format: Default::default() } };
                     *guard = connect(&cli).await?;
                 }
                 scrape(&guard).await
