@@ -72,6 +72,16 @@ fn a_worker_is_active_with_its_pid_and_jobs_then_stopped_by_sigterm() {
         .unwrap()
         .get(0);
     assert!(samples >= 1);
+    // `jqctl workers`: the table shows it (within 100 columns), --json types its fields.
+    let out = db.jqctl().arg("workers").output().unwrap();
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success() && table.lines().any(|l| l.contains("active") && l.contains("3/3")), "{table}");
+    assert!(table.lines().all(|l| l.chars().count() <= 100), "{table}");
+    let out = db.jqctl().args(["workers", "--json"]).output().unwrap();
+    let line: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    assert_eq!((line["name"].as_str(), line["state"].as_str(), line["pid"].as_i64(), line["in_flight"].as_i64()),
+               (Some("F"), Some("active"), Some(pid as i64), Some(3)), "{line}");
+    assert_eq!(line["queues"], serde_json::json!(["q"]));
     w.signal("TERM");
     let st = w.wait_for(Duration::from_secs(30)).unwrap_or_else(|| panic!("worker did not stop\n{}", w.log_text()));
     assert!(st.success(), "{}", w.log_text());
