@@ -209,7 +209,8 @@ COMMENT ON FUNCTION jq._call_hook(jq.jobs, text, regrole, regrole) IS
 'Returns NULL on success, else "SQLSTATE: message" with the hook''s work rolled back.';
 
 -- The jobs ids just went dead in this transaction: run their kinds' hooks, or (defer: the
--- maintenance worker's reaper, which must never wait on a hook) queue them for the hooks duty.
+-- background worker's reap redone after its hooks overran jq.hook_timeout) queue them for the
+-- hooks duty.
 CREATE OR REPLACE FUNCTION jq._on_dead(ids bigint[], now timestamptz, defer boolean DEFAULT false)
 RETURNS integer
 LANGUAGE plpgsql
@@ -245,12 +246,12 @@ END $$;
 COMMENT ON FUNCTION jq._on_dead(bigint[], timestamptz, boolean) IS
 'Internal: for each job of ids that is dead and whose kind has an on_dead hook, calls the hook '
 '(jq._call_hook) in the caller''s transaction; a hook that fails leaves a jq.pending_hooks row '
-'(retried by maintenance from now + 10 s). With defer (the reaper: max_lease_expiries, wall '
-'timeouts) no hook is called: each gets a row due at now (attempts 0), called by the hooks duty '
-'(jq._take_hook, jq._run_hook), so a slow hook never holds up reaping. Returns how many hooks '
-'failed. Called by jq.fail and jq.expire_lease (inline) and the reaper (defer).';
+'(retried by maintenance from now + 10 s). With defer (the background worker''s reap redone '
+'after its hooks overran jq.hook_timeout) no hook is called: each gets a row due at now '
+'(attempts 0), called by the hooks duty (jq._take_hook, jq._run_hook). Returns how many hooks '
+'failed. Called by jq.fail, jq.expire_lease and the reaper (max_lease_expiries, wall timeouts).';
 
--- Maintenance: hooks due (deferred by the reaper, or failed before), one at a time. The
+-- Maintenance: hooks due (queued by an overrunning reap, or failed before), one at a time. The
 -- background worker takes a row in a transaction of its own (jq._take_hook: the attempt is
 -- counted and next_at moved before the hook runs), then calls it in another one under
 -- jq.hook_timeout (jq._run_hook), and records a call that timed out (jq._hook_interrupted): a

@@ -1,15 +1,17 @@
-//! The hooks duty of a database's maintenance worker: calls the on_dead hooks that are due
-//! (`jq.pending_hooks`: queued by the reaper, or failed before), one per transaction, each under
-//! `jq.hook_timeout`, after the pass's other duties. A hook that hangs or loops is cancelled at
-//! its timeout and waits its retry delay like any failed call, so it delays maintenance by at
-//! most one timeout per call, never reaping or promotion of any queue
+//! On_dead hooks in a database's maintenance worker. The reap duty calls the hooks of the jobs it
+//! makes dead in its own transaction under `jq.hook_timeout` ([`run_reap`]); the hooks duty,
+//! after the pass's other duties, calls the hooks that are due (`jq.pending_hooks`: queued by a
+//! reap that overran, or failed before), one per transaction, each under the same timeout
+//! ([`run_hooks`]). A hook that hangs or loops is cancelled at its timeout and waits its retry
+//! delay like any failed call, so it delays maintenance by at most a timeout or two per pass,
+//! never reaping or promotion of any queue for longer
 //! (`a_hanging_hook_does_not_hold_up_maintenance` in pg_test/tests/kinds/hooks.rs; control
 //! `hook_without_timeout` there).
 
-use super::worker::{in_transaction, Duty};
+use super::timeout;
+use super::worker::{in_transaction, run_duty, Duty};
 use crate::gucs;
 use pgrx::bgworkers::BackgroundWorker;
-use pgrx::pg_sys;
 use pgrx::prelude::*;
 use std::time::{Duration, Instant};
 
@@ -18,16 +20,6 @@ const MAX_CALLS: usize = 100;
 /// No new call starts after the duty has run this long (the call in progress may still take
 /// up to `jq.hook_timeout`).
 const BUDGET: Duration = Duration::from_secs(1);
-
-// PostgreSQL's timeout API (utils/timeout.h), which pgrx does not bind. The background worker
-// arms the statement timeout itself: PostgresMain does that for client statements only.
-extern "C-unwind" {
-    fn enable_timeout_after(id: u32, delay_ms: i32);
-    fn disable_timeout(id: u32, keep_indicator: bool);
-    fn get_timeout_indicator(id: u32, reset_indicator: bool) -> bool;
-}
-/// `STATEMENT_TIMEOUT` of PostgreSQL 15's `enum TimeoutId` (utils/timeout.h).
-const STATEMENT_TIMEOUT: u32 = 3;
 
 /// Runs the due hooks; `done` counts the calls that settled their row.
 pub fn run_hooks() -> Duty {
@@ -73,31 +65,30 @@ pub fn run_hooks() -> Duty {
     duty
 }
 
+/// The reap duty, which calls the on_dead hooks of the jobs it makes dead in its transaction,
+/// under `jq.hook_timeout`; when that fires (a hook hangs, or the reap itself overran it) the
+/// transaction is rolled back and the reap redone with the hooks queued for [`run_hooks`].
+pub fn run_reap() -> Duty {
+    let ms = gucs::HOOK_TIMEOUT_MS.get();
+    let (d, fired) = timeout::bounded(ms, || run_duty("reap"));
+    if !fired || d.error.is_none() {
+        return d;
+    }
+    warning!("jq maintenance: reap: on_dead hooks overran jq.hook_timeout ({ms} ms); reaping again with them queued");
+    timeout::bounded(ms, || run_duty("reap_deferring_hooks")).0
+}
+
 /// Calls the hook of the pending row (`jq._run_hook`) in a transaction of its own under
 /// `jq.hook_timeout`; `Err` when the transaction failed (the timeout, above all).
 fn call(id: i64, attempt: i32) -> Result<bool, String> {
-    // SAFETY: arms and disarms the backend's own statement-timeout timer, as start_xact_command
-    // and finish_xact_command do for a client statement; its handler sets QueryCancelPending,
-    // which the next CHECK_FOR_INTERRUPTS turns into ERROR 57014 inside the transaction.
-    // Negative control only (cargo feature `break-hook-timeout`): no timeout, so a hanging
-    // hook holds up every later pass (a_hanging_hook_does_not_hold_up_maintenance fails).
-    if !cfg!(feature = "break-hook-timeout") {
-        unsafe { enable_timeout_after(STATEMENT_TIMEOUT, gucs::HOOK_TIMEOUT_MS.get()) };
-    }
-    let r = in_transaction(|| {
-        Spi::get_one_with_args::<bool>(
-            "SELECT jq._run_hook($1, $2, pg_catalog.now())",
-            &[id.into(), attempt.into()],
-        )
+    let (r, _) = timeout::bounded(gucs::HOOK_TIMEOUT_MS.get(), || {
+        in_transaction(|| {
+            Spi::get_one_with_args::<bool>(
+                "SELECT jq._run_hook($1, $2, pg_catalog.now())",
+                &[id.into(), attempt.into()],
+            )
+        })
     });
-    // SAFETY: see above. A timeout that fired after the call ended must not cancel whatever
-    // this worker runs next.
-    unsafe {
-        disable_timeout(STATEMENT_TIMEOUT, true);
-        if get_timeout_indicator(STATEMENT_TIMEOUT, true) {
-            pg_sys::QueryCancelPending = 0;
-        }
-    }
     match r {
         Ok(Ok(v)) => Ok(v.unwrap_or(false)),
         Ok(Err(e)) => Err(e.to_string()),
