@@ -54,11 +54,6 @@ fn paused(c: &mut Client, queue: &str) -> bool {
     c.query_one("SELECT paused FROM jq.queues WHERE name = $1", &[&queue]).unwrap().get(0)
 }
 
-/// Whether the fleet registry (jq.fleet) is installed: the workers page lists workers from it.
-fn has_fleet(c: &mut Client) -> bool {
-    c.query_one("SELECT to_regclass('jq.fleet') IS NOT NULL", &[]).unwrap().get(0)
-}
-
 /// Opens `path`, waits for `main[data-page=page]`, writes `<shot>.png`, and checks no script
 /// of the page threw.
 fn visit(b: &mut Browser, d: &DashboardProc, path: &str, page: &str, shot: &std::path::Path) {
@@ -74,7 +69,7 @@ fn visit(b: &mut Browser, d: &DashboardProc, path: &str, page: &str, shot: &std:
 /// dead) and holds (running, with progress) jobs: the overview lists both queues with their
 /// depths and refreshes them in place (2 s polling) when jobs arrive, the queue page lists the
 /// jobs by state, the job pages show payload, error, executions and progress, the schedules page
-/// the schedule, the workers page the worker (when the fleet registry is installed). The
+/// the schedule, the workers page the worker (jq.fleet). The
 /// database is a `jqt_bgw_*` one, which the test cluster's background worker serves, as a real
 /// installation's would be. The screenshots of this test are the documentation's (docs/img/).
 /// Control: `JQ_TEST_BREAK=observe_hides_executions` — jq.job_executions returns no rows, the
@@ -146,9 +141,7 @@ fn every_page_renders_with_the_data() {
     assert!(b.text("tr[data-schedule=nightly-report]").unwrap_or_default().contains("0 3 * * *"));
 
     visit(&mut b, &d, "/workers", "workers", &out.join("workers.png"));
-    if has_fleet(&mut c) {
-        b.wait_for("tr[data-worker=dash-w1]", LIMIT);
-    }
+    b.wait_for("tr[data-worker=dash-w1]", LIMIT);
 }
 
 /// Retrying a dead job from its page, and the queue's other dead jobs with the bulk action,
@@ -321,10 +314,8 @@ fn a_role_granted_only_queue_a_sees_nothing_of_queue_b() {
     assert!(!b.exists("tr[data-queue=tenant_b_secret]"));
     b.goto(&d.url("/schedules"), LIMIT);
     assert!(b.body_text().contains("sched-a"));
-    if has_fleet(&mut c) {
-        b.goto(&d.url("/workers"), LIMIT);
-        b.wait_js("document.body.innerText.includes('a-worker')", LIMIT);
-    }
+    b.goto(&d.url("/workers"), LIMIT);
+    b.wait_for("tr[data-worker=a-worker]", LIMIT);
     b.goto(&d.url(&format!("/jobs/{a_job}")), LIMIT);
     assert_eq!(b.status(), Some(200));
 
