@@ -21,6 +21,7 @@ pub mod bgworker;
 pub mod claim_hint;
 pub mod cron;
 pub mod gucs;
+pub mod hook_timer;
 pub mod planner;
 pub mod queue_hash;
 pub mod random;
@@ -92,7 +93,7 @@ extension_sql_file!(
     name = "maintenance",
     requires = ["cron", bgworker::_status, bgworker::_preloaded, bgworker::_launcher_wake]
 );
-extension_sql_file!("../sql/kinds.sql", name = "kinds", requires = ["maintenance"]);
+extension_sql_file!("../sql/kinds.sql", name = "kinds", requires = ["maintenance", hook_timer::_hook_timer_start, hook_timer::_hook_timer_stop]);
 extension_sql_file!(
     "../sql/await.sql",
     name = "await",
