@@ -193,6 +193,15 @@ AS $$ SELECT a OPERATOR(pg_catalog.=) b $$;
 COMMENT ON FUNCTION jq._same_text(text, text) IS
 'Internal: a = b (text), evaluated with search_path pg_catalog whatever the session''s is.';
 
+-- jq._hook_timer_start() and jq._hook_timer_stop() are Rust (src/hook_timer.rs).
+COMMENT ON FUNCTION jq._hook_timer_start() IS
+'Internal (jq._call_hook): arms this backend''s two timers of an on_dead hook call: a cancel '
+'(57014) at jq.hook_timeout, a termination of the session at twice it plus 1 s. Disarmed by '
+'jq._hook_timer_stop() or at the end of the transaction. Rust (src/hook_timer.rs).';
+COMMENT ON FUNCTION jq._hook_timer_stop() IS
+'Internal (jq._call_hook): disarms the timers of jq._hook_timer_start(); true when the cancel '
+'fired (the hook ran past jq.hook_timeout). Rust (src/hook_timer.rs).';
+
 CREATE OR REPLACE FUNCTION jq._call_hook(job jq.jobs, hook text, owner regrole, registered_by regrole)
 RETURNS text
 LANGUAGE plpgsql
