@@ -295,9 +295,11 @@ GRANT EXECUTE ON FUNCTION
     jq.cron_fires(text, timestamptz, timestamptz, text, integer),
     jq.backoff_seconds(text, double precision, double precision, integer, text, double precision),
     jq.max_payload_bytes(), jq.max_error_length(), jq.max_claim_batch(), jq.max_progress_bytes(),
-    jq.cron_log_retention(), jq.cron_misfire_grace(), jq.cron_max_catchup(), jq.hook_lock_timeout()
+    jq.cron_log_retention(), jq.cron_misfire_grace(), jq.cron_max_catchup(), jq.hook_lock_timeout(),
+    jq.worker_beat_interval(), jq.worker_retention(), jq.worker_state(timestamptz, timestamptz)
     TO jq_admin, jq_producer, jq_worker;
-GRANT SELECT ON jq.queue_stats, jq.kind_policies TO jq_admin, jq_producer, jq_worker;
+-- jq.fleet shows each reader the workers of the queues it holds a privilege on (sql/fleet.sql).
+GRANT SELECT ON jq.queue_stats, jq.kind_policies, jq.fleet TO jq_admin, jq_producer, jq_worker;
 -- The dashboard's read API (sql/observe.sql): each returns only what the caller's grants allow.
 GRANT EXECUTE ON FUNCTION
     jq.overview(text, integer, bigint), jq.throughput(text, interval, integer, bigint),
@@ -319,6 +321,12 @@ GRANT EXECUTE ON FUNCTION
     jq.complete(bigint, uuid, jsonb), jq.complete_many(bigint[], uuid[], jsonb[]),
     jq.fail(bigint, uuid, text, interval), jq.heartbeat(bigint, uuid, interval, jsonb),
     jq.release(bigint, uuid), jq.snooze(bigint, uuid, interval)
+    TO jq_worker, jq_admin;
+-- The fleet registry (sql/fleet.sql): registering checks work on every queue named; a beat or
+-- deregistration counts only from the registering role (or a jq_admin member).
+GRANT EXECUTE ON FUNCTION
+    jq.register_worker(text, text, integer, text, text[], integer, bigint),
+    jq.worker_beat(uuid, integer, bigint, bigint), jq.deregister_worker(uuid, bigint)
     TO jq_worker, jq_admin;
 
 DO $$

@@ -160,7 +160,8 @@ COMMENT ON FUNCTION jq._age(timestamptz, integer) IS
 -- the operator (jq.expire_lease: a lease taken back before it expired). The worker vanished or
 -- is to be ignored and gave no verdict, so the attempt is refunded, as for jq.release.
 CREATE OR REPLACE FUNCTION jq._end_leases(ids bigint[], now timestamptz, expired_before timestamptz,
-                                          wait_for_keys boolean, taken_by text) RETURNS integer
+                                          wait_for_keys boolean, taken_by text,
+                                          defer_hooks boolean DEFAULT false) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
     v_n    integer;
@@ -222,22 +223,22 @@ BEGIN
     SELECT (SELECT count(*) FROM logged l),
            (SELECT pg_catalog.array_agg(b.id) FROM back b WHERE b.state = 'dead')
     INTO v_n, v_dead;
-    -- max_lease_expiries reached: the kinds' exhaustion hooks, in this transaction when an
-    -- operator took the lease back (jq.expire_lease), else queued for the hooks duty, which the
-    -- reaper never waits for (sql/kinds.sql).
+    -- max_lease_expiries reached: the kinds' exhaustion hooks, in this transaction, or queued
+    -- for the hooks duty (defer_hooks: the background worker's reaper; sql/kinds.sql,
+    -- src/bgworker/hooks.rs).
     IF v_dead IS NOT NULL THEN
-        PERFORM jq._on_dead(v_dead, _end_leases.now, _end_leases.taken_by IS NULL);
+        PERFORM jq._on_dead(v_dead, _end_leases.now, _end_leases.defer_hooks);
     END IF;
     RETURN v_n;
 END $$;
-COMMENT ON FUNCTION jq._end_leases(bigint[], timestamptz, timestamptz, boolean, text) IS
+COMMENT ON FUNCTION jq._end_leases(bigint[], timestamptz, timestamptz, boolean, text, boolean) IS
 'Internal: ends the attempts of the jobs ids (locked by the caller) that are running with '
 'lease_expires_at < expired_before, at instant now: ready again with the attempt refunded and '
 'lease_expiries + 1; cancelled if a cancellation was requested; dead once lease_expiries exceeds '
 'the queue''s max_lease_expiries (then its kind''s on_dead hook runs). Each gets an execution row with outcome lease_expired (error '
 '"lease expired…", or "lease taken back by <taken_by>…"). A keyed job that ends frees its key''s '
 'slot; unless wait_for_keys, one whose key''s slot row another transaction holds is left running '
-'(jq._key_try_lock). Returns how many attempts it ended.';
+'(jq._key_try_lock). With defer_hooks the on_dead hooks are queued (jq._on_dead). Returns how many attempts it ended.';
 
 -- Whether a running attempt is over its wall timeout rather than its lease: the claim and
 -- jq.heartbeat never set lease_expires_at past started_at + timeout, so an attempt whose lease
@@ -260,7 +261,8 @@ COMMENT ON FUNCTION jq._overdue(interval, timestamptz, timestamptz) IS
 -- outcome failed. Fenced on the state and the lease it read: a job completed, failed or claimed
 -- again meanwhile is not running under that lease any more and is skipped.
 -- pg_test/tests/kinds/timeouts.rs.
-CREATE OR REPLACE FUNCTION jq._time_out(ids bigint[], now timestamptz) RETURNS integer
+CREATE OR REPLACE FUNCTION jq._time_out(ids bigint[], now timestamptz, defer_hooks boolean DEFAULT false)
+RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
     v_n    integer;
@@ -318,20 +320,21 @@ BEGIN
            (SELECT pg_catalog.array_agg(e.id) FROM ended e WHERE e.state = 'dead')
     INTO v_n, v_dead;
     IF v_dead IS NOT NULL THEN
-        PERFORM jq._on_dead(v_dead, _time_out.now, true);  -- queued for the hooks duty
+        PERFORM jq._on_dead(v_dead, _time_out.now, _time_out.defer_hooks);  -- as jq._end_leases
     END IF;
     RETURN v_n;
 END $$;
-COMMENT ON FUNCTION jq._time_out(bigint[], timestamptz) IS
+COMMENT ON FUNCTION jq._time_out(bigint[], timestamptz, boolean) IS
 'Internal (jq._reap): ends as failed the attempts of the jobs ids (locked by the caller) that are '
 'running past their wall timeout (jq._overdue) with lease_expires_at < now: charged, retried after '
 'the backoff of the job''s kind or queue, dead once attempt reached max_attempts (then the kind''s '
 'on_dead hook runs), cancelled if a cancellation was requested; error "timed out after …"; an '
 'execution row with outcome failed (cancelled). A keyed job that would end while another '
-'transaction holds its key''s slot row is left running for the next pass. Returns how many '
-'attempts it ended.';
+'transaction holds its key''s slot row is left running for the next pass. With defer_hooks the '
+'on_dead hooks are queued (jq._on_dead). Returns how many attempts it ended.';
 
-CREATE OR REPLACE FUNCTION jq._reap(now timestamptz, batch integer DEFAULT 1000, budget integer DEFAULT NULL)
+CREATE OR REPLACE FUNCTION jq._reap(now timestamptz, batch integer DEFAULT 1000, budget integer DEFAULT NULL,
+                                    defer_hooks boolean DEFAULT false)
 RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -353,11 +356,11 @@ BEGIN
             FOR UPDATE SKIP LOCKED);
     EXIT WHEN pg_catalog.cardinality(v_ids) = 0;
     -- Attempts over their wall timeout fail (charged); the other expired leases are refunded.
-    v_n := jq._time_out(v_ids, _reap.now)
+    v_n := jq._time_out(v_ids, _reap.now, _reap.defer_hooks)
          + jq._end_leases(ARRAY(SELECT x.id FROM jq.jobs x
                                 WHERE x.id = ANY (v_ids) AND x.state::text = 'running'
                                   AND NOT jq._overdue(x.timeout, x.started_at, x.lease_expires_at)),
-                          _reap.now, _reap.now, false, NULL);
+                          _reap.now, _reap.now, false, NULL, _reap.defer_hooks);
     v_count := v_count + v_n;
     v_read := v_read + pg_catalog.cardinality(v_ids);
     EXIT WHEN pg_catalog.cardinality(v_ids) < _reap.batch OR _reap.budget IS NULL
@@ -366,7 +369,7 @@ BEGIN
     END LOOP;
     RETURN v_count;
 END $$;
-COMMENT ON FUNCTION jq._reap(timestamptz, integer, integer) IS
+COMMENT ON FUNCTION jq._reap(timestamptz, integer, integer, boolean) IS
 'Maintenance: ends the running jobs whose lease expired before now and returns how many: oldest '
 'expiry first, in passes of batch until a pass ends fewer or budget went (budget NULL, the '
 'default: one pass), each pass starting at the lease_expires_at the last one reached. '
@@ -377,7 +380,7 @@ COMMENT ON FUNCTION jq._reap(timestamptz, integer, integer) IS
 'row with outcome lease_expired. An attempt whose lease reached its wall timeout (jq._overdue) is '
 'ended as failed instead (jq._time_out). Never waits for a lock: rows other sessions hold, and keyed jobs '
 'that would end while another transaction holds their key''s slot row (jq._key_try_lock), are left '
-'for the next pass. Safe to run concurrently; a job completed meanwhile is skipped.';
+'for the next pass. Safe to run concurrently; a job completed meanwhile is skipped. The on_dead hooks of jobs it makes dead run in this transaction, or, with defer_hooks, are queued for the hooks duty (jq._on_dead).';
 
 -- jq._prune_jobs deletes in passes, each past the (finished_at, id) key the previous one
 -- reached, which only an Index Scan of jobs_finished_idx / jobs_dead_idx in key order keeps
@@ -589,6 +592,10 @@ BEGIN
         PERFORM jq._age(_maintain.now, 5000);
     WHEN 'reap' THEN
         v_total := jq._reap(_maintain.now, 1000, 10000);
+    WHEN 'reap_deferring_hooks' THEN
+        -- The background worker's reap: the jobs go dead with their hooks queued for the hooks
+        -- duty, so that no hook holds up reaping (src/bgworker/hooks.rs).
+        v_total := jq._reap(_maintain.now, 1000, 10000, true);
     WHEN 'hooks' THEN
         -- on_dead hooks due: queued by the reaper, or failed before (sql/kinds.sql). The
         -- background worker runs its own loop of the same steps under jq.hook_timeout instead.
@@ -602,6 +609,8 @@ BEGIN
         -- above that its finished jobs pile up without bound (pg_test/tests/robustness/maintenance.rs,
         -- negative control prune_one_batch).
         v_total := jq._prune(_maintain.now, 5000, 100000);
+        -- Workers stopped or silent past jq.worker_retention() (sql/fleet.sql), counted.
+        v_total := v_total + jq._prune_workers(_maintain.now, 1000);
     ELSE
         RAISE EXCEPTION 'unknown maintenance duty %', _maintain.duty USING ERRCODE = '22023';
     END CASE;
@@ -609,11 +618,12 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION jq._maintain(text, timestamptz) IS
 'Maintenance: runs one duty at now and returns its count: promote (due scheduled jobs to ready, '
-'up to 50,000 in batches of 5,000; then one priority-aging batch, jq._age, not counted), reap (expired leases and wall timeouts, up to 10,000 in batches of 1,000), hooks (up to 100 due on_dead hook calls, jq._retry_hooks), '
+'up to 50,000 in batches of 5,000; then one priority-aging batch, jq._age, not counted), reap (expired leases and wall timeouts, up to 10,000 in batches of 1,000; reap_deferring_hooks: the same with the on_dead hooks queued instead of called), hooks (up to 100 due on_dead hook calls, jq._retry_hooks), '
 'cron (jq.cron_tick: due cron schedules), prune (jq._prune with batch 5,000 and budget 100,000: '
-'a pass per queue, then the rest of 100,000 shared among the queues with more). jq.tick() runs all '
-'four and then hooks; the background worker runs each in its own transaction through jq._maintain_guarded, and '
-'the hooks one call per transaction under jq.hook_timeout. '
+'a pass per queue, then the rest of 100,000 shared among the queues with more; then up to 1,000 '
+'workers past jq.worker_retention(), jq._prune_workers). jq.tick() runs all '
+'four and then hooks; the background worker runs each in its own transaction through jq._maintain_guarded '
+'(its reap with the hooks queued), and the hooks one call per transaction. '
 'Errors: 22023 unknown duty; errors of the duty itself propagate.';
 
 CREATE OR REPLACE FUNCTION jq._maintain_guarded(duty text, now timestamptz, OUT done integer, OUT error text)

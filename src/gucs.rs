@@ -25,9 +25,9 @@ pub const MAX_DATABASES_LIMIT: i32 = 4096;
 /// `jq.tick_interval`: milliseconds between two maintenance passes of a database's worker.
 pub static TICK_INTERVAL_MS: GucSetting<i32> = GucSetting::<i32>::new(1000);
 
-/// `jq.hook_timeout`: milliseconds one on_dead hook call of the maintenance worker may take
-/// before it is cancelled and counted as a failed call (src/bgworker/hooks.rs).
-pub static HOOK_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(5000);
+/// `jq.hook_timeout`: the time limit of one on_dead hook call in milliseconds, in any session:
+/// cancelled at it, the session terminated at twice it plus 1 s (src/hook_timer.rs).
+pub static HOOK_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(3000);
 
 /// `jq.poll_interval`: milliseconds between re-checks of a waiting `jq.claim(…, wait => …)`
 /// when jq is not in `shared_preload_libraries` (no shared-memory wakeups).
@@ -58,6 +58,16 @@ pub static PLAN_MIN_PAGES: GucSetting<i32> = GucSetting::<i32>::new(1000);
 /// `jq.max_payload_bytes` (superuser): the largest payload `jq.enqueue` and `jq.enqueue_many`
 /// accept, both as JSON text and as stored (1 MiB by default; 1 kB to 256 MB).
 pub static MAX_PAYLOAD_BYTES: GucSetting<i32> = GucSetting::<i32>::new(1_048_576);
+
+/// `jq.worker_beat_interval` (user): milliseconds between two beats of a registered worker;
+/// `jq.worker_beat_interval()` (sql/fleet.sql) reads it, workers read that when they register,
+/// and `jq.fleet` shows a worker stale after three intervals without a beat. Set it per database
+/// (`ALTER DATABASE … SET`) so that workers and readers agree.
+pub static WORKER_BEAT_INTERVAL_MS: GucSetting<i32> = GucSetting::<i32>::new(5000);
+
+/// `jq.worker_retention` (superuser): seconds `jq.workers` keeps a stopped or silent worker
+/// before maintenance prunes it (`jq.worker_retention()`, sql/fleet.sql).
+pub static WORKER_RETENTION_S: GucSetting<i32> = GucSetting::<i32>::new(3600);
 
 /// `jq.max_payload_bytes() RETURNS integer`: the current `jq.max_payload_bytes` setting in bytes.
 /// A function of this library, so that calling it loads jq and the setting is read from
@@ -104,8 +114,8 @@ pub fn init() {
     );
     GucRegistry::define_int_guc(
         c"jq.hook_timeout",
-        c"Longest an on_dead hook call of a jq maintenance worker may run before it is cancelled (a failed call).",
-        c"Reloaded on SIGHUP. Hooks called by jq.fail run under the caller's statement_timeout instead.",
+        c"Time limit of one jq on_dead hook call: cancelled at it, its session terminated at twice it plus 1 s.",
+        c"Reloaded on SIGHUP. Keep it below the workers' call timeout.",
         &HOOK_TIMEOUT_MS,
         100,
         3_600_000,
@@ -155,6 +165,26 @@ pub fn init() {
         268_435_455,
         GucContext::Suset,
         GucFlags::UNIT_BYTE,
+    );
+    GucRegistry::define_int_guc(
+        c"jq.worker_beat_interval",
+        c"Time between two beats of a registered worker (jq.worker_beat_interval()).",
+        c"Workers read it when they register; jq.fleet shows a worker stale after 3 intervals without a beat. Set it per database.",
+        &WORKER_BEAT_INTERVAL_MS,
+        100,
+        3_600_000,
+        GucContext::Userset,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"jq.worker_retention",
+        c"How long a stopped or silent worker stays in jq.workers before maintenance prunes it.",
+        c"Read by the maintenance worker's prune duty (jq.worker_retention()). Superuser only.",
+        &WORKER_RETENTION_S,
+        1,
+        365 * 86_400,
+        GucContext::Suset,
+        GucFlags::UNIT_S,
     );
     GucRegistry::define_int_guc(
         c"jq.plan_min_pages",

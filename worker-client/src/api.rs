@@ -286,3 +286,44 @@ pub(crate) async fn claim_features(conn: &mut Conn) -> Result<(bool, bool), Quer
         .await?;
     Ok(rows.first().map_or((false, false), |r| (r.get("has_wait"), r.get("has_timeout"))))
 }
+
+/// What a worker tells `jq.register_worker` about itself.
+pub(crate) struct WorkerInfo<'a> {
+    pub name: &'a str,
+    pub hostname: &'a str,
+    pub pid: i32,
+    pub client_version: &'a str,
+    pub queues: &'a [String],
+    pub concurrency: i32,
+}
+
+/// `jq.register_worker(…)`: the new worker id and the beat interval in seconds
+/// (`jq.worker_beat_interval()`), read in the same statement. Bounded by the call timeout.
+pub(crate) async fn register_worker(conn: &mut Conn, w: &WorkerInfo<'_>) -> Result<(Uuid, f64), QueryError> {
+    let rows = conn
+        .query(
+            "SELECT jq.register_worker($1::text, $2::text, $3::int4, $4::text, $5::text[], $6::int4) AS id, \
+                    extract(epoch FROM jq.worker_beat_interval())::float8 AS every",
+            &[(&w.name, Type::TEXT), (&w.hostname, Type::TEXT), (&w.pid, Type::INT4),
+              (&w.client_version, Type::TEXT), (&w.queues, Type::TEXT_ARRAY), (&w.concurrency, Type::INT4)],
+        )
+        .await?;
+    let row = rows.first().expect("one row");
+    Ok((row.get("id"), row.get("every")))
+}
+
+/// `jq.worker_beat(id, in_flight, rss_bytes)`: false when the worker is unknown (pruned) or no
+/// longer ours, i.e. it must register again. Bounded by the call timeout.
+pub(crate) async fn worker_beat(conn: &mut Conn, id: Uuid, in_flight: i32, rss_bytes: i64) -> Result<bool, QueryError> {
+    let rows = conn
+        .query("SELECT jq.worker_beat($1::uuid, $2::int4, $3::int8) AS ok",
+               &[(&id, Type::UUID), (&in_flight, Type::INT4), (&rss_bytes, Type::INT8)])
+        .await?;
+    Ok(rows.first().is_some_and(|r| r.get::<_, Option<bool>>("ok") == Some(true)))
+}
+
+/// `jq.deregister_worker(id)`: whether it marked the worker stopped. Bounded by the call timeout.
+pub(crate) async fn deregister_worker(conn: &mut Conn, id: Uuid) -> Result<bool, QueryError> {
+    let rows = conn.query("SELECT jq.deregister_worker($1::uuid) AS ok", &[(&id, Type::UUID)]).await?;
+    Ok(rows.first().is_some_and(|r| r.get::<_, Option<bool>>("ok") == Some(true)))
+}

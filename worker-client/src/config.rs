@@ -154,6 +154,10 @@ pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// `2500ms`), when `WorkerBuilder::call_timeout` was not called.
 pub const CALL_TIMEOUT_ENV: &str = "JQ_CALL_TIMEOUT";
 
+/// The environment variable that turns a worker's fleet registration off (`0`, `false`, `no`,
+/// `off`) or on, when [`crate::WorkerBuilder::register`] was not called.
+pub const REGISTER_ENV: &str = "JQ_REGISTER";
+
 /// Keepalive probes start after this much silence on a connection, unless `keepalives_idle` is
 /// given (libpq's default is the kernel's, usually two hours).
 pub const DEFAULT_KEEPALIVES_IDLE: Duration = Duration::from_secs(5);

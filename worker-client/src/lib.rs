@@ -65,7 +65,7 @@ mod tls;
 mod worker;
 
 pub use config::{
-    config_from_env, describe_target, ConnConfig, CALL_TIMEOUT_ENV, DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
+    config_from_env, describe_target, ConnConfig, CALL_TIMEOUT_ENV, REGISTER_ENV, DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_KEEPALIVES_IDLE, DEFAULT_KEEPALIVES_INTERVAL, DEFAULT_KEEPALIVES_RETRIES, DEFAULT_TCP_USER_TIMEOUT,
 };
 pub use conn::{connect, connect_error};

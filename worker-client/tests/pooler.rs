@@ -7,6 +7,8 @@
 //! - The drain runs in the default statement mode (`prepared`): each connection meets a
 //!   statement that is not its own (26000 or 42P05, a flood of retried claims), falls back to unnamed
 //!   statements once, and the workers' logs hold nothing else.
+//! - The pickup test also checks the worker's fleet entry (jq.fleet): registered, beating and
+//!   deregistered through the pooler.
 //! - The others run with `JQ_STATEMENT_MODE=unprepared` (no fallback warning at all) after
 //!   every server connection of the pool was left holding statements named `s0` … `s199` by
 //!   another client, so any named statement of the client collides.
@@ -101,6 +103,10 @@ fn pickup_through_pgbouncer() {
     bouncer.leave_statements_behind(&db, 3);
     let mut c = db.connect();
     create_queue(&mut c, "pick", "30 seconds", "");
+    // Beats every 500 ms, so that the check below sees one within the test.
+    jq_pg_test::admin()
+        .batch_execute(&format!("ALTER DATABASE {} SET jq.worker_beat_interval = '500ms'", db.name))
+        .unwrap();
     let env = worker_env(&[("JQ_STATEMENT_MODE", "unprepared")]);
     let mut w =
         WorkerProc::start_at(&bouncer.url(&db), &db.name, "pick", "P", &["-c", "1", "--idle-wait", "30s"], "true", &as_refs(&env));
@@ -128,10 +134,21 @@ fn pickup_through_pgbouncer() {
             .unwrap();
         lags.push((row.get::<_, f64>(0), row.get::<_, f64>(1)));
     }
+    // The worker registered in the fleet through the pooler (on its reporter connection, one
+    // statement per call) and beats there; its graceful stop deregisters it.
+    let fleet = |c: &mut Client| -> Option<(String, i32, i64)> {
+        c.query_opt("SELECT state, pid, jsonb_array_length(samples)::int8 FROM jq.fleet WHERE name = 'P'", &[])
+            .unwrap()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+    };
+    wait_until(Duration::from_secs(30), "the worker is active in jq.fleet and has beaten", || {
+        matches!(fleet(&mut c), Some((s, p, n)) if s == "active" && p == w.pid() && n >= 1)
+    });
     // Its claim waits up to 30 s: the stop must cancel it through the pooler (src/cancel.rs).
     w.signal("TERM");
     let st = w.wait_for(Duration::from_secs(5)).unwrap_or_else(|| panic!("worker exits within 5 s of SIGTERM\n{}", w.log_text()));
     assert!(st.success(), "{}", w.log_text());
+    assert_eq!(fleet(&mut c).map(|f| f.0).as_deref(), Some("stopped"), "{}", w.log_text());
     eprintln!("pickup through pgbouncer (started, finished after enqueue, s): {lags:?}");
     // Woken, not found by the next claim: each job starts well inside the claim's 30 s wait.
     // The bound is a third of that wait, not a speed target (the figures above are printed; on
@@ -175,5 +192,6 @@ fn every_jqctl_command_through_pgbouncer() {
         run(&["unschedule", "nightly"]);
     }
     assert!(run(&["metrics", "--once"]).contains("jq_queue_depth"));
+    assert!(run(&["workers"]).contains("(0 rows)"));
     assert_eq!(db.count(&mut c, "SELECT count(*) FROM jq.jobs WHERE queue = 'cmds' AND state = 'ready'"), 3);
 }

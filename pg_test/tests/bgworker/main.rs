@@ -11,6 +11,7 @@
 //! * `JQ_TEST_BREAK=no_promote`: the worker's promote duty does nothing → the retry test fails.
 //! * `JQ_TEST_BREAK=no_reap`: the worker's reap duty does nothing → the lease test fails.
 //! * `JQ_TEST_BREAK=no_cron_duty`: the worker never runs jq.cron_tick → the cron test fails.
+//! * `JQ_TEST_BREAK=no_worker_prune`: the prune duty leaves jq.workers alone → fleet.rs fails.
 //! * The cargo feature `break-wake-merge` (a jq built with `tools/install --features
 //!   break-wake-merge`): a wakeup may choose a waiter that already owes a look, merging two
 //!   wakeups into one → lost_wakeups.rs fails ("a waiter was not woken within 5s").
@@ -21,6 +22,7 @@
 //!   (a manual edit of `start_due` in src/bgworker/launcher.rs: `SlotState::Exited => false`).
 
 mod duties;
+mod fleet;
 mod launcher;
 mod long_poll;
 mod lost_wakeups;

@@ -11,7 +11,7 @@ use super::{one, past_lease, reap_at};
 
 const CLAIM: &str = "jq.claim(text,text,integer,interval,interval,bigint)";
 const CLAIM_BATCH: &str = "jq._claim_batch(text,text,integer,interval,boolean,bigint,boolean)";
-const REAP: &str = "jq._reap(timestamptz,integer,integer)";
+const REAP: &str = "jq._reap(timestamptz,integer,integer,boolean)";
 
 // Negative controls: JQ_TEST_BREAK=claim_ignores_timeout (the claims' lease not capped at the
 // timeout) made this test fail: "the lease runs past the timeout"; JQ_TEST_BREAK=reap_refunds_timeouts
@@ -26,7 +26,7 @@ fn an_attempt_past_its_timeout_is_failed_by_maintenance_charged_and_recorded() {
         sabotage(&mut c, CLAIM_BATCH, "q.max_lease, j.timeout)", "q.max_lease)", 2);
     }
     if broken("reap_refunds_timeouts") {
-        sabotage(&mut c, REAP, "jq._time_out(v_ids, _reap.now)", "0", 1);
+        sabotage(&mut c, REAP, "jq._time_out(v_ids, _reap.now, _reap.defer_hooks)", "0", 1);
         sabotage(&mut c, REAP, "NOT jq._overdue(x.timeout, x.started_at, x.lease_expires_at)", "true", 1);
     }
     c.batch_execute(

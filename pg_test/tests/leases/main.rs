@@ -20,8 +20,8 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-const REAP: &str = "jq._reap(timestamptz,integer,integer)";
-const END_LEASES: &str = "jq._end_leases(bigint[],timestamptz,timestamptz,boolean,text)";
+const REAP: &str = "jq._reap(timestamptz,integer,integer,boolean)";
+const END_LEASES: &str = "jq._end_leases(bigint[],timestamptz,timestamptz,boolean,text,boolean)";
 const COMPLETE: &str = "jq.complete(bigint,uuid,jsonb)";
 
 /// The broken variants shared by several tests.

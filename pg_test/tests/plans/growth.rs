@@ -161,7 +161,7 @@ fn maintenance_plans_made_on_a_small_table_stay_index_lookups() {
             jq_pg_test::sabotage(&mut c, "jq._promote(timestamptz,integer,integer)",
                                  "AND j.state::text = 'scheduled' AND j.run_at <= _promote.now",
                                  "AND j.state = 'scheduled' AND j.run_at <= _promote.now", 1);
-            jq_pg_test::sabotage(&mut c, "jq._end_leases(bigint[],timestamptz,timestamptz,boolean,text)",
+            jq_pg_test::sabotage(&mut c, "jq._end_leases(bigint[],timestamptz,timestamptz,boolean,text,boolean)",
                                  "AND j.state::text = 'running'", "AND j.state = 'running'", 1);
             jq_pg_test::sabotage(&mut c, "jq._age(timestamptz,integer)", "AND j.state::text = 'ready'",
                                  "AND j.state = 'ready'", 1);

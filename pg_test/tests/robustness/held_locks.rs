@@ -12,7 +12,7 @@ use jq_pg_test::{broken, sabotage, state, Client, TestDb};
 use std::time::{Duration, Instant};
 
 const PROMOTE: &str = "jq._promote(timestamptz,integer,integer)";
-const END_LEASES: &str = "jq._end_leases(bigint[],timestamptz,timestamptz,boolean,text)";
+const END_LEASES: &str = "jq._end_leases(bigint[],timestamptz,timestamptz,boolean,text,boolean)";
 const PRUNE: &str = "jq._prune(timestamptz,integer,integer)";
 const MAINTAIN: &str = "jq._maintain(text,timestamptz)";
 

@@ -8,7 +8,7 @@ const PRUNE: &str = "jq._prune(timestamptz,integer,integer)";
 const MAINTAIN: &str = "jq._maintain(text,timestamptz)";
 const PRUNE_JOBS: &str = "jq._prune_jobs(text,timestamptz,timestamptz,integer,integer)";
 const PROMOTE: &str = "jq._promote(timestamptz,integer,integer)";
-const REAP: &str = "jq._reap(timestamptz,integer,integer)";
+const REAP: &str = "jq._reap(timestamptz,integer,integer,boolean)";
 
 /// A maintenance pass left open in one session (say a client without autocommit) must not
 /// block the next pass in another: every duty skips locked rows. Broken variant

@@ -18,11 +18,13 @@ fn expected_execute(proname: &str) -> Option<&'static [&'static str]> {
     Some(match proname {
         "_ticket" | "status" | "cron_next" | "cron_fires" | "backoff_seconds" | "max_payload_bytes"
         | "max_error_length" | "max_claim_batch" | "max_progress_bytes" | "cron_log_retention"
-        | "cron_misfire_grace" | "cron_max_catchup" | "hook_lock_timeout" | "await" => EVERYONE,
+        | "cron_misfire_grace" | "cron_max_catchup" | "hook_lock_timeout" | "await"
+        | "worker_beat_interval" | "worker_retention" | "worker_state" => EVERYONE,
         // The dashboard's read API (sql/observe.sql): filtered by the caller's grants inside.
         n if OBSERVE.contains(&n) => EVERYONE,
         "enqueue" | "enqueue_many" => PRODUCE,
-        "claim" | "complete" | "complete_many" | "fail" | "heartbeat" | "release" | "snooze" => WORK,
+        "claim" | "complete" | "complete_many" | "fail" | "heartbeat" | "release" | "snooze"
+        | "register_worker" | "worker_beat" | "deregister_worker" => WORK,
         "alter_queue" | "pause" | "resume" | "cancel" | "retry" | "expire_lease" | "schedule"
         | "alter_schedule" | "unschedule" | "alter_kind" | "drop_kind" | "clear_hook" | "retry_dead"
         | "cancel_dead" => QUEUE_ADMIN,
@@ -164,7 +166,7 @@ fn every_function_and_relation_grants_exactly_what_sql_security_says() {
                 let has: bool = c.query_one(sql, &[&role_of(r), &name, p]).unwrap().get(0);
                 let expected = *p == "SELECT"
                     && kind != "S"
-                    && (r == "jq_admin" || ((name == "jq.queue_stats" || name == "jq.kind_policies") && r != "nobody"));
+                    && (r == "jq_admin" || ((name == "jq.queue_stats" || name == "jq.kind_policies" || name == "jq.fleet") && r != "nobody"));
                 if has != expected {
                     problems.push(format!("{name}: {p} for {r} is {has}, expected {expected}"));
                 }

@@ -44,6 +44,10 @@ fn set_up_tenants(c: &mut Client, tag: &str) -> Roles {
 
 /// Grants of a tenant (or "admin") for `queue`: whether it may exercise `privilege`.
 fn tenant_may(short: &str, queue: &str, privilege: &str) -> bool {
+    if privilege == "worker" {
+        // jq_worker's EXECUTE, which a work or admin grant on any queue gives.
+        return matches!(short, "work" | "qadm" | "star" | "admin");
+    }
     match short {
         "admin" => return true,
         "viagroup" => return queue == "qa" && (privilege == "enqueue" || privilege == "any"),
@@ -99,6 +103,12 @@ fn queue_call(regprocedure: &str, queue: &str, ids: &Ids) -> Option<(String, &'s
         }
         // The schedules have not fired: no rows for anyone; the call itself is open to all.
         "jq.cron_log" => (format!("SELECT * FROM jq.cron_log('s_{q}')"), "open"),
+        "jq.register_worker" => (format!("SELECT jq.register_worker('w', 'h', 1, 'v', ARRAY['{q}'], 1)"), "work"),
+        // A beat or deregistration names no queue: any role with jq_worker's EXECUTE may call
+        // it, and it counts only for the registering role (pg_test/tests/fleet.rs); an unknown
+        // worker id is a no-op returning false.
+        "jq.worker_beat" => ("SELECT jq.worker_beat(gen_random_uuid(), 0, 0)".into(), "worker"),
+        "jq.deregister_worker" => ("SELECT jq.deregister_worker(gen_random_uuid())".into(), "worker"),
         _ => return None,
     })
 }
@@ -233,10 +243,12 @@ fn a_nondeterministic_collation_cannot_widen_a_queue_name() {
             problems.push(format!("{f}: no call in queue_call"));
             continue;
         };
-        // jq.cancel, jq.retry, jq.expire_lease, jq.clear_hook and jq.await take a job id, no name: nothing to widen.
-        // jq.job_detail and jq.job_executions take a job id too, jq.schedule_list nothing.
+        // jq.cancel, jq.retry, jq.expire_lease, jq.clear_hook and jq.await take a job id, jq.worker_beat and
+        // jq.deregister_worker a worker id, jq.job_detail and jq.job_executions a job id too,
+        // jq.schedule_list nothing: no name to widen.
         let takes_a_name = !["jq.cancel(", "jq.retry(", "jq.expire_lease(", "jq.clear_hook(", "jq.await(",
-                             "jq.job_detail(", "jq.job_executions(", "jq.schedule_list("]
+                             "jq.worker_beat(", "jq.deregister_worker(", "jq.job_detail(", "jq.job_executions(",
+                             "jq.schedule_list("]
             .iter()
             .any(|p| f.starts_with(p));
         calls.push((sql, takes_a_name));

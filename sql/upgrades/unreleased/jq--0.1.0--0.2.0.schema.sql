@@ -338,7 +338,7 @@ COMMENT ON TABLE jq.pending_hooks IS
 'One row per dead job whose on_dead hook has not succeeded: the hook (qualified name and '
 'argument), the job row as it went dead (job, JSON), how often it was called (attempts), when maintenance calls it next (next_at), the '
 'error of the last call (last_error, "SQLSTATE: message") and when it failed (failed_at); attempts 0 with last_error and failed_at NULL: '
-'the job went dead in maintenance (the reaper), which never calls a hook inline, and the hook has not been called yet. '
+'queued by the background worker''s reaper, not called yet. '
 'Written only by jq functions; jq.clear_hook deletes a row.';
 
 SELECT pg_catalog.pg_extension_config_dump('jq.kinds', '');
@@ -364,3 +364,43 @@ COMMENT ON TYPE jq.claimed_job IS
 'timeout: the attempt''s wall timeout (its kind''s, NULL: none); the lease never runs past '
 'started_at + timeout, when maintenance ends the attempt as failed. '
 'progress: the latest progress reported by an earlier attempt (jq.heartbeat), NULL if none.';
+-- The worker fleet (sql/fleet.sql; as in sql/schema.sql): one row per registered worker process, written by its own
+-- calls (jq.register_worker, a beat every jq.worker_beat_interval(), jq.deregister_worker) and
+-- pruned by maintenance. Nothing on the claim or completion path reads or writes it: leases
+-- stay the only truth about who runs what, and recovery never looks here.
+-- A beat updates in_flight, rss_bytes, last_beat_at and samples, none of them indexed, so with
+-- the free room fillfactor leaves on each page the new row version stays on its page (a HOT
+-- update: no index entry, pruned in place). samples is kept inline and compressed (STORAGE
+-- MAIN): 60 samples compress to well under a page, and an out-of-line value would be copied to
+-- the TOAST table on every beat. Not registered for pg_dump: it describes processes, not data;
+-- after a restore each worker's next beat returns false and it registers again.
+CREATE TABLE jq.workers (
+    worker_id      uuid PRIMARY KEY,
+    name           text NOT NULL CHECK (name <> '' AND length(name) <= 200),
+    hostname       text NOT NULL CHECK (length(hostname) <= 255),
+    pid            integer NOT NULL CHECK (pid > 0),
+    client_version text CHECK (length(client_version) <= 100),
+    jq_version     text,
+    queues         text[] NOT NULL CHECK (cardinality(queues) BETWEEN 1 AND 100),
+    concurrency    integer NOT NULL CHECK (concurrency BETWEEN 1 AND 1000000),
+    in_flight      integer NOT NULL DEFAULT 0 CHECK (in_flight >= 0),
+    rss_bytes      bigint NOT NULL DEFAULT 0 CHECK (rss_bytes >= 0),
+    started_at     timestamptz NOT NULL,
+    last_beat_at   timestamptz NOT NULL,
+    stopped_at     timestamptz,
+    samples        jsonb NOT NULL DEFAULT '[]'
+                   CHECK (jsonb_typeof(samples) = 'array' AND jsonb_array_length(samples) <= 60),
+    registered_by  regrole NOT NULL
+) WITH (fillfactor = 50);
+ALTER TABLE jq.workers ALTER COLUMN samples SET STORAGE MAIN;
+COMMENT ON TABLE jq.workers IS
+'The worker fleet: one row per worker process registered with jq.register_worker (read it '
+'through the view jq.fleet). name, hostname, pid, client_version: as the worker gave them; '
+'jq_version: the extension version at registration; queues and concurrency: what it works; '
+'in_flight (jobs held) and rss_bytes (resident memory, bytes; 0 unknown) as of its last beat '
+'(last_beat_at); started_at: registration; stopped_at: jq.deregister_worker (graceful stop), '
+'NULL while running; samples: a JSON array, oldest first, of at most 60 '
+'{"at": epoch seconds, "running": in_flight, "rss": bytes}, one per beat; registered_by: the '
+'role that registered it, the only one (with jq_admin) whose beats and deregistration count. '
+'Never read by claims, completions or recovery. Pruned by maintenance jq.worker_retention() '
+'after its stop or last beat.';

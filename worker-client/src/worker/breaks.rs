@@ -38,6 +38,12 @@ pub(super) struct Breaks {
     /// left of the leases it renews. tests/half_open.rs
     /// `a_long_job_keeps_its_lease_across_a_frozen_connection` must fail with it.
     heartbeat_full_timeout: bool,
+    /// `no_fleet_beat`: the worker registers in jq.fleet but never beats, so its entry never
+    /// shows the jobs it holds and goes stale while it runs. tests/fleet.rs must fail with it.
+    no_fleet_beat: bool,
+    /// `no_deregister`: a graceful shutdown leaves the worker's jq.fleet entry as it was
+    /// (it goes stale instead of stopped). tests/fleet.rs must fail with it.
+    no_deregister: bool,
 }
 
 /// Without the feature `test-breaks`: no switch can be turned on.
@@ -58,6 +64,8 @@ impl Breaks {
             starving_reporter: v == "starving_reporter",
             no_io_deadline: v == "no_io_deadline",
             heartbeat_full_timeout: v == "heartbeat_full_timeout",
+            no_fleet_beat: v == "no_fleet_beat",
+            no_deregister: v == "no_deregister",
         };
         if !v.is_empty() {
             tracing::warn!(variant = %v, "JQ_CLIENT_BREAK is set: running a deliberately broken worker");
@@ -88,6 +96,16 @@ impl Breaks {
     /// Whether a heartbeat waits the whole call timeout whatever is left of its leases.
     pub(super) fn heartbeat_full_timeout(self) -> bool {
         self.heartbeat_full_timeout
+    }
+
+    /// Whether the worker's fleet beats are skipped.
+    pub(super) fn no_fleet_beat(self) -> bool {
+        self.no_fleet_beat
+    }
+
+    /// Whether a graceful shutdown skips the fleet deregistration.
+    pub(super) fn no_deregister(self) -> bool {
+        self.no_deregister
     }
 
     /// The claim loop's connection: one that never reconnects under `no_reconnect`, one that
@@ -139,6 +157,16 @@ impl Breaks {
 
     /// Always false.
     pub(super) fn heartbeat_full_timeout(self) -> bool {
+        false
+    }
+
+    /// Always false.
+    pub(super) fn no_fleet_beat(self) -> bool {
+        false
+    }
+
+    /// Always false.
+    pub(super) fn no_deregister(self) -> bool {
         false
     }
 

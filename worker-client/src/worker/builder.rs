@@ -59,6 +59,7 @@ pub struct WorkerBuilder {
     poll_max: Duration,
     statement_mode: Option<StatementMode>,
     call_timeout: Option<Duration>,
+    register: Option<bool>,
 }
 
 impl WorkerBuilder {
@@ -83,6 +84,7 @@ impl WorkerBuilder {
             poll_max: Duration::from_secs(1),
             statement_mode: None,
             call_timeout: None,
+            register: None,
         }
     }
 
@@ -171,7 +173,8 @@ impl WorkerBuilder {
         self
     }
 
-    /// The `worker` name passed to `jq.claim`, for operators (default `HOSTNAME-PID`).
+    /// The worker's name, for operators: passed to `jq.claim` (the `worker` column of its jobs)
+    /// and registered in `jq.fleet` (default `HOSTNAME:PID`).
     pub fn worker_name(mut self, name: impl Into<String>) -> Self {
         self.worker_name = Some(name.into());
         self
@@ -218,6 +221,16 @@ impl WorkerBuilder {
         self
     }
 
+    /// Whether the worker registers in jq's fleet registry (`jq.fleet`, `jqctl workers`):
+    /// default on, unless `JQ_REGISTER` is `0`, `false`, `no` or `off`. A registered worker
+    /// beats every `jq.worker_beat_interval()` (5 s) on its outcome connection with the jobs it
+    /// holds and its resident memory, and deregisters when it shuts down gracefully. A failing
+    /// registry call is logged and retried at the next beat; it never stops job processing.
+    pub fn register(mut self, on: bool) -> Self {
+        self.register = Some(on);
+        self
+    }
+
     /// Checks the settings and returns the worker.
     ///
     /// # Errors
@@ -225,7 +238,7 @@ impl WorkerBuilder {
     /// [`Error::Config`] when there is no queue or no handler, the concurrency or the claim
     /// batch is 0, the batch is over 1000, a lease or interval is zero, the call timeout is
     /// under 100 ms, or a setting left to the environment is invalid there
-    /// (`JQ_STATEMENT_MODE`, `JQ_CALL_TIMEOUT`).
+    /// (`JQ_STATEMENT_MODE`, `JQ_CALL_TIMEOUT`, `JQ_REGISTER`).
     pub fn build(self) -> Result<Worker, Error> {
         if self.queues.is_empty() {
             return Err(Error::Config("no queue to work: add one with .queue(…)".into()));
@@ -260,6 +273,10 @@ impl WorkerBuilder {
         if call_timeout < Duration::from_millis(100) {
             return Err(Error::Config("call timeout must be at least 100 ms".into()));
         }
+        let register = match self.register {
+            Some(on) => on,
+            None => register_from_env()?.unwrap_or(true),
+        };
         let worker_name = self.worker_name.unwrap_or_else(default_worker_name);
         if worker_name.is_empty() || worker_name.chars().count() > 200 {
             return Err(Error::Config("worker name must have 1 to 200 characters".into()));
@@ -283,6 +300,7 @@ impl WorkerBuilder {
                 poll_max: self.poll_max,
                 statement_mode,
                 call_timeout,
+                register,
                 breaks: Breaks::from_env(),
             }),
         })
@@ -295,6 +313,18 @@ fn call_timeout_from_env() -> Result<Option<Duration>, Error> {
         Ok(v) if !v.trim().is_empty() => crate::parse_duration(&v)
             .map(Some)
             .map_err(|e| Error::Config(format!("{}: {e}", crate::CALL_TIMEOUT_ENV))),
+        _ => Ok(None),
+    }
+}
+
+/// `JQ_REGISTER` as a boolean, `None` when it is unset or empty.
+fn register_from_env() -> Result<Option<bool>, Error> {
+    match std::env::var(crate::REGISTER_ENV) {
+        Ok(v) if !v.trim().is_empty() => match v.trim().to_ascii_lowercase().as_str() {
+            "1" | "true" | "yes" | "on" => Ok(Some(true)),
+            "0" | "false" | "no" | "off" => Ok(Some(false)),
+            _ => Err(Error::Config(format!("{}: expected 0 or 1, got {v:?}", crate::REGISTER_ENV))),
+        },
         _ => Ok(None),
     }
 }

@@ -10,6 +10,7 @@
 //! | supervise.rs | one handler's run: panic, timeout and abort turned into an outcome |
 //! | reporter.rs | the reporter task: outcomes (complete, fail, release, snooze), batched |
 //! | heartbeat.rs | the heartbeat task: leases of the jobs held, on a connection of its own |
+//! | fleet.rs | the worker's entry in jq.fleet: register, beat, deregister (on the reporter's connection) |
 //! | shutdown.rs | signals, grace period and abort |
 //! | breaks.rs | negative-control switches (feature `test-breaks` only) |
 //!
@@ -18,6 +19,7 @@
 mod breaks;
 mod builder;
 mod claim_loop;
+mod fleet;
 mod heartbeat;
 mod options;
 mod reporter;

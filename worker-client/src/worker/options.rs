@@ -8,16 +8,23 @@ use super::breaks::Breaks;
 use crate::conn::Conn;
 use crate::{ConnConfig, Handler, StatementMode};
 
-/// `HOSTNAME-PID` (at most 200 characters), `worker-PID` without a host name.
-pub(super) fn default_worker_name() -> String {
-    let host = std::env::var("HOSTNAME")
+/// This machine's host name: `HOSTNAME`, else /etc/hostname; `None` when neither has one.
+pub(super) fn host_name() -> Option<String> {
+    std::env::var("HOSTNAME")
         .ok()
         .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
         .map(|h| h.trim().to_string())
         .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "worker".into());
-    let mut name = format!("{host}-{}", std::process::id());
-    name.truncate(200);
+}
+
+/// `HOSTNAME:PID` (at most 200 characters), `worker:PID` without a host name: the name recorded
+/// with each claim and in the fleet registry.
+pub(super) fn default_worker_name() -> String {
+    let host = host_name().unwrap_or_else(|| "worker".into());
+    let pid = std::process::id().to_string();
+    let mut name: String = host.chars().take(200 - pid.len() - 1).collect();
+    name.push(':');
+    name.push_str(&pid);
     name
 }
 
@@ -40,6 +47,8 @@ pub(super) struct Opts {
     pub(super) statement_mode: StatementMode,
     /// The bound of one database call (a long-poll claim: plus its wait).
     pub(super) call_timeout: Duration,
+    /// Register in jq's fleet registry (worker/fleet.rs).
+    pub(super) register: bool,
     pub(super) breaks: Breaks,
 }
 

@@ -19,6 +19,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
+use super::fleet::Fleet;
 use super::heartbeat::{heartbeat, next_wake};
 use super::options::Opts;
 use super::state::{Finished, Outcome, Shared};
@@ -30,9 +31,13 @@ pub(super) const REPORT_BATCH: usize = 500;
 
 /// Runs until every sender of `rx` is gone (the claim loop and every supervisor ended), i.e.
 /// until every claimed job's outcome has been reported.
+/// Between outcomes it keeps the worker's fleet entry (fleet.rs): registered first, a beat
+/// when one is due (one bounded call: outcomes wait at most that long), deregistered last.
 pub(super) async fn run(shared: Arc<Shared>, opts: Arc<Opts>, mut conn: Conn, mut rx: mpsc::UnboundedReceiver<Finished>) {
     let starving = opts.breaks.starving_reporter();
+    let mut fleet = Fleet::new(&opts);
     loop {
+        fleet.tick(&shared, &opts, &mut conn).await;
         let first = if starving {
             match starving_next(&shared, &opts, &mut conn, &mut rx).await {
                 Some(Some(m)) => m,
@@ -40,9 +45,12 @@ pub(super) async fn run(shared: Arc<Shared>, opts: Arc<Opts>, mut conn: Conn, mu
                 None => break,
             }
         } else {
-            match rx.recv().await {
-                Some(m) => m,
-                None => break,
+            tokio::select! {
+                m = rx.recv() => match m {
+                    Some(m) => m,
+                    None => break,
+                },
+                _ = tokio::time::sleep_until(fleet.due_at().into()) => continue,
             }
         };
         let mut batch = vec![first];
@@ -59,6 +67,7 @@ pub(super) async fn run(shared: Arc<Shared>, opts: Arc<Opts>, mut conn: Conn, mu
     if left > 0 {
         tracing::error!(jobs = left, "jobs left without an outcome; their leases will expire");
     }
+    fleet.deregister(&opts, &mut conn).await;
 }
 
 /// The negative control `starving_reporter`: the reporter as it was, sending heartbeats itself

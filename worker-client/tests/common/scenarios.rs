@@ -126,7 +126,7 @@ pub fn shutdown(db: &TestDb, url: &str, envs: &[(&str, &str)]) -> Vec<String> {
     let took = sent.elapsed();
     let log = w.log_text();
     assert!(status.success(), "exit status {status:?}\n{log}");
-    assert!(took >= Duration::from_secs(6), "waited for the grace period ({took:?})");
+    assert!(took >= Duration::from_secs(6), "waited for the grace period ({took:?})\n{log}\n{:?}", executions(&mut c));
     assert!(took < Duration::from_secs(12), "stopped soon after the grace period ({took:?})\n{log}");
 
     let ex = executions(&mut c);

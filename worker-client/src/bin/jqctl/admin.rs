@@ -1,4 +1,5 @@
-//! Operator commands: listings, retry/cancel, pause/resume, queues and schedules.
+//! Operator commands: listings (queries in listings.rs), retry/cancel, pause/resume, queues,
+//! schedules and kinds.
 
 use std::io::{IsTerminal, Write};
 
@@ -6,7 +7,8 @@ use clap::{Args, ValueEnum};
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Client;
 
-use crate::{connect, table, Cli, CliError, CliResult, JobState};
+use crate::table::{self, Format};
+use crate::{connect, listings, Cli, CliError, CliResult, JobState};
 
 /// Named arguments of a `jq.*` call, only those the user gave, so jq's own defaults apply
 /// to the rest.
@@ -52,41 +54,34 @@ impl NamedArgs {
     }
 }
 
-pub async fn queues(cli: &Cli) -> CliResult {
+/// `jqctl queues`.
+pub async fn queues(cli: &Cli, fmt: Format) -> CliResult {
     let client = connect(cli).await?;
-    let (h, rows) = table::query_text(
-        &client,
-        "SELECT name, paused, coalesce(max_concurrency::text, '') AS max_concurrency, max_attempts, lease, \
-                backoff, backoff_base, backoff_max, jitter, max_lease_expiries, retention, dead_retention \
-         FROM jq.queues ORDER BY name",
-    )
-    .await?;
-    table::print(&h, &rows);
-    Ok(())
+    listings::queues().print(&client, fmt).await
 }
 
-const STATS_SQL: &str = "SELECT queue, depth, claimable, scheduled, running, completed, dead, cancelled, \
-        coalesce(date_trunc('second', oldest_claimable_age)::text, '') AS oldest_claimable, paused \
-     FROM jq.queue_stats ORDER BY queue";
-
-pub async fn stats(cli: &Cli, watch: Option<f64>) -> CliResult {
+/// `jqctl stats [--watch]`: with --watch, the listing again every interval (a table under a
+/// title line, the screen cleared first on a terminal; JSON lines without either).
+pub async fn stats(cli: &Cli, watch: Option<f64>, fmt: Format) -> CliResult {
     let client = connect(cli).await?;
+    let listing = listings::stats();
     let Some(every) = watch else {
-        let (h, rows) = table::query_text(&client, STATS_SQL).await?;
-        table::print(&h, &rows);
-        return Ok(());
+        return listing.print(&client, fmt).await;
     };
     let every = std::time::Duration::try_from_secs_f64(every.max(0.1)).map_err(|_| "invalid --watch interval")?;
     let tty = std::io::stdout().is_terminal();
     loop {
-        let (h, rows) = table::query_text(&client, STATS_SQL).await?;
-        let now: String = client.query_typed_one("SELECT to_char(clock_timestamp(), 'YYYY-MM-DD HH24:MI:SS')", &[]).await?.get(0);
+        let body = listing.render(&client, fmt).await?;
         let mut text = String::new();
-        if tty {
-            text.push_str("\x1b[2J\x1b[H");
+        if !fmt.json {
+            let now: String =
+                client.query_typed_one("SELECT to_char(clock_timestamp(), 'YYYY-MM-DD HH24:MI:SS')", &[]).await?.get(0);
+            if tty {
+                text.push_str("\x1b[2J\x1b[H");
+            }
+            text.push_str(&format!("jq.queue_stats at {now} (every {}s; Ctrl-C to stop)\n", every.as_secs_f64()));
         }
-        text.push_str(&format!("jq.queue_stats at {now} (every {}s; Ctrl-C to stop)\n", every.as_secs_f64()));
-        text.push_str(&table::render(&h, &rows));
+        text.push_str(&body);
         let mut out = std::io::stdout().lock();
         if write!(out, "{text}").and_then(|_| out.flush()).is_err() {
             return Ok(()); // stdout closed
@@ -104,73 +99,34 @@ fn no_queue(queue: &str) -> CliError {
     worker_client::Error::QueueNotFound(queue.to_string()).into()
 }
 
-pub async fn jobs(cli: &Cli, queue: &str, state: Option<JobState>, limit: i64) -> CliResult {
+/// `jqctl jobs`: the newest jobs of a queue.
+pub async fn jobs(cli: &Cli, queue: &str, state: Option<JobState>, limit: i64, fmt: Format) -> CliResult {
     let client = connect(cli).await?;
     if !queue_exists(&client, queue).await? {
         return Err(no_queue(queue));
     }
-    let state = state.map(|s| s.as_str());
-    let rows = client
-        .query_typed(
-            "SELECT id::text, state::text, kind, attempt::text || '/' || max_attempts::text AS attempts, \
-                    priority::text, to_char(run_at, 'YYYY-MM-DD HH24:MI:SS') AS run_at, \
-                    to_char(finished_at, 'YYYY-MM-DD HH24:MI:SS') AS finished_at, \
-                    left(regexp_replace(last_error, '\\s+', ' ', 'g'), 100) AS last_error, \
-                    left(progress::text, 40) AS progress \
-             FROM jq.jobs WHERE queue = $1 AND ($2::text IS NULL OR state = $2::text::jq.job_state) \
-             ORDER BY id DESC LIMIT $3",
-            &[(&queue, Type::TEXT), (&state, Type::TEXT), (&limit, Type::INT8)],
-        )
-        .await?;
-    let (mut h, body) = table::rows_text(&rows);
-    if h.is_empty() {
-        h = ["id", "state", "kind", "attempts", "priority", "run_at", "finished_at", "last_error", "progress"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-    }
-    table::print(&h, &body);
-    Ok(())
+    listings::jobs(queue, state.map(|s| s.as_str()), limit).print(&client, fmt).await
 }
 
-/// `jqctl show ID`: the job's row as `field: value` lines, its progress (pretty JSON) and its
-/// executions, oldest first. Reads jq.jobs and jq.executions (jq_admin).
-pub async fn show(cli: &Cli, id: i64) -> CliResult {
+/// `jqctl show ID`: the job's row as `field: value` lines (progress pretty-printed), then its
+/// executions, oldest first; with --json one line: the job's object with `executions`, an
+/// array of objects. Reads jq.jobs and jq.executions (jq_admin).
+pub async fn show(cli: &Cli, id: i64, fmt: Format) -> CliResult {
     let client = connect(cli).await?;
-    let job = client
-        .query_typed_opt(
-            "SELECT id::text, queue, kind, state::text, attempt::text || '/' || max_attempts::text AS attempts, \
-                    priority::text, lease_expiries::text, created_at::text, run_at::text, started_at::text, \
-                    worker, lease_expires_at::text, finished_at::text, cancel_requested::text, \
-                    idempotency_key, concurrency_key, payload::text, result::text, last_error, \
-                    jsonb_pretty(progress) AS progress \
-             FROM jq.jobs WHERE id = $1",
-            &[(&id, Type::INT8)],
-        )
-        .await?
-        .ok_or_else(|| CliError(format!("job {id} does not exist (or was pruned)")))?;
-    for (i, col) in job.columns().iter().enumerate() {
-        let v: Option<String> = job.get(i);
-        match (col.name(), v) {
-            ("progress", Some(p)) => println!("progress:\n  {}", p.replace('\n', "\n  ")),
-            (name, Some(v)) => println!("{name}: {v}"),
-            (name, None) => println!("{name}:"),
-        }
+    let missing = || CliError(format!("job {id} does not exist (or was pruned)"));
+    if fmt.json {
+        let executions = listings::executions(id).json_objects(&client, &[]).await?;
+        let extra = [("executions", format!("[{}]", executions.join(",")))];
+        let line = listings::job(id).json_objects(&client, &extra).await?.pop().ok_or_else(missing)?;
+        table::out(&format!("{line}\n"));
+        return Ok(());
     }
-    let rows = client
-        .query_typed(
-            "SELECT seq::text, attempt::text, outcome::text, worker, started_at::text, finished_at::text, \
-                    left(regexp_replace(error, '\\s+', ' ', 'g'), 100) AS error \
-             FROM jq.executions WHERE job_id = $1 ORDER BY seq",
-            &[(&id, Type::INT8)],
-        )
-        .await?;
-    println!("executions:");
-    let (mut h, body) = table::rows_text(&rows);
-    if h.is_empty() {
-        h = ["seq", "attempt", "outcome", "worker", "started_at", "finished_at", "error"].iter().map(|s| s.to_string()).collect();
-    }
-    table::print(&h, &body);
+    // Every field of the job; without --wide, each line cut to fit.
+    let job = listings::job(id).text_rows(&client, Format { json: false, wide: true }).await?;
+    let row = job.rows.first().ok_or_else(missing)?;
+    let budget = if fmt.wide { None } else { Some(table::WIDTH) };
+    let executions = listings::executions(id).text_rows(&client, fmt).await?;
+    table::out(&format!("{}executions:\n{}", table::fields(&job.header, row, budget), executions.render(budget)));
     Ok(())
 }
 
@@ -450,7 +406,8 @@ pub async fn unschedule(cli: &Cli, name: &str) -> CliResult {
     }
 }
 
-pub async fn schedules(cli: &Cli) -> CliResult {
+/// `jqctl schedules`.
+pub async fn schedules(cli: &Cli, fmt: Format) -> CliResult {
     let client = connect(cli).await?;
     let exists: bool = client.query_typed_one("SELECT to_regclass('jq.schedules') IS NOT NULL", &[]).await?.get(0);
     if !exists {
@@ -459,24 +416,13 @@ pub async fn schedules(cli: &Cli) -> CliResult {
                 .into(),
         ));
     }
-    let (h, rows) = table::query_text(&client, "SELECT * FROM jq.schedules ORDER BY 1").await?;
-    table::print(&h, &rows);
-    Ok(())
+    listings::schedules().print(&client, fmt).await
 }
 
 /// `jqctl kinds`: the kinds' policies (jq.kind_policies).
-pub async fn kinds(cli: &Cli) -> CliResult {
+pub async fn kinds(cli: &Cli, fmt: Format) -> CliResult {
     let client = connect(cli).await?;
-    let (h, rows) = table::query_text(
-        &client,
-        "SELECT queue, kind, max_attempts, backoff, backoff_base, backoff_max, jitter, \
-                coalesce(timeout::text, '') AS timeout, coalesce(on_dead, '') AS on_dead, hooks_pending, \
-                array_to_string(from_queue, ',') AS from_queue \
-         FROM jq.kind_policies ORDER BY queue, kind",
-    )
-    .await?;
-    table::print(&h, &rows);
-    Ok(())
+    listings::kinds().print(&client, fmt).await
 }
 
 #[derive(Args, Debug)]

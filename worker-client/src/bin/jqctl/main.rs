@@ -6,10 +6,12 @@ mod admin;
 #[cfg(feature = "dashboard")]
 mod dashboard;
 mod enqueue;
+mod listings;
 mod metrics;
 mod progress_file;
 mod table;
 mod work;
+mod workers;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -62,17 +64,24 @@ pub enum Command {
     /// terminal.
     Enqueue(enqueue::EnqueueArgs),
     /// List queues and their settings.
-    Queues,
+    Queues {
+        #[command(flatten)]
+        format: table::Format,
+    },
     /// Table of jq.queue_stats.
     Stats {
         /// Refresh every SECS seconds (default 2) until interrupted.
         #[arg(long, value_name = "SECS", num_args = 0..=1, default_missing_value = "2")]
         watch: Option<f64>,
+        #[command(flatten)]
+        format: table::Format,
     },
     /// Show one job: its row, its progress and every execution (jq.executions).
     Show {
         /// Job id.
         id: i64,
+        #[command(flatten)]
+        format: table::Format,
     },
     /// List jobs of a queue.
     Jobs {
@@ -85,6 +94,8 @@ pub enum Command {
         /// At most this many jobs (newest first).
         #[arg(long, default_value_t = 50)]
         limit: i64,
+        #[command(flatten)]
+        format: table::Format,
     },
     /// Put a dead or cancelled job back to ready (jq.retry).
     Retry {
@@ -128,16 +139,29 @@ pub enum Command {
         name: String,
     },
     /// List cron schedules (jq.schedules).
-    Schedules,
+    Schedules {
+        #[command(flatten)]
+        format: table::Format,
+    },
     /// List the job kinds' policies (jq.kind_policies).
-    Kinds,
+    Kinds {
+        #[command(flatten)]
+        format: table::Format,
+    },
+    /// List the worker fleet (jq.fleet): name, state (active, stale, stopped), queues, jobs
+    /// held / concurrency, resident memory, start, last beat.
+    Workers {
+        #[command(flatten)]
+        format: table::Format,
+    },
     /// Create or change a job kind's policy in a queue (jq.alter_kind).
     AlterKind(admin::AlterKindArgs),
     /// Serve Prometheus metrics of the queues, tables and background worker.
     ///
     /// Per-queue gauges from jq.queue_stats (depth, claimable, running, dead, oldest claimable
     /// age, recent completions, failures and expired leases, p95 wait), table health from
-    /// jq.table_health, and the maintenance worker from jq.status(), read afresh on every
+    /// jq.table_health, the maintenance worker from jq.status(), and the worker fleet from
+    /// jq.fleet (workers per state, jobs in flight), read afresh on every
     /// scrape of http://ADDR/metrics. Alert rules: docs/observability.md.
     Metrics(metrics::MetricsArgs),
     /// Serve the operator web UI: queues, jobs, schedules, workers, and actions on them.
@@ -279,11 +303,11 @@ async fn run(cli: &Cli) -> CliResult {
     match &cli.command {
         Command::Work(args) => work::run(cli, args).await,
         Command::Enqueue(args) => enqueue::run(cli, args).await,
-        Command::Queues => admin::queues(cli).await,
+        Command::Queues { format } => admin::queues(cli, *format).await,
         Command::Metrics(args) => metrics::run(cli, args).await,
-        Command::Stats { watch } => admin::stats(cli, *watch).await,
-        Command::Jobs { queue, state, limit } => admin::jobs(cli, queue, *state, *limit).await,
-        Command::Show { id } => admin::show(cli, *id).await,
+        Command::Stats { watch, format } => admin::stats(cli, *watch, *format).await,
+        Command::Jobs { queue, state, limit, format } => admin::jobs(cli, queue, *state, *limit, *format).await,
+        Command::Show { id, format } => admin::show(cli, *id, *format).await,
         Command::Retry { id } => admin::retry(cli, *id).await,
         Command::Cancel { id } => admin::cancel(cli, *id).await,
         Command::ExpireLease { id, lease_token } => admin::expire_lease(cli, *id, *lease_token).await,
@@ -293,8 +317,9 @@ async fn run(cli: &Cli) -> CliResult {
         Command::AlterQueue(args) => admin::alter_queue(cli, args).await,
         Command::Schedule(args) => admin::schedule(cli, args).await,
         Command::Unschedule { name } => admin::unschedule(cli, name).await,
-        Command::Schedules => admin::schedules(cli).await,
-        Command::Kinds => admin::kinds(cli).await,
+        Command::Schedules { format } => admin::schedules(cli, *format).await,
+        Command::Kinds { format } => admin::kinds(cli, *format).await,
+        Command::Workers { format } => workers::workers(cli, *format).await,
         Command::AlterKind(args) => admin::alter_kind(cli, args).await,
         #[cfg(feature = "dashboard")]
         Command::Dashboard(args) => dashboard::run(cli, args).await,

@@ -1,7 +1,7 @@
 //! `jqctl metrics`: jq's per-queue gauges, table health and background-worker status in the
 //! Prometheus text exposition format, served on `--listen ADDR` at `/metrics` (or printed once
 //! with `--once`). Every scrape reads `jq.queue_stats`, `jq.table_health` (when the role may:
-//! it is jq_admin's) and `jq.status()`
+//! it is jq_admin's), `jq.status()` and `jq.fleet`
 //! afresh, so a dropped queue's series disappear. Alert rules: docs/observability.md.
 
 use crate::{connect, Cli, CliError, CliResult};
@@ -152,9 +152,49 @@ async fn scrape(client: &tokio_postgres::Client) -> Result<String, CliError> {
         }
         has_error.get_or_create(&d).set(r.get(3));
     }
+    fleet(client, &mut reg).await?;
     let mut out = String::new();
     encode(&mut out, &reg).map_err(|e| CliError(format!("cannot encode the metrics: {e}")))?;
     Ok(out)
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabel {
+    state: String,
+}
+
+/// The fleet gauges (jq.fleet, the workers the role may see): workers per state, always the
+/// three states, and the jobs held and slots of the active ones in total. Bounded cardinality:
+/// no per-worker series. Nothing for a jq without the registry.
+async fn fleet(client: &tokio_postgres::Client, reg: &mut Registry) -> Result<(), CliError> {
+    let has_fleet: bool = client
+        .query_typed_one("SELECT to_regclass('jq.fleet') IS NOT NULL AND has_table_privilege('jq.fleet', 'SELECT')", &[])
+        .await?
+        .get(0);
+    if !has_fleet {
+        return Ok(());
+    }
+    let workers = family::<StateLabel>(reg, "jq_workers", "Registered workers by state: active, stale (no beat for 3 intervals), stopped (jq.fleet)");
+    let in_flight = FGauge::default();
+    reg.register("jq_worker_jobs_in_flight", "Jobs held by the active workers, in total (jq.fleet.in_flight at their last beat)", in_flight.clone());
+    let slots = FGauge::default();
+    reg.register("jq_worker_concurrency", "Handler slots of the active workers, in total (jq.fleet.concurrency)", slots.clone());
+    let row = client
+        .query_typed_one(
+            "SELECT count(*) FILTER (WHERE state = 'active')::float8, count(*) FILTER (WHERE state = 'stale')::float8,
+                    count(*) FILTER (WHERE state = 'stopped')::float8,
+                    coalesce(sum(in_flight) FILTER (WHERE state = 'active'), 0)::float8,
+                    coalesce(sum(concurrency) FILTER (WHERE state = 'active'), 0)::float8
+             FROM jq.fleet",
+            &[],
+        )
+        .await?;
+    for (i, state) in ["active", "stale", "stopped"].into_iter().enumerate() {
+        workers.get_or_create(&StateLabel { state: state.into() }).set(row.get(i));
+    }
+    in_flight.set(row.get(3));
+    slots.set(row.get(4));
+    Ok(())
 }
 
 pub async fn run(cli: &Cli, args: &MetricsArgs) -> CliResult {
@@ -179,7 +219,7 @@ pub async fn run(cli: &Cli, args: &MetricsArgs) -> CliResult {
                 let mut guard = client.lock().await;
                 if guard.is_closed() {
                     // Reconnect after a server restart or a dropped connection.
-                    let cli = Cli { database_url: cli_url.clone(), verbose: 0, quiet: true, command: crate::Command::Queues };
+                    let cli = Cli { database_url: cli_url.clone(), verbose: 0, quiet: true, command: crate::Command::Queues { format: Default::default() } };
                     *guard = connect(&cli).await?;
                 }
                 scrape(&guard).await

@@ -42,9 +42,12 @@ pub struct WorkArgs {
     /// Most jobs per claim (default: the concurrency).
     #[arg(long)]
     pub batch: Option<usize>,
-    /// Worker name recorded with each claim (default HOSTNAME-PID).
-    #[arg(long)]
+    /// Worker name recorded with each claim and in the fleet registry (default HOSTNAME:PID).
+    #[arg(long, visible_alias = "name")]
     pub worker: Option<String>,
+    /// Do not register in jq's fleet registry (jq.fleet, `jqctl workers`); also JQ_REGISTER=0.
+    #[arg(long)]
+    pub no_register: bool,
     /// Longest idle long-poll claim, when jq supports it.
     #[arg(long, value_parser = parse_duration, default_value = "5s")]
     pub idle_wait: Duration,
@@ -111,6 +114,9 @@ pub async fn run(cli: &Cli, a: &WorkArgs) -> CliResult {
     }
     if let Some(w) = &a.worker {
         b = b.worker_name(w.clone());
+    }
+    if a.no_register {
+        b = b.register(false);
     }
     if let Some(m) = a.statement_mode {
         b = b.statement_mode(m);
