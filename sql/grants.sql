@@ -134,7 +134,9 @@ LANGUAGE sql STABLE AS $$
                  'jq.unschedule(text, boolean, bigint)',
                  'jq.alter_kind(text, text, integer, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, regprocedure, text[], bigint)',
                  'jq.drop_kind(text, text, bigint)',
-                 'jq.clear_hook(bigint, bigint)']::regprocedure[]
+                 'jq.clear_hook(bigint, bigint)',
+                 'jq.retry_dead(text, text, text, text, integer, bigint)',
+                 'jq.cancel_dead(text, text, text, text, integer, bigint)']::regprocedure[]
 $$;
 COMMENT ON FUNCTION jq._queue_admin_functions() IS
 'Internal: the functions a per-queue admin grant lets a role execute (each checks the queue).';
@@ -226,7 +228,7 @@ END $$;
 COMMENT ON FUNCTION jq.grant(text, regrole, text, bigint) IS
 'grant(queue, role, privilege): lets role, and the roles that have its privileges, enqueue to '
 '(enqueue), claim from and so read the payloads of (work), or administer (admin: pause, resume, '
-'alter_queue, cancel, retry, schedule, alter_schedule, unschedule, alter_kind, drop_kind, clear_hook; implies enqueue '
+'alter_queue, cancel, retry, retry_dead, cancel_dead, schedule, alter_schedule, unschedule, alter_kind, drop_kind, clear_hook; implies enqueue '
 'and work) queue; queue ''*'' = every queue, present and future. Also gives role the EXECUTE '
 'the privilege needs: membership in jq_producer (enqueue, admin) and jq_worker (work, admin), '
 'and EXECUTE on the per-queue admin functions (admin), except to jq''s own three roles, which are '
@@ -298,6 +300,13 @@ GRANT EXECUTE ON FUNCTION
     TO jq_admin, jq_producer, jq_worker;
 -- jq.fleet shows each reader the workers of the queues it holds a privilege on (sql/fleet.sql).
 GRANT SELECT ON jq.queue_stats, jq.kind_policies, jq.fleet TO jq_admin, jq_producer, jq_worker;
+-- The dashboard's read API (sql/observe.sql): each returns only what the caller's grants allow.
+GRANT EXECUTE ON FUNCTION
+    jq.overview(text, integer, bigint), jq.throughput(text, interval, integer, bigint),
+    jq.list_jobs(text, jq.job_state, text, text, text, bigint, integer, integer, bigint),
+    jq.job_detail(bigint, bigint), jq.job_executions(bigint, bigint), jq.schedule_list(bigint),
+    jq.cron_log(text, integer, bigint)
+    TO jq_admin, jq_producer, jq_worker;
 -- jq.await checks the caller's privilege on the job's queue itself (any of the three).
 GRANT EXECUTE ON FUNCTION jq.await(bigint, interval, bigint) TO jq_admin, jq_producer, jq_worker;
 

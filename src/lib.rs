@@ -101,7 +101,8 @@ extension_sql_file!(
                 awaiting::_await_done, awaiting::_await_wakeups]
 );
 extension_sql_file!("../sql/fleet.sql", name = "fleet", requires = ["await"]);
-extension_sql_file!("../sql/grants.sql", name = "grants", requires = ["fleet", security::_authorize, security::_authorize_queue], finalize);
+extension_sql_file!("../sql/observe.sql", name = "observe", requires = ["fleet", security::_authorize_queue]);
+extension_sql_file!("../sql/grants.sql", name = "grants", requires = ["observe", security::_authorize, security::_authorize_queue], finalize);
 
 #[cfg(any(test, feature = "pg_test"))]
 mod pg_tests;

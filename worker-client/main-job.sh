@@ -14,7 +14,8 @@
 #
 # Usage: worker-client/main-job.sh [JOBS] [WORKERS]    (defaults: 2000 jobs, 3 workers of 4 slots)
 # Environment: PG_CONFIG (the PostgreSQL installation to install jq into and run; default the
-# system PostgreSQL 15), JQ_MAIN_PORT (24400), JQ_MAIN_DATA (/tmp/jq-main-PORT).
+# system PostgreSQL 15), JQ_MAIN_PORT (24400), JQ_MAIN_DATA (/tmp/jq-main-PORT), JQ_MAIN_DASHBOARD
+# (an address, e.g. 127.0.0.1:8080: run `jqctl dashboard` there while the jobs run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -106,6 +107,14 @@ else
     echo "== maintenance: jq's background worker"
 fi
 
+if [ -n "${JQ_MAIN_DASHBOARD:-}" ]; then
+    # The operator web UI on this cluster while the jobs run (docs/dashboard.md).
+    "$JQCTL" -q dashboard --listen "$JQ_MAIN_DASHBOARD" >"$run/dashboard.out" 2>"$run/dashboard.log" &
+    pids+=($!)
+    for _ in $(seq 50); do grep -q '^dashboard: ' "$run/dashboard.out" && break; sleep 0.1; done
+    echo "== $(head -1 "$run/dashboard.out")  (jqctl dashboard; stops with the cluster)"
+fi
+
 # Queues are claimed in the order given (earlier ones first): the rare cron reports first, so
 # they do not wait for the checksum backlog; compress before checksum, so finished files leave.
 echo "== running $workers workers: jqctl work --queue reports --queue compress --queue checksum -c 4 -- main-job-task.sh"
@@ -147,4 +156,5 @@ echo "== executions by outcome (one row per claim; failed = attempts of the two 
 psql_ -c "SELECT queue, outcome, count(*) FROM jq.executions GROUP BY 1, 2 ORDER BY 1, 2"
 echo "== dead jobs"
 "$JQCTL" jobs --queue checksum --state dead
+echo "== dashboard: start the cluster again (README), then DATABASE_URL=postgresql://postgres@127.0.0.1:$port/jq_main $JQCTL dashboard  ->  http://127.0.0.1:8080/"
 echo "== done; stopping the cluster (data stays in $data; generated files in $files)"

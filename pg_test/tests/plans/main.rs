@@ -36,4 +36,5 @@ mod flow_control;
 mod generic_plans;
 mod growth;
 mod maintenance;
+mod observe;
 mod tables;

@@ -20,17 +20,24 @@ fn expected_execute(proname: &str) -> Option<&'static [&'static str]> {
         | "max_error_length" | "max_claim_batch" | "max_progress_bytes" | "cron_log_retention"
         | "cron_misfire_grace" | "cron_max_catchup" | "hook_lock_timeout" | "await"
         | "worker_beat_interval" | "worker_retention" | "worker_state" => EVERYONE,
+        // The dashboard's read API (sql/observe.sql): filtered by the caller's grants inside.
+        n if OBSERVE.contains(&n) => EVERYONE,
         "enqueue" | "enqueue_many" => PRODUCE,
         "claim" | "complete" | "complete_many" | "fail" | "heartbeat" | "release" | "snooze"
         | "register_worker" | "worker_beat" | "deregister_worker" => WORK,
         "alter_queue" | "pause" | "resume" | "cancel" | "retry" | "expire_lease" | "schedule"
-        | "alter_schedule" | "unschedule" | "alter_kind" | "drop_kind" | "clear_hook" => QUEUE_ADMIN,
+        | "alter_schedule" | "unschedule" | "alter_kind" | "drop_kind" | "clear_hook" | "retry_dead"
+        | "cancel_dead" => QUEUE_ADMIN,
         // drop_queue locks jq.jobs against writes until its transaction ends: global admins only.
         "create_queue" | "drop_queue" | "tick" | "cron_tick" | "grant" | "revoke" => ADMIN,
         n if n.starts_with('_') => NOBODY,
         _ => return None,
     })
 }
+
+/// The read API of sql/observe.sql: executable by every jq role, running as the owner.
+const OBSERVE: &[&str] = &["overview", "throughput", "list_jobs", "job_detail", "job_executions",
+                           "schedule_list", "cron_log"];
 
 /// Functions that run as the owner: everything a role calls that reads or writes jq's tables,
 /// i.e. every function granted to some roles but not to all (those are pure helpers and the
@@ -39,6 +46,7 @@ fn must_be_definer(proname: &str) -> bool {
     matches!(
         expected_execute(proname),
         Some(r) if (!r.is_empty() && r != EVERYONE) || proname == "status" || proname == "await"
+            || OBSERVE.contains(&proname)
     )
 }
 

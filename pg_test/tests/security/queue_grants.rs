@@ -89,6 +89,20 @@ fn queue_call(regprocedure: &str, queue: &str, ids: &Ids) -> Option<(String, &'s
         "jq.clear_hook" => (format!("SELECT jq.clear_hook({dead})"), "admin"),
         // Any privilege on the job's queue lets a role await it (a dead job: returns at once).
         "jq.await" => (format!("SELECT * FROM jq.await({dead})"), "any"),
+        "jq.retry_dead" => (format!("SELECT jq.retry_dead('{q}')"), "admin"),
+        "jq.cancel_dead" => (format!("SELECT jq.cancel_dead('{q}')"), "admin"),
+        // The read API (sql/observe.sql) answers what a role may not see as if it did not exist:
+        // no rows, which 1 / count(*) turns into 22012 ("see:" privileges below).
+        "jq.overview" => (format!("SELECT 1 / (SELECT count(*) FROM jq.overview('{q}'))::int"), "see:any"),
+        "jq.throughput" => (format!("SELECT 1 / (SELECT count(*) FROM jq.throughput('{q}'))::int"), "see:any"),
+        "jq.list_jobs" => (format!("SELECT 1 / (SELECT count(*) FROM jq.list_jobs('{q}', 'dead'))::int"), "see:work"),
+        "jq.job_detail" => (format!("SELECT 1 / (SELECT count(*) FROM jq.job_detail({dead}))::int"), "see:work"),
+        "jq.job_executions" => (format!("SELECT 1 / (SELECT count(*) FROM jq.job_executions({dead}))::int"), "see:work"),
+        "jq.schedule_list" => {
+            (format!("SELECT 1 / (SELECT count(*) FROM jq.schedule_list() WHERE queue = '{q}')::int"), "see:any")
+        }
+        // The schedules have not fired: no rows for anyone; the call itself is open to all.
+        "jq.cron_log" => (format!("SELECT * FROM jq.cron_log('s_{q}')"), "open"),
         "jq.register_worker" => (format!("SELECT jq.register_worker('w', 'h', 1, 'v', ARRAY['{q}'], 1)"), "work"),
         // A beat or deregistration names no queue: any role with jq_worker's EXECUTE may call
         // it, and it counts only for the registering role (pg_test/tests/fleet.rs); an unknown
@@ -166,12 +180,21 @@ fn every_queue_function_checks_the_callers_grant_on_that_queue() {
                 break;
             };
             for short in &shorts {
-                let allowed = if privilege == "global" { *short == "admin" } else { tenant_may(short, queue, privilege) };
+                let needed = privilege.strip_prefix("see:").unwrap_or(privilege);
+                let allowed = match privilege {
+                    "global" => *short == "admin",
+                    // Any jq role: "nobody" holds none, so no EXECUTE either.
+                    "open" => *short != "nobody",
+                    _ => tenant_may(short, queue, needed),
+                };
+                // A refusal: 42501, or for the read API no rows (22012, see queue_call); a role
+                // with no jq role at all gets 42501 from the missing EXECUTE.
+                let refused = |code: &str| code == "42501" || (privilege.starts_with("see:") && code == "22012");
                 let got = as_role(&mut c, roles.get(short), &sql);
                 checked += 1;
                 match (&got, allowed) {
                     (Ok(()), true) => {}
-                    (Err(code), false) if code == "42501" => {}
+                    (Err(code), false) if refused(code) => {}
                     _ => problems.push(format!("{short} on {queue}: {sql} -> {got:?}, allowed: {allowed}")),
                 }
             }
@@ -221,9 +244,13 @@ fn a_nondeterministic_collation_cannot_widen_a_queue_name() {
             continue;
         };
         // jq.cancel, jq.retry, jq.expire_lease, jq.clear_hook and jq.await take a job id, jq.worker_beat and
-        // jq.deregister_worker a worker id, no name: nothing to widen.
+        // jq.deregister_worker a worker id, jq.job_detail and jq.job_executions a job id too,
+        // jq.schedule_list nothing: no name to widen.
         let takes_a_name = !["jq.cancel(", "jq.retry(", "jq.expire_lease(", "jq.clear_hook(", "jq.await(",
-                             "jq.worker_beat(", "jq.deregister_worker("].iter().any(|p| f.starts_with(p));
+                             "jq.worker_beat(", "jq.deregister_worker(", "jq.job_detail(", "jq.job_executions(",
+                             "jq.schedule_list("]
+            .iter()
+            .any(|p| f.starts_with(p));
         calls.push((sql, takes_a_name));
     }
     calls.push(("SELECT jq.revoke('QA' COLLATE jqt_ci, 'jq_worker', 'work')".into(), false));

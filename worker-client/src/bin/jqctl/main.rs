@@ -3,6 +3,8 @@
 //! Run `jqctl --help` for the commands; docs/worker-client.md and the README describe them.
 
 mod admin;
+#[cfg(feature = "dashboard")]
+mod dashboard;
 mod enqueue;
 mod listings;
 mod metrics;
@@ -162,6 +164,13 @@ pub enum Command {
     /// jq.fleet (workers per state, jobs in flight), read afresh on every
     /// scrape of http://ADDR/metrics. Alert rules: docs/observability.md.
     Metrics(metrics::MetricsArgs),
+    /// Serve the operator web UI: queues, jobs, schedules, workers, and actions on them.
+    ///
+    /// Shows and acts only within the jq grants of the database role it connects as. Listens
+    /// on 127.0.0.1:8080 by default; a non-loopback --listen needs --token. Prints
+    /// `dashboard: http://ADDR/BASE/` once listening. docs/dashboard.md.
+    #[cfg(feature = "dashboard")]
+    Dashboard(dashboard::DashboardArgs),
 }
 
 /// A job state, as in jq.job_state.
@@ -312,6 +321,8 @@ async fn run(cli: &Cli) -> CliResult {
         Command::Kinds { format } => admin::kinds(cli, *format).await,
         Command::Workers { format } => workers::workers(cli, *format).await,
         Command::AlterKind(args) => admin::alter_kind(cli, args).await,
+        #[cfg(feature = "dashboard")]
+        Command::Dashboard(args) => dashboard::run(cli, args).await,
     }
 }
 

@@ -1,0 +1,87 @@
+//! The dashboard's read API (sql/observe.sql) as it runs: a page of jq.list_jobs reads its
+//! state's partial index in order and about one page of it (no Sort, no count of the queue),
+//! with or without a cursor; a filtered page reads at most its scan limit; jq.overview's capped
+//! counts read at most depth_cap + 1 rows each, and the oldest claimable job is found by one
+//! descent per priority.
+
+use super::data::{drain, enqueue_plain, Then};
+use super::plan_tree::{check_bounded_reads, check_indexed, check_ordered_pick, expect_no_disabled_cost, reads_jobs, Failures};
+use super::statements::Mode;
+use super::traced::{statements, Traced};
+use jq_pg_test::TestDb;
+
+/// The marker of jq.list_jobs' statement (sql/observe.sql, jq._list_jobs_sql).
+const LISTING: &str = "AS matches FROM jq.jobs j WHERE";
+
+#[test]
+fn dashboard_listings_read_one_page_of_their_state_index() {
+    let db = TestDb::new("plans_observe");
+    let mut c = db.connect();
+    c.batch_execute("SELECT jq.create_queue('obs', max_attempts => 1); SELECT jq.create_queue('noise')").unwrap();
+    // 3,000 completed and 3,000 dead jobs in obs, then 120,000 ready ones in each queue (of
+    // three priorities in obs), so that reading a whole state would show in the row counts.
+    enqueue_plain(&mut c, "obs", 3000, None);
+    drain(&mut c, "obs", "5 minutes", Then::Complete);
+    enqueue_plain(&mut c, "obs", 3000, None);
+    drain(&mut c, "obs", "5 minutes", Then::Fail(None, "dead"));
+    c.batch_execute(
+        "SELECT count(*) FROM jq.enqueue_many('obs',
+             (SELECT jsonb_agg(jsonb_build_object('payload', g, 'priority', g % 3)) FROM generate_series(1, 120000) g),
+             specs => true);
+         SELECT count(*) FROM jq.enqueue_many('noise', (SELECT jsonb_agg(g) FROM generate_series(1, 120000) g));
+         ANALYZE jq.jobs;",
+    )
+    .unwrap();
+    let mid: i64 = c
+        .query_one("SELECT id FROM jq.jobs WHERE queue = 'obs' AND state = 'ready' AND priority = 1
+                    ORDER BY run_at, id OFFSET 20000 LIMIT 1", &[])
+        .unwrap()
+        .get(0);
+    let dead_mid: i64 = c
+        .query_one("SELECT id FROM jq.jobs WHERE queue = 'obs' AND state = 'dead' ORDER BY id OFFSET 1500 LIMIT 1", &[])
+        .unwrap()
+        .get(0);
+
+    let mut t = Traced::connect(&db);
+    let mut f = Failures::default();
+    t.begin(Mode::Auto);
+    let cases: Vec<(String, &str, i64)> = vec![
+        ("SELECT * FROM jq.list_jobs('obs', 'ready')".into(), "jobs_claim_idx", 50),
+        (format!("SELECT * FROM jq.list_jobs('obs', 'ready', after_id => {mid})"), "jobs_claim_idx", 50),
+        ("SELECT * FROM jq.list_jobs('obs', 'dead', n => 20)".into(), "jobs_dead_idx", 20),
+        (format!("SELECT * FROM jq.list_jobs('obs', 'dead', after_id => {dead_mid})"), "jobs_dead_idx", 50),
+        ("SELECT * FROM jq.list_jobs('obs', 'completed')".into(), "jobs_finished_idx", 50),
+        // A filter nothing matches: the page stops at its scan limit.
+        ("SELECT * FROM jq.list_jobs('obs', 'ready', error => 'nothing like it', scan_limit => 500)".into(),
+         "jobs_claim_idx", 500),
+    ];
+    for (call, index, bound) in &cases {
+        let (rows, plans) = t.run(call);
+        f.expect(!rows.is_empty(), || format!("{call}: no rows"));
+        let found = statements(&plans, LISTING);
+        f.expect(found.len() == 1, || format!("{call}: {} traced listing statements", found.len()));
+        for e in found {
+            f.check(check_ordered_pick(e, index, Some(*bound)));
+        }
+        expect_no_disabled_cost(&mut f, &plans, call);
+    }
+    // The overview: each capped count reads at most depth_cap + 1 rows, the oldest claimable
+    // job one index entry per priority; nothing reads the 240,000 ready jobs, and nothing
+    // scans jq.jobs sequentially (a Seq Scan filtering for one queue's ready jobs read up to the
+    // whole table before the counts were ordered along their indexes). Two queues: two loops.
+    for mode in [Mode::Custom, Mode::Generic] {
+        t.rollback();
+        t.begin(mode);
+        let call = "SELECT * FROM jq.overview(depth_cap => 1000)";
+        let (rows, plans) = t.run(call);
+        f.expect(rows.len() == 2, || format!("{call}: {} rows", rows.len()));
+        f.expect(!plans.is_empty(), || format!("{call}: nothing traced"));
+        // (Statements that read no jq.jobs row, such as the collation check, are left out.)
+        for e in plans.iter().filter(|e| e.nodes().into_iter().any(reads_jobs)) {
+            f.check(check_indexed(e));
+            f.check(check_bounded_reads(e, 2 * 1001));
+        }
+    }
+    t.rollback();
+    f.finish();
+}
