@@ -155,6 +155,34 @@ COMMENT ON FUNCTION jq._session_settings() IS
 'Internal: every setting of this session (name=setting;...), compared before and after an '
 'on_dead hook (jq._call_hook) so that a hook cannot leave a changed setting behind.';
 
+-- Temporary objects outlive the hook that made them too, and pg_temp is searched first for
+-- relation and type names: a temporary domain pg_temp.float8 made by a hook would be what the
+-- caller's later unqualified float8 means, its CHECK run as the caller (the maintenance worker:
+-- a superuser). So the session's temporary objects are compared around the call as well
+-- (pg_test/tests/kinds/breakit.rs, a_hook_cannot_plant_a_type_that_maintenance_then_runs_as_superuser).
+CREATE OR REPLACE FUNCTION jq._session_objects() RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+SET jit = off
+AS $$
+    SELECT coalesce(string_agg(o, ',' ORDER BY o), '') FROM (
+        SELECT 'c' || c.oid::text AS o FROM pg_catalog.pg_class c WHERE c.relnamespace = pg_catalog.pg_my_temp_schema()
+        UNION ALL
+        SELECT 't' || t.oid::text FROM pg_catalog.pg_type t WHERE t.typnamespace = pg_catalog.pg_my_temp_schema()
+        UNION ALL
+        SELECT 'p' || p.oid::text FROM pg_catalog.pg_proc p WHERE p.pronamespace = pg_catalog.pg_my_temp_schema()
+        UNION ALL
+        SELECT 'o' || o.oid::text FROM pg_catalog.pg_operator o WHERE o.oprnamespace = pg_catalog.pg_my_temp_schema()
+        UNION ALL
+        SELECT 'l' || l.oid::text FROM pg_catalog.pg_collation l WHERE l.collnamespace = pg_catalog.pg_my_temp_schema()
+        UNION ALL
+        SELECT 'v' || v.oid::text FROM pg_catalog.pg_conversion v WHERE v.connamespace = pg_catalog.pg_my_temp_schema()) x
+$$;
+COMMENT ON FUNCTION jq._session_objects() IS
+'Internal: the objects of this session''s temporary schema (relations, types, functions, '
+'operators, collations, conversions), as a text compared before and after an on_dead hook '
+'(jq._call_hook) so that a hook cannot leave a temporary object behind.';
+
 -- Text equality under a fixed search_path (see jq._session_settings): after a hook, the
 -- caller's own unqualified operators cannot be trusted until its settings are known unchanged.
 CREATE OR REPLACE FUNCTION jq._same_text(a text, b text) RETURNS boolean
@@ -164,6 +192,15 @@ SET jit = off
 AS $$ SELECT a OPERATOR(pg_catalog.=) b $$;
 COMMENT ON FUNCTION jq._same_text(text, text) IS
 'Internal: a = b (text), evaluated with search_path pg_catalog whatever the session''s is.';
+
+-- jq._hook_timer_start() and jq._hook_timer_stop() are Rust (src/hook_timer.rs).
+COMMENT ON FUNCTION jq._hook_timer_start() IS
+'Internal (jq._call_hook): arms this backend''s two timers of an on_dead hook call: a cancel '
+'(57014) at jq.hook_timeout, a termination of the session at twice it plus 1 s. Disarmed by '
+'jq._hook_timer_stop() or at the end of the transaction. Rust (src/hook_timer.rs).';
+COMMENT ON FUNCTION jq._hook_timer_stop() IS
+'Internal (jq._call_hook): disarms the timers of jq._hook_timer_start(); true when the cancel '
+'fired (the hook ran past jq.hook_timeout). Rust (src/hook_timer.rs).';
 
 CREATE OR REPLACE FUNCTION jq._call_hook(job jq.jobs, hook text, owner regrole, registered_by regrole)
 RETURNS text
@@ -176,6 +213,7 @@ DECLARE
     v_sql     text;
     v_lock    text := pg_catalog.current_setting('lock_timeout');
     v_settings text;
+    v_objects text;
     v_state   text;
     v_message text;
 BEGIN
@@ -188,15 +226,33 @@ BEGIN
     BEGIN
         PERFORM pg_catalog.set_config('lock_timeout', jq.hook_lock_timeout(), true);
         v_settings := jq._session_settings();
+        v_objects := jq._session_objects();
+        -- jq.hook_timeout: a cancel, then a termination of the session (src/hook_timer.rs).
+        PERFORM jq._hook_timer_start();
         EXECUTE v_sql USING job;
-        -- A changed setting (search_path above all) is refused: raising here rolls back the
-        -- subtransaction, and with it the hook's work and its settings (jq._session_settings).
+        PERFORM jq._hook_timer_stop();
+        -- A changed setting (search_path above all) or a temporary object left behind is
+        -- refused: raising here rolls back the subtransaction, and with it the hook's work, its
+        -- settings and its objects (jq._session_settings, jq._session_objects).
         IF NOT jq._same_text(jq._session_settings(), v_settings) THEN
             RAISE EXCEPTION 'the hook changed a setting of the session (SET or set_config); hooks must not'
                 USING ERRCODE = '42501';
         END IF;
+        IF NOT jq._same_text(jq._session_objects(), v_objects) THEN
+            RAISE EXCEPTION 'the hook left a temporary object in the session; hooks must not'
+                USING ERRCODE = '42501';
+        END IF;
         PERFORM pg_catalog.set_config('lock_timeout', v_lock, true);
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION
+    WHEN query_canceled THEN
+        -- The hook's own timer, or a cancel meant for the caller's statement: passed on.
+        IF NOT jq._hook_timer_stop() THEN
+            RAISE;
+        END IF;
+        RAISE LOG 'jq: on_dead hook % of job % ran past jq.hook_timeout', hook, job.id;
+        RETURN '57014: the hook ran longer than jq.hook_timeout (' || pg_catalog.current_setting('jq.hook_timeout') || ')';
+    WHEN OTHERS THEN
+        PERFORM jq._hook_timer_stop();
         GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT;
         RAISE LOG 'jq: on_dead hook % of job % failed: %: %', hook, job.id, v_state, v_message;
         RETURN jq._clip_error(v_state || ': ' || v_message);
@@ -205,12 +261,13 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION jq._call_hook(jq.jobs, text, regrole, regrole) IS
 'Internal: calls on_dead hook (qualified text) with job, as its owner (it is SECURITY DEFINER, '
-'checked by jq._hook_problem first), in a subtransaction with lock_timeout jq.hook_lock_timeout(). '
-'Returns NULL on success, else "SQLSTATE: message" with the hook''s work rolled back.';
+'checked by jq._hook_problem first), in a subtransaction with lock_timeout jq.hook_lock_timeout() '
+'and the time limit jq.hook_timeout (a cancel; a session termination at twice that plus 1 s for a '
+'hook that ignores it). Returns NULL on success, else "SQLSTATE: message" with the hook''s work '
+'rolled back: 57014 past the time limit, 42501 when it changed a setting or left a temporary object.';
 
 -- The jobs ids just went dead in this transaction: run their kinds' hooks, or (defer: the
--- background worker's reap redone after its hooks overran jq.hook_timeout) queue them for the
--- hooks duty.
+-- background worker's reaper, which no hook may hold up) queue them for the hooks duty.
 CREATE OR REPLACE FUNCTION jq._on_dead(ids bigint[], now timestamptz, defer boolean DEFAULT false)
 RETURNS integer
 LANGUAGE plpgsql
@@ -246,12 +303,12 @@ END $$;
 COMMENT ON FUNCTION jq._on_dead(bigint[], timestamptz, boolean) IS
 'Internal: for each job of ids that is dead and whose kind has an on_dead hook, calls the hook '
 '(jq._call_hook) in the caller''s transaction; a hook that fails leaves a jq.pending_hooks row '
-'(retried by maintenance from now + 10 s). With defer (the background worker''s reap redone '
-'after its hooks overran jq.hook_timeout) no hook is called: each gets a row due at now '
+'(retried by maintenance from now + 10 s). With defer (the background worker''s reaper) no hook '
+'is called: each gets a row due at now '
 '(attempts 0), called by the hooks duty (jq._take_hook, jq._run_hook). Returns how many hooks '
 'failed. Called by jq.fail, jq.expire_lease and the reaper (max_lease_expiries, wall timeouts).';
 
--- Maintenance: hooks due (queued by an overrunning reap, or failed before), one at a time. The
+-- Maintenance: hooks due (queued by the background worker's reaper, or failed before), one at a time. The
 -- background worker takes a row in a transaction of its own (jq._take_hook: the attempt is
 -- counted and next_at moved before the hook runs), then calls it in another one under
 -- jq.hook_timeout (jq._run_hook), and records a call that timed out (jq._hook_interrupted): a
@@ -456,6 +513,11 @@ DECLARE
 BEGIN
     PERFORM jq._check_kind_options(alter_kind.kind, alter_kind.max_attempts, alter_kind.backoff_base,
                                    alter_kind.backoff_max, alter_kind.timeout, alter_kind.reset);
+    -- The wall timeout as a length of time (days as 24 h, months as 30 days): added to a
+    -- started_at, '1 day' would mean 23 or 25 hours across a daylight-saving change in the time
+    -- zone of whoever adds it, and the claim (the worker's zone) and the reaper (the server's)
+    -- would disagree (pg_test/tests/kinds/breakit.rs, a_timeout_in_days_is_a_timeout_whatever_the_time_zone_of_the_claim).
+    alter_kind.timeout := pg_catalog.make_interval(secs => pg_catalog.date_part('epoch', alter_kind.timeout));
     -- A reset and a new value of the same option in one call: refused (which one
     -- was meant?).
     IF (alter_kind.max_attempts IS NOT NULL AND 'max_attempts' = ANY (v_reset))
@@ -505,7 +567,7 @@ END $$;
 COMMENT ON FUNCTION jq.alter_kind(text, text, integer, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, regprocedure, text[], bigint) IS
 'Creates or changes the policy of kind (1-200 characters) in queue and returns its jq.kinds row. '
 'Options left NULL stay as they are (NULL in the row: the queue''s); reset lists options to set '
-'back to NULL. max_attempts (1..1000000) and timeout (interval > 0, at most 100 years: the wall '
+'back to NULL. max_attempts (1..1000000) and timeout (interval > 0, at most 100 years, stored as a length of time: days as 24 hours, months as 30 days; the wall '
 'timeout of each attempt, after which maintenance ends it as a failed attempt) are given to jobs '
 'enqueued afterwards; backoff, backoff_base, backoff_max, jitter (as in jq.create_queue) apply '
 'to the failures after the call. on_dead: a function of one argument of type jq.jobs, SECURITY '

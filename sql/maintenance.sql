@@ -224,8 +224,8 @@ BEGIN
            (SELECT pg_catalog.array_agg(b.id) FROM back b WHERE b.state = 'dead')
     INTO v_n, v_dead;
     -- max_lease_expiries reached: the kinds' exhaustion hooks, in this transaction, or queued
-    -- for the hooks duty (defer_hooks: the background worker's reap redone after its hooks
-    -- overran jq.hook_timeout; sql/kinds.sql, src/bgworker/hooks.rs).
+    -- for the hooks duty (defer_hooks: the background worker's reaper; sql/kinds.sql,
+    -- src/bgworker/hooks.rs).
     IF v_dead IS NOT NULL THEN
         PERFORM jq._on_dead(v_dead, _end_leases.now, _end_leases.defer_hooks);
     END IF;
@@ -593,8 +593,8 @@ BEGIN
     WHEN 'reap' THEN
         v_total := jq._reap(_maintain.now, 1000, 10000);
     WHEN 'reap_deferring_hooks' THEN
-        -- The background worker's reap again, after its hooks overran jq.hook_timeout: the
-        -- jobs go dead with their hooks queued for the hooks duty (src/bgworker/hooks.rs).
+        -- The background worker's reap: the jobs go dead with their hooks queued for the hooks
+        -- duty, so that no hook holds up reaping (src/bgworker/hooks.rs).
         v_total := jq._reap(_maintain.now, 1000, 10000, true);
     WHEN 'hooks' THEN
         -- on_dead hooks due: queued by the reaper, or failed before (sql/kinds.sql). The
@@ -622,8 +622,8 @@ COMMENT ON FUNCTION jq._maintain(text, timestamptz) IS
 'cron (jq.cron_tick: due cron schedules), prune (jq._prune with batch 5,000 and budget 100,000: '
 'a pass per queue, then the rest of 100,000 shared among the queues with more; then up to 1,000 '
 'workers past jq.worker_retention(), jq._prune_workers). jq.tick() runs all '
-'four and then hooks; the background worker runs each in its own transaction through jq._maintain_guarded, and '
-'the hooks one call per transaction under jq.hook_timeout. '
+'four and then hooks; the background worker runs each in its own transaction through jq._maintain_guarded '
+'(its reap with the hooks queued), and the hooks one call per transaction. '
 'Errors: 22023 unknown duty; errors of the duty itself propagate.';
 
 CREATE OR REPLACE FUNCTION jq._maintain_guarded(duty text, now timestamptz, OUT done integer, OUT error text)

@@ -467,7 +467,7 @@ COMMENT ON TABLE jq.pending_hooks IS
 'One row per dead job whose on_dead hook has not succeeded: the hook (qualified name and '
 'argument), the job row as it went dead (job, JSON), how often it was called (attempts), when maintenance calls it next (next_at), the '
 'error of the last call (last_error, "SQLSTATE: message") and when it failed (failed_at); attempts 0 with last_error and failed_at NULL: '
-'queued by a reap of the background worker that overran jq.hook_timeout, not called yet. '
+'queued by the background worker''s reaper, not called yet. '
 'Written only by jq functions; jq.clear_hook deletes a row.';
 
 SELECT pg_catalog.pg_extension_config_dump('jq.kinds', '');

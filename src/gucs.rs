@@ -25,10 +25,9 @@ pub const MAX_DATABASES_LIMIT: i32 = 4096;
 /// `jq.tick_interval`: milliseconds between two maintenance passes of a database's worker.
 pub static TICK_INTERVAL_MS: GucSetting<i32> = GucSetting::<i32>::new(1000);
 
-/// `jq.hook_timeout`: milliseconds the maintenance worker's reap (with the on_dead hooks it
-/// calls) and each of its hooks duty's calls may take before they are cancelled: the reap is
-/// redone with its hooks queued, a hook call counts as failed (src/bgworker/hooks.rs).
-pub static HOOK_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(5000);
+/// `jq.hook_timeout`: the time limit of one on_dead hook call in milliseconds, in any session:
+/// cancelled at it, the session terminated at twice it plus 1 s (src/hook_timer.rs).
+pub static HOOK_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(3000);
 
 /// `jq.poll_interval`: milliseconds between re-checks of a waiting `jq.claim(…, wait => …)`
 /// when jq is not in `shared_preload_libraries` (no shared-memory wakeups).
@@ -115,8 +114,8 @@ pub fn init() {
     );
     GucRegistry::define_int_guc(
         c"jq.hook_timeout",
-        c"Longest a jq maintenance worker's reap (with its on_dead hooks) or one of its on_dead hook calls may run before it is cancelled.",
-        c"Reloaded on SIGHUP. Hooks called by jq.fail run under the caller's statement_timeout instead.",
+        c"Time limit of one jq on_dead hook call: cancelled at it, its session terminated at twice it plus 1 s.",
+        c"Reloaded on SIGHUP. Keep it below the workers' call timeout.",
         &HOOK_TIMEOUT_MS,
         100,
         3_600_000,

@@ -21,6 +21,7 @@ pub mod bgworker;
 pub mod claim_hint;
 pub mod cron;
 pub mod gucs;
+pub mod hook_timer;
 pub mod planner;
 pub mod queue_hash;
 pub mod random;
@@ -92,16 +93,16 @@ extension_sql_file!(
     name = "maintenance",
     requires = ["cron", bgworker::_status, bgworker::_preloaded, bgworker::_launcher_wake]
 );
-extension_sql_file!("../sql/kinds.sql", name = "kinds", requires = ["maintenance"]);
+extension_sql_file!("../sql/kinds.sql", name = "kinds", requires = ["maintenance", hook_timer::_hook_timer_start, hook_timer::_hook_timer_stop]);
 extension_sql_file!(
     "../sql/await.sql",
     name = "await",
     requires = ["kinds", wakeup::_wake_awaiters, awaiting::_await_register, awaiting::_await_sleep,
                 awaiting::_await_done, awaiting::_await_wakeups]
 );
-extension_sql_file!("../sql/observe.sql", name = "observe", requires = ["await", security::_authorize_queue]);
 extension_sql_file!("../sql/fleet.sql", name = "fleet", requires = ["await"]);
-extension_sql_file!("../sql/grants.sql", name = "grants", requires = ["observe", "fleet", security::_authorize, security::_authorize_queue], finalize);
+extension_sql_file!("../sql/observe.sql", name = "observe", requires = ["fleet", security::_authorize_queue]);
+extension_sql_file!("../sql/grants.sql", name = "grants", requires = ["observe", security::_authorize, security::_authorize_queue], finalize);
 
 #[cfg(any(test, feature = "pg_test"))]
 mod pg_tests;

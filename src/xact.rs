@@ -9,7 +9,7 @@
 //! the hint already moved back to it (src/claim_hint.rs); then the launcher. The callbacks run
 //! after the transaction is visible to new snapshots (XACT_EVENT_COMMIT), and never fail.
 
-use crate::{awaiting, bgworker, claim_hint, wakeup};
+use crate::{awaiting, bgworker, claim_hint, hook_timer, wakeup};
 use pgrx::prelude::*;
 
 /// Registers the callbacks. Called once from `_PG_init` (in the postmaster while preloading,
@@ -31,18 +31,21 @@ unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: 
             claim_hint::at_commit();
             wakeup::at_commit();
             awaiting::stop();
+            hook_timer::disarm();
             bgworker::at_commit();
         }
         XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT => {
             claim_hint::at_abort();
             wakeup::at_abort();
             awaiting::stop();
+            hook_timer::disarm();
             bgworker::at_abort();
         }
         XACT_EVENT_PREPARE => {
             claim_hint::at_prepare();
             wakeup::at_prepare();
             awaiting::stop();
+            hook_timer::disarm();
             bgworker::at_abort();
         }
         _ => {}

@@ -8,7 +8,7 @@
 # Usage: bench/experiments/quick_ratio.sh [ROUNDS] [SECONDS]      (defaults: 3 rounds of 8 s per cell)
 # KINDS=1 adds a third cell per round, interleaved with the others: jq with 10 job kinds defined
 # on the queue (one of them the jobs' own kind, the queue's name, with a timeout and a backoff), created before
-# the cell and dropped after it, so that the cost of kinds is read from the same run.
+# the cell's jobs are enqueued and dropped before the next cell, so that the cost of kinds is read from the same run.
 # Needs jq installed in the system PostgreSQL 15 (tools/install --release).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -25,16 +25,18 @@ p -c "CREATE EXTENSION jq" -f bench/pgbench/floor.sql -c "SELECT jq.create_queue
 n=$(( secs * 40000 ))   # more than either system drains in one cell
 cell() {  # system, script, jobs per transaction
     p -c "TRUNCATE floor_jobs; TRUNCATE jq.jobs; TRUNCATE jq.execution_log; TRUNCATE bench_done"
-    if [ "$1" = floor ]; then
-        p -c "INSERT INTO floor_jobs (queue, state, payload) SELECT 'q', 'ready', '{\"n\":1}' FROM generate_series(1, $n)"
-    else
-        p -c "SELECT count(*) FROM jq.enqueue_many('q', (SELECT jsonb_agg('{\"n\":1}'::jsonb) FROM generate_series(1, $n)))" >/dev/null
-    fi
+    # Kinds before the jobs, so that each job takes its kind's max_attempts and timeout at enqueue
+    # (and its claim caps the lease at the timeout).
     if [ "${4:-}" = kinds ]; then
         p -c "SELECT count(jq.alter_kind('q', CASE WHEN i = 1 THEN 'q' ELSE 'k' || i END, max_attempts => 5,
                                           timeout => '1 hour', backoff_base => '2 seconds')) FROM generate_series(1, 10) i" >/dev/null
     else
         p -c "SELECT count(jq.drop_kind('q', k.kind)) FROM jq.kind_policies k WHERE k.queue = 'q'" >/dev/null
+    fi
+    if [ "$1" = floor ]; then
+        p -c "INSERT INTO floor_jobs (queue, state, payload) SELECT 'q', 'ready', '{\"n\":1}' FROM generate_series(1, $n)"
+    else
+        p -c "SELECT count(*) FROM jq.enqueue_many('q', (SELECT jsonb_agg('{\"n\":1}'::jsonb) FROM generate_series(1, $n)))" >/dev/null
     fi
     p -c "VACUUM ANALYZE" -c "CHECKPOINT"
     pgbench -n -M prepared -h 127.0.0.1 -p "$port" -U postgres -c "$clients" -j 2 -T "$secs" -f "bench/pgbench/$2" bench 2>&1 \

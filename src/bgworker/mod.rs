@@ -29,7 +29,6 @@ pub mod probe;
 mod process;
 pub mod slots;
 mod status;
-mod timeout;
 pub mod worker;
 
 use pgrx::prelude::*;

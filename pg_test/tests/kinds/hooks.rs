@@ -12,7 +12,6 @@ use super::{fail, one, past_lease, reap_at};
 
 const CALL_HOOK: &str = "jq._call_hook(jq.jobs,text,regrole,regrole)";
 const HOOK_PROBLEM: &str = "jq._hook_problem(text,regrole,regrole)";
-const ON_DEAD: &str = "jq._on_dead(bigint[],timestamptz,boolean)";
 
 /// A login-less role of its own, member of jq_admin, dropped (with what it owns) on drop.
 struct Role {
@@ -124,7 +123,7 @@ fn a_failing_hook_leaves_the_job_dead_and_is_retried_until_it_succeeds_or_is_cle
     let db = TestDb::new("hook_retries");
     let mut c = db.connect();
     if broken("hook_error_aborts") {
-        sabotage(&mut c, CALL_HOOK, "EXCEPTION WHEN OTHERS THEN", "EXCEPTION WHEN division_by_zero THEN", 1);
+        sabotage(&mut c, CALL_HOOK, "    WHEN OTHERS THEN\n        PERFORM jq._hook_timer_stop();", "    WHEN division_by_zero THEN\n        PERFORM jq._hook_timer_stop();", 1);
     }
     c.batch_execute(
         "SELECT jq.create_queue('q', max_attempts => 1, max_lease_expiries => 0);
@@ -267,20 +266,19 @@ fn a_hook_that_changes_a_session_setting_is_rolled_back() {
 }
 
 /// A hook that hangs holds up neither the reaper nor any other queue: the background worker's
-/// reap, which calls it inline, is cancelled at jq.hook_timeout (5 s) and redone with the hook
-/// queued (job a dead); the hooks duty then calls it in a transaction of its own under the same
-/// timeout, records 57014 and goes on; the next call waits the retry delay.
+/// reaper queues it (job a dead at once), the hooks duty calls it in a transaction of its own,
+/// jq.hook_timeout (3 s) cancels it, 57014 is recorded and the pass goes on; the next call waits
+/// the retry delay.
 ///
-/// Negative controls: JQ_TEST_BREAK=hook_inline_in_reaper (jq._on_dead ignores defer, so the
-/// redone reap calls the hook inline again) made this test fail: job a never became dead. A jq
-/// built with the cargo feature `break-hook-timeout` (no timeout armed) made it fail too (the
-/// reap hung in the hook).
+/// Negative controls: JQ_TEST_BREAK=hook_no_timer (jq._call_hook arms no timer) made this test
+/// fail: b's expired lease was never reaped (the hooks duty hung in the hook); so did a jq built
+/// with the cargo feature `break-hook-timeout` (the same, in src/hook_timer.rs).
 #[test]
 fn a_hanging_hook_does_not_hold_up_maintenance() {
     let db = TestDb::new("bgw_hook_hang");
     let mut c = db.connect();
-    if broken("hook_inline_in_reaper") {
-        sabotage(&mut c, ON_DEAD, "IF NOT _on_dead.defer THEN", "IF true THEN", 1);
+    if broken("hook_no_timer") {
+        sabotage(&mut c, CALL_HOOK, "PERFORM jq._hook_timer_start();", "", 1);
     }
     c.batch_execute(
         "SELECT jq.create_queue('q', max_attempts => 1, max_lease_expiries => 0);

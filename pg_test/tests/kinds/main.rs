@@ -10,6 +10,7 @@
 //! database with a broken copy (see `jq_pg_test::sabotage`), and the test must then fail. The
 //! comment at each test records what was broken and how the test failed.
 
+mod adversarial;
 mod example;
 mod hooks;
 mod policy;

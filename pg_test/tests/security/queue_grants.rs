@@ -243,12 +243,12 @@ fn a_nondeterministic_collation_cannot_widen_a_queue_name() {
             problems.push(format!("{f}: no call in queue_call"));
             continue;
         };
-        // jq.cancel, jq.retry, jq.expire_lease, jq.clear_hook and jq.await take a job id, no name: nothing to widen.
-        // jq.job_detail and jq.job_executions take a job id too, jq.schedule_list nothing,
-        // jq.worker_beat and jq.deregister_worker a worker id.
+        // jq.cancel, jq.retry, jq.expire_lease, jq.clear_hook and jq.await take a job id, jq.worker_beat and
+        // jq.deregister_worker a worker id, jq.job_detail and jq.job_executions a job id too,
+        // jq.schedule_list nothing: no name to widen.
         let takes_a_name = !["jq.cancel(", "jq.retry(", "jq.expire_lease(", "jq.clear_hook(", "jq.await(",
-                             "jq.job_detail(", "jq.job_executions(", "jq.schedule_list(",
-                             "jq.worker_beat(", "jq.deregister_worker("]
+                             "jq.worker_beat(", "jq.deregister_worker(", "jq.job_detail(", "jq.job_executions(",
+                             "jq.schedule_list("]
             .iter()
             .any(|p| f.starts_with(p));
         calls.push((sql, takes_a_name));
