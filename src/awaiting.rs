@@ -139,23 +139,9 @@ fn _await_register(queue: &str) -> bool {
 #[pg_extern(create_or_replace, volatile, parallel_unsafe)]
 fn _await_sleep(deadline: TimestampWithTimeZone) -> bool {
     loop {
-        let left_us = i64::from(deadline) - backend::now_us();
-        if left_us <= 0 {
+        let cap = (!AWAITING.get()).then(|| gucs::POLL_INTERVAL_MS.get() as i64);
+        if !backend::sleep_until(i64::from(deadline), cap) {
             return false;
-        }
-        let mut timeout_ms = (left_us + 999) / 1000;
-        if !AWAITING.get() {
-            timeout_ms = timeout_ms.min(gucs::POLL_INTERVAL_MS.get() as i64);
-        }
-        // SAFETY: plain PostgreSQL calls on this backend's own latch.
-        unsafe {
-            pg_sys::WaitLatch(
-                pg_sys::MyLatch,
-                (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
-                timeout_ms.max(1),
-                pg_sys::PG_WAIT_EXTENSION,
-            );
-            pg_sys::ResetLatch(pg_sys::MyLatch);
         }
         pg_sys::check_for_interrupts!();
         // After the reset: a committer that wakes us from now on sets the latch again.

@@ -48,3 +48,26 @@ pub fn now_us() -> i64 {
     // SAFETY: reads the clock.
     unsafe { pg_sys::GetCurrentTimestamp() }
 }
+
+/// Sleeps on this backend's own latch until it is set or `deadline_us` (PostgreSQL µs) passes,
+/// at most `cap_ms` when given (the polling interval when no wakeup can come), and resets it.
+/// False, without sleeping, when the deadline had already passed. The long-poll claim
+/// (src/wakeup.rs `_wait`) and `jq.await` (src/awaiting.rs `_await_sleep`) wait through it.
+pub fn sleep_until(deadline_us: i64, cap_ms: Option<i64>) -> bool {
+    let left_us = deadline_us - now_us();
+    if left_us <= 0 {
+        return false;
+    }
+    let timeout_ms = cap_ms.map_or((left_us + 999) / 1000, |cap| ((left_us + 999) / 1000).min(cap));
+    // SAFETY: plain PostgreSQL calls on this backend's own latch.
+    unsafe {
+        pg_sys::WaitLatch(
+            pg_sys::MyLatch,
+            (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
+            timeout_ms.max(1),
+            pg_sys::PG_WAIT_EXTENSION,
+        );
+        pg_sys::ResetLatch(pg_sys::MyLatch);
+    }
+    true
+}

@@ -445,23 +445,9 @@ fn _wait_register(queues: Vec<String>, capped: Vec<bool>) -> bool {
 /// works). Returns false if the deadline had already passed, true otherwise.
 #[pg_extern(create_or_replace, volatile, parallel_unsafe)]
 fn _wait(deadline: TimestampWithTimeZone) -> bool {
-    let left_us = i64::from(deadline) - backend::now_us();
-    if left_us <= 0 {
+    let cap = (!WAITING.get()).then(|| gucs::POLL_INTERVAL_MS.get() as i64);
+    if !backend::sleep_until(i64::from(deadline), cap) {
         return false;
-    }
-    let mut timeout_ms = (left_us + 999) / 1000;
-    if !WAITING.get() {
-        timeout_ms = timeout_ms.min(gucs::POLL_INTERVAL_MS.get() as i64);
-    }
-    // SAFETY: plain PostgreSQL calls on this backend's own latch.
-    unsafe {
-        pg_sys::WaitLatch(
-            pg_sys::MyLatch,
-            (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
-            timeout_ms.max(1),
-            pg_sys::PG_WAIT_EXTENSION,
-        );
-        pg_sys::ResetLatch(pg_sys::MyLatch);
     }
     // Awake, about to look again: that look sees every commit whose committer chose this
     // waiter before now (the swap reads the committer's compare-and-swap, which follows its

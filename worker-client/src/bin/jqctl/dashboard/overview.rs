@@ -6,11 +6,10 @@ use std::collections::HashMap;
 
 use askama::Template;
 use axum::extract::{Query, State};
-use axum::http::StatusCode;
 use axum::response::Response;
 use tokio_postgres::types::Type;
 
-use super::render::{age, bytes, capped, html, sparkline, thousands, Page, Series, Signal};
+use super::render::{age, bytes, capped, live_page, sparkline, thousands, Page, Series, Signal};
 use super::AppRef;
 
 /// One queue's row.
@@ -309,11 +308,7 @@ pub async fn page(State(app): State<AppRef>, Query(q): Query<HashMap<String, Str
         Ok(l) => l.render(),
         Err(e) => return Page::db(&app, &e),
     };
-    if q.contains_key("fragment") {
-        return html(StatusCode::OK, live);
-    }
-    match live {
-        Ok(live) => html(StatusCode::OK, Full { base: app.base.clone(), read_only: app.args.read_only, live }.render()),
-        Err(e) => html(StatusCode::OK, Err(e)),
-    }
+    live_page(q.contains_key("fragment"), live, |live| {
+        Full { base: app.base.clone(), read_only: app.args.read_only, live }.render()
+    })
 }

@@ -21,6 +21,19 @@ pub fn html(status: StatusCode, body: Result<String, askama::Error>) -> Response
     }
 }
 
+/// A page with a live part (overview, schedules, workers): the live part alone for its 2 s
+/// refresh (`?fragment=1`), else the whole page that `full` wraps around it.
+pub fn live_page(
+    fragment: bool,
+    live: Result<String, askama::Error>,
+    full: impl FnOnce(String) -> Result<String, askama::Error>,
+) -> Response {
+    if fragment {
+        return html(StatusCode::OK, live);
+    }
+    html(StatusCode::OK, live.and_then(full))
+}
+
 /// 303 to `path` under the base path.
 pub fn see_other(app: &AppRef, path: &str) -> Response {
     let to = format!("{}{}", app.base, path);

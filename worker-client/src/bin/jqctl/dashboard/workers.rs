@@ -6,10 +6,9 @@ use std::collections::HashMap;
 
 use askama::Template;
 use axum::extract::{Query, State};
-use axum::http::StatusCode;
 use axum::response::Response;
 
-use super::render::{age, bytes, html, sparkline, Page, Series};
+use super::render::{age, bytes, live_page, sparkline, Page, Series};
 use super::AppRef;
 
 /// One worker.
@@ -101,11 +100,7 @@ pub async fn page(State(app): State<AppRef>, Query(q): Query<HashMap<String, Str
         Ok(l) => l.render(),
         Err(e) => return Page::db(&app, &e),
     };
-    if q.contains_key("fragment") {
-        return html(StatusCode::OK, live);
-    }
-    match live {
-        Ok(live) => html(StatusCode::OK, Full { base: app.base.clone(), read_only: app.args.read_only, live }.render()),
-        Err(e) => html(StatusCode::OK, Err(e)),
-    }
+    live_page(q.contains_key("fragment"), live, |live| {
+        Full { base: app.base.clone(), read_only: app.args.read_only, live }.render()
+    })
 }
