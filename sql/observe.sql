@@ -148,10 +148,11 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
     v_from := date_trunc('minute', now() - throughput.since);
-    -- Per queue, newest first, at most max_rows completed and max_rows dead jobs (their
-    -- indexes, backwards): the latest minutes are exact, and the minutes at or before the oldest
-    -- row read are flagged partial when a limit was reached. The failed executions of all the
-    -- queues come from one scan of the log's last minutes (its BRIN index), not one per queue.
+    -- Per queue, newest first, at most max_rows completed jobs, max_rows failed executions and
+    -- max_rows dead jobs (their indexes, backwards): the latest minutes are exact, and the
+    -- minutes at or before the oldest row read are flagged partial when a limit was reached.
+    -- So an hour of a million failures costs what max_rows of them do
+    -- (pg_test/tests/plans/observe.rs, throughput_reads_at_most_max_rows_per_queue).
     RETURN QUERY
     WITH qs AS (SELECT t.name FROM jq.queues t
                 WHERE (throughput.only_queue IS NULL OR t.name = throughput.only_queue)
@@ -164,17 +165,19 @@ BEGIN
                    SELECT j.finished_at AS at FROM jq.jobs j  -- jobs_dead_idx, backwards
                    WHERE j.queue = qs.name AND j.state = 'dead' AND j.finished_at >= v_from
                    ORDER BY j.finished_at DESC, j.id DESC LIMIT throughput.max_rows) x),
-         fm AS (SELECT e.queue AS q, date_trunc('minute', e.finished_at) AS m, count(*) AS n
-                FROM jq.execution_log e  -- execution_log_finished_brin
-                WHERE e.outcome = 'failed' AND e.finished_at >= v_from
-                  AND e.queue IN (SELECT qs.name FROM qs)
-                GROUP BY 1, 2),
+         f AS (SELECT qs.name AS q, x.at FROM qs CROSS JOIN LATERAL (
+                   SELECT e.finished_at AS at FROM jq.execution_log e  -- execution_log_failed_idx, backwards
+                   WHERE e.queue = qs.name AND e.outcome = 'failed' AND e.finished_at >= v_from
+                   ORDER BY e.finished_at DESC LIMIT throughput.max_rows) x),
          cut AS (SELECT x.q, max(x.at) AS at FROM (
                      SELECT c.q, min(c.at) AS at FROM c GROUP BY c.q HAVING count(*) >= throughput.max_rows
+                     UNION ALL
+                     SELECT f.q, min(f.at) FROM f GROUP BY f.q HAVING count(*) >= throughput.max_rows
                      UNION ALL
                      SELECT d.q, min(d.at) FROM d GROUP BY d.q HAVING count(*) >= throughput.max_rows) x
                  GROUP BY x.q),
          cm AS (SELECT c.q, date_trunc('minute', c.at) AS m, count(*) AS n FROM c GROUP BY 1, 2),
+         fm AS (SELECT f.q, date_trunc('minute', f.at) AS m, count(*) AS n FROM f GROUP BY 1, 2),
          dm AS (SELECT d.q, date_trunc('minute', d.at) AS m, count(*) AS n FROM d GROUP BY 1, 2)
     SELECT qs.name, g.m, coalesce(cm.n, 0), coalesce(fm.n, 0), coalesce(dm.n, 0),
            coalesce(g.m <= cut.at, false)
@@ -191,9 +194,9 @@ COMMENT ON FUNCTION jq.throughput(text, interval, integer, bigint) IS
 'since now() - since (default 1 hour; at most 1 day), oldest first: completed (jobs completed in '
 'that minute and still within retention), failed (failed executions, from jq.execution_log within '
 'history_retention) and dead (jobs that went dead in that minute, within dead_retention). Reads at '
-'most max_rows (default 10,000) completed and max_rows dead jobs per queue, newest first: partial '
-'is true for the minutes at or before the oldest row read when a limit was reached (their counts '
-'are too low); the failed executions of the period are read once for all the queues. No rows for '
+'most max_rows (default 10,000) completed jobs, max_rows failed executions and max_rows dead jobs '
+'per queue, newest first: partial is true for the minutes at or before the oldest row read when a '
+'limit was reached (their counts are too low). No rows for '
 'a queue the caller holds no privilege on, or that does not exist. Errors: 22023 since or '
 'max_rows out of range, 0A000 only_queue under a nondeterministic collation.';
 

@@ -248,6 +248,11 @@ CREATE TABLE jq.execution_log (
 );
 CREATE INDEX execution_log_finished_brin ON jq.execution_log USING brin (finished_at)
     WITH (pages_per_range = 32, autosummarize = on);
+-- The failed executions of a queue, newest first: jq.throughput reads at most its max_rows of
+-- them per queue (an index-only scan, backwards), however many failures the hour had
+-- (pg_test/tests/plans/observe.rs, throughput_reads_at_most_max_rows_per_queue). Only failed
+-- rows carry an entry, so only the failure path pays for it.
+CREATE INDEX execution_log_failed_idx ON jq.execution_log (queue, finished_at) WHERE outcome = 'failed';
 COMMENT ON TABLE jq.execution_log IS
 'Append-only history of the executions that did not complete their job: one row per claim that '
 'ended as failed, lease_expired, released, snoozed or cancelled, kept for the queue''s '

@@ -5,7 +5,8 @@
 //! descent per priority.
 
 use super::data::{drain, enqueue_plain, Then};
-use super::plan_tree::{check_bounded_reads, check_indexed, check_ordered_pick, expect_no_disabled_cost, reads_jobs, Failures};
+use super::plan_tree::{actual_rows, check_bounded_reads, check_indexed, check_ordered_pick, expect_no_disabled_cost, node_type,
+                       reads_jobs, Failures};
 use super::statements::Mode;
 use super::traced::{statements, Traced};
 use jq_pg_test::TestDb;
@@ -83,5 +84,46 @@ fn dashboard_listings_read_one_page_of_their_state_index() {
         }
     }
     t.rollback();
+    // The throughput: with 3,000 failed executions, 3,000 dead and 3,000 completed jobs in obs,
+    // each of its three reads returns at most max_rows over its loops (one per queue), the failed
+    // executions from execution_log_failed_idx (a Seq Scan or the BRIN index read every failure
+    // of the hour: the overview's cost grew with the failures). Seen failing with the index
+    // dropped (a Seq Scan on execution_log returning 3,000 rows).
+    for mode in [Mode::Custom, Mode::Generic] {
+        t.begin(mode);
+        let call = "SELECT * FROM jq.throughput(max_rows => 1000)";
+        let (rows, plans) = t.run(call);
+        f.expect(!rows.is_empty(), || format!("{call}: no rows"));
+        let log_scans: Vec<_> = plans
+            .iter()
+            .flat_map(|e| e.nodes().into_iter().map(move |n| (e, n)))
+            .filter(|(_, n)| n.get("Relation Name").and_then(|v| v.as_str()) == Some("execution_log"))
+            .collect();
+        f.expect(!log_scans.is_empty(), || format!("{call}: execution_log not read"));
+        for (e, n) in log_scans {
+            let index = n.get("Index Name").and_then(|v| v.as_str());
+            f.expect(index == Some("execution_log_failed_idx"),
+                     || e.fail(format!("reads execution_log by {} {index:?}, not execution_log_failed_idx", node_type(n))));
+            let rows = actual_rows(n).unwrap_or(i64::MAX);
+            f.expect(rows <= 2 * 1001, || e.fail(format!("its execution_log scan returned {rows} rows for max_rows 1000")));
+        }
+        for e in plans.iter().filter(|e| e.nodes().into_iter().any(reads_jobs)) {
+            f.check(check_bounded_reads(e, 2 * 1001));
+        }
+        t.rollback();
+    }
+    // And the counts are the failures' (all 3,000 when max_rows covers them), not flagged partial.
+    let (failed, partial): (i64, bool) = {
+        let r = c
+            .query_one("SELECT sum(failed)::bigint, bool_or(partial) FROM jq.throughput('obs', max_rows => 5000)", &[])
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    f.expect(failed == 3000 && !partial, || format!("throughput of obs: failed {failed}, partial {partial}; expected 3000, false"));
+    let partial: bool = c
+        .query_one("SELECT bool_or(partial) FROM jq.throughput('obs', max_rows => 1000)", &[])
+        .unwrap()
+        .get(0);
+    f.expect(partial, || "throughput of obs with max_rows 1000 under 3,000 failures: not flagged partial".into());
     f.finish();
 }

@@ -177,6 +177,7 @@ ALTER INDEX jq.executions_pkey RENAME TO execution_log_pkey;
 ALTER INDEX jq.executions_finished_brin RENAME TO execution_log_finished_brin;
 DELETE FROM jq.execution_log e USING jq.jobs j
 WHERE e.outcome = 'completed' AND j.id = e.job_id AND j.claims = e.seq AND j.state = 'completed';
+CREATE INDEX execution_log_failed_idx ON jq.execution_log (queue, finished_at) WHERE outcome = 'failed';
 ALTER SEQUENCE jq.jobs_id_seq OWNED BY NONE;
 ALTER TABLE jq.jobs RENAME TO jobs_0_1_0;
 -- Free the names the new table's constraints take (constraint names are unique per schema).
