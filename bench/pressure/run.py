@@ -107,10 +107,11 @@ def jq_driver():
 # database, which schema's tables to sample, which tables the scanners of kind b read (None:
 # every table of the schema that is not a partition), which are the hot tables (the live jobs;
 # None: the whole schema), the SQL that creates the system in a fresh database, and the query
-# that turns true once the load has enqueued its first job (the schedule's start).
+# that turns true once the load has enqueued its first job (the schedule's start); `prepare`, a
+# command run after the setup SQL, before the clean state is taken (awa: its schema migration).
 SYSTEMS = {
     "jq": dict(
-        db="jq", schema="jq", scan=["jq.jobs", "jq.execution_log"], hot=["jq.jobs"],
+        db="jq", schema="jq", scan=["jq.jobs", "jq.execution_log"], hot=["jq.jobs"], prepare=None,
         setup=["CREATE EXTENSION jq", "CREATE EXTENSION pg_stat_statements", "SELECT jq.create_queue('q')"],
         started="SELECT EXISTS (SELECT FROM jq.jobs)",
         cmd=lambda u, sched, out: [jq_driver(), "pressure", u, "q", sched, str(CONSUMERS), out],
@@ -118,6 +119,7 @@ SYSTEMS = {
     ),
     "awa": dict(
         db="awa", schema="awa", scan=None, hot=None, setup=[],
+        prepare=lambda u: [AWA_PYTHON, os.path.join(ROOT, "bench/peers/awa_pressure.py"), u, "--migrate-only"],
         started="SELECT EXISTS (SELECT FROM awa.jobs)",
         cmd=lambda u, sched, out: [AWA_PYTHON, os.path.join(ROOT, "bench/peers/awa_pressure.py"), u, "q", sched, str(CONSUMERS), out],
         missing=lambda: next((f"{p} is absent (bench/peers/awa_setup.sh creates the venv)" for p in
@@ -165,6 +167,8 @@ def fresh_database(sysname):
     q("postgres", f"CREATE DATABASE {s['db']}")
     for stmt in s["setup"]:
         q(s["db"], stmt)
+    if s["prepare"]:
+        subprocess.run(s["prepare"](url(s["db"])), cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
     q(s["db"], "VACUUM ANALYZE")
     q(s["db"], "CHECKPOINT")
     deadline = time.monotonic() + 30
