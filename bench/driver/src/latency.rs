@@ -1,5 +1,6 @@
 //! `jq-bench latency`: pickup latency at a fixed arrival rate.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -7,7 +8,76 @@ use std::time::{Duration, Instant};
 use super::{connect, pct, Res};
 use super::args::Consumers;
 
-type Seen = Vec<(i64, Instant)>;
+/// The jobs one consumer was given: id and when the claim returned it.
+pub(crate) type Seen = Vec<(i64, Instant)>;
+
+/// One SQL consumer on its own connection: loops `jq.claim(queue, name, n => 10, wait => '1
+/// second')` (returns as soon as a job is claimable) + `jq.complete_many` until `stop`, records
+/// each job's id with the instant its claim returned, adds the jobs claimed to `claimed_n` and,
+/// when given, the jobs `jq.complete_many` reports completed to `completed_n`.
+pub(crate) async fn sql_consumer(
+    url: &str,
+    queue: &str,
+    name: String,
+    stop: &Arc<AtomicBool>,
+    claimed_n: &Arc<AtomicUsize>,
+    completed_n: Option<Arc<AtomicUsize>>,
+) -> Res<tokio::task::JoinHandle<Res<Seen>>> {
+    let client = connect(url).await?;
+    let (queue, stop, claimed_n) = (queue.to_string(), stop.clone(), claimed_n.clone());
+    Ok(tokio::spawn(async move {
+        let claim = client
+            .prepare("SELECT id, lease_token FROM jq.claim($1, $2, 10, NULL, interval '1 second')")
+            .await?;
+        let complete = client.prepare("SELECT count(*) FROM jq.complete_many($1, $2)").await?;
+        let mut seen = Seen::new();
+        while !stop.load(Ordering::Relaxed) {
+            let rows = client.query(&claim, &[&queue, &name]).await?;
+            let t = Instant::now();
+            let mut ids: Vec<i64> = Vec::with_capacity(rows.len());
+            let mut toks: Vec<uuid::Uuid> = Vec::with_capacity(rows.len());
+            for r in &rows {
+                let id: i64 = r.get(0);
+                seen.push((id, t));
+                ids.push(id);
+                toks.push(r.get(1));
+            }
+            if !ids.is_empty() {
+                claimed_n.fetch_add(ids.len(), Ordering::Relaxed);
+                let n: i64 = client.query_one(&complete, &[&ids, &toks]).await?.get(0);
+                if let Some(done) = &completed_n {
+                    done.fetch_add(n as usize, Ordering::Relaxed);
+                }
+            }
+        }
+        Res::Ok(seen)
+    }))
+}
+
+/// Waits until the consumers have claimed `expected` jobs or `deadline` passes, stops them and
+/// joins them: each job's claim instant by id. A job claimed twice is an error (no lease
+/// expires within these drivers' runs, so a second claim would be a broken fence).
+pub(crate) async fn collect_claims(
+    cons: Vec<tokio::task::JoinHandle<Res<Seen>>>,
+    stop: &Arc<AtomicBool>,
+    claimed_n: &Arc<AtomicUsize>,
+    expected: usize,
+    deadline: Instant,
+) -> Res<HashMap<i64, Instant>> {
+    while claimed_n.load(Ordering::Relaxed) < expected && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut claimed = HashMap::new();
+    for c in cons {
+        for (id, t) in c.await?? {
+            if claimed.insert(id, t).is_some() {
+                return Err(format!("job {id} claimed twice").into());
+            }
+        }
+    }
+    Ok(claimed)
+}
 
 pub(crate) async fn latency(url: String, queue: String, rate: f64, secs: f64, consumers: Consumers, samples: Option<String>) -> Res<()> {
     let producers = ((rate / 200.0).ceil() as usize).clamp(1, 16);
@@ -53,33 +123,7 @@ pub(crate) async fn latency(url: String, queue: String, rate: f64, secs: f64, co
         }
     }
     for c in 0..(if let Consumers::Sql(n) = consumers { n } else { 0 }) {
-        let client = connect(&url).await?;
-        let (queue, stop, claimed_n) = (queue.clone(), stop.clone(), claimed_n.clone());
-        cons.push(tokio::spawn(async move {
-            let claim = client
-                .prepare("SELECT id, lease_token FROM jq.claim($1, $2, 10, NULL, interval '1 second')")
-                .await?;
-            let complete = client.prepare("SELECT count(*) FROM jq.complete_many($1, $2)").await?;
-            let name = format!("lat{c}");
-            let mut seen = Seen::new();
-            while !stop.load(Ordering::Relaxed) {
-                let rows = client.query(&claim, &[&queue, &name]).await?;
-                let t = Instant::now();
-                let mut ids: Vec<i64> = Vec::with_capacity(rows.len());
-                let mut toks: Vec<uuid::Uuid> = Vec::with_capacity(rows.len());
-                for r in &rows {
-                    let id: i64 = r.get(0);
-                    seen.push((id, t));
-                    ids.push(id);
-                    toks.push(r.get(1));
-                }
-                if !ids.is_empty() {
-                    claimed_n.fetch_add(ids.len(), Ordering::Relaxed);
-                    client.query_one(&complete, &[&ids, &toks]).await?;
-                }
-            }
-            Res::Ok(seen)
-        }));
+        cons.push(sql_consumer(&url, &queue, format!("lat{c}"), &stop, &claimed_n, None).await?);
     }
 
     let mut prods = Vec::new();
@@ -106,19 +150,7 @@ pub(crate) async fn latency(url: String, queue: String, rate: f64, secs: f64, co
         sent.extend(p.await??);
     }
     // Let the consumers take the last jobs (at most 5 s), then stop them.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while claimed_n.load(Ordering::Relaxed) < sent.len() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    stop.store(true, Ordering::Relaxed);
-    let mut claimed = std::collections::HashMap::new();
-    for c in cons {
-        for (id, t) in c.await?? {
-            if claimed.insert(id, t).is_some() {
-                return Err(format!("job {id} claimed twice").into());
-            }
-        }
-    }
+    let claimed = collect_claims(cons, &stop, &claimed_n, sent.len(), Instant::now() + Duration::from_secs(5)).await?;
     let mut lat: Vec<f64> = Vec::new();
     let mut lat_send: Vec<f64> = Vec::new();
     let mut lines = String::new();

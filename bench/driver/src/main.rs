@@ -39,12 +39,20 @@
 //!     minute's (each minute spans one autovacuum cycle, `autovacuum_naptime` = 1 min); and the
 //!     spike, the largest 10-s window p99 over the first window's (a window that holds an
 //!     autovacuum of jq.jobs against one that does not).
+//! jq-bench pressure URL QUEUE SCHEDULE CONSUMERS OUTCSV   (src/pressure.rs; bench/pressure/run.py)
+//!     Open-loop producers (`jq.enqueue_many`, 10 jobs per call) at the rate of each SCHEDULE
+//!     segment (`SECS:RATE,…`, back to back) while CONSUMERS connections loop the latency
+//!     driver's long-poll claim + `jq.complete_many`. OUTCSV: one line per job, `t_s,pickup_ms`
+//!     (t_s: seconds since the driver started, at the claim), or `t_s,missing` (t_s at the
+//!     enqueue) for a job not claimed within 10 s of the schedule's end. Last stdout line:
+//!     `{"enqueued":N,"completed":M,"missing":K}`.
 //! ```
 
 mod args;
 mod awaiting;
 mod client;
 mod latency;
+mod pressure;
 mod soak;
 
 use tokio_postgres::{Client, NoTls};
@@ -53,6 +61,7 @@ use args::{arg, Consumers};
 use awaiting::await_latency;
 use client::client_drain;
 use latency::latency;
+use pressure::pressure;
 use soak::soak;
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
@@ -99,6 +108,7 @@ async fn main() -> Res<()> {
         Some("soak") => {
             soak(a[2].clone(), a[3].clone(), arg(&a, 4, "rate"), arg(&a, 5, "jobs"), arg(&a, 6, "consumers"), a[7].clone()).await
         }
-        _ => Err("usage: jq-bench latency URL QUEUE RATE SECS CONSUMERS|client:WORKERS:CONCURRENCY [SAMPLES_CSV] | client URL QUEUE WORKERS CONCURRENCY BATCH WARMUP SECS | soak URL QUEUE RATE JOBS CONSUMERS OUTCSV | await URL QUEUE JOBS AWAITERS WORKERS".into()),
+        Some("pressure") => pressure(a[2].clone(), a[3].clone(), a[4].clone(), arg(&a, 5, "consumers"), a[6].clone()).await,
+        _ => Err("usage: jq-bench latency URL QUEUE RATE SECS CONSUMERS|client:WORKERS:CONCURRENCY [SAMPLES_CSV] | client URL QUEUE WORKERS CONCURRENCY BATCH WARMUP SECS | soak URL QUEUE RATE JOBS CONSUMERS OUTCSV | await URL QUEUE JOBS AWAITERS WORKERS | pressure URL QUEUE SCHEDULE CONSUMERS OUTCSV".into()),
     }
 }
