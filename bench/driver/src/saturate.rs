@@ -1,7 +1,7 @@
 //! `jq-bench saturate`: many long-polling consumers at saturation.
 //!
-//! Producers keep about DEPTH jobs ready (`jq.enqueue_many`, SATURATE_CHUNK jobs per call,
-//! as fast as they go while the ready depth is under DEPTH) while CONSUMERS connections loop
+//! PRODUCERS connections (default 4) keep about DEPTH jobs ready (`jq.enqueue_many`,
+//! SATURATE_CHUNK jobs per call, as fast as they go while the ready depth is under DEPTH) while CONSUMERS connections loop
 //! `jq.claim(queue, …, n => 10, wait => '1 second')` + `jq.complete_many`. Over SECS seconds
 //! after a warm-up it measures, from the database: completed jobs/s (the completed rows of
 //! the queue at both ends of the window), the average ready depth (sampled every 50 ms), and
@@ -25,8 +25,8 @@ use super::{connect, Res};
 /// Jobs per `jq.enqueue_many` call: a batch of 10 makes 10 jobs claimable in one commit, the
 /// shape of the issue's producers (one call per 10 jobs).
 const SATURATE_CHUNK: i32 = 10;
-/// Producer connections: enough to outrun 64 consumers' claims on two cores.
-const PRODUCERS: usize = 4;
+/// Producer connections by default (the optional PRODUCERS argument).
+pub(crate) const PRODUCERS: usize = 4;
 /// Warm-up before the window: the consumers are connected and the depth reached.
 const WARMUP: Duration = Duration::from_secs(3);
 /// How often the ready depth is read.
@@ -80,8 +80,8 @@ async fn looks_and_sleeps(c: &Client) -> Res<Option<(i64, i64)>> {
 
 /// The producers: enqueue SATURATE_CHUNK jobs whenever the depth estimate is under `depth`.
 /// The estimate is the last sampled depth plus what was enqueued since, minus what was claimed.
-fn producers(url: &str, queue: &str, depth: i64, est: &Arc<AtomicI64>, stop: &Arc<AtomicBool>, n: &Arc<Counters>) -> Vec<tokio::task::JoinHandle<Res<()>>> {
-    (0..PRODUCERS)
+fn producers(url: &str, queue: &str, count: usize, depth: i64, est: &Arc<AtomicI64>, stop: &Arc<AtomicBool>, n: &Arc<Counters>) -> Vec<tokio::task::JoinHandle<Res<()>>> {
+    (0..count)
         .map(|_| {
             let (url, queue, est, stop, n) = (url.to_string(), queue.to_string(), est.clone(), stop.clone(), n.clone());
             tokio::spawn(async move {
@@ -161,13 +161,13 @@ async fn snap(mon: &Client, queue: &str, n: &Counters) -> Res<Snap> {
     })
 }
 
-pub(crate) async fn saturate(url: String, queue: String, depth: i64, count: usize, secs: f64) -> Res<()> {
+pub(crate) async fn saturate(url: String, queue: String, depth: i64, count: usize, secs: f64, producer_count: usize) -> Res<()> {
     let mon = connect(&url).await?;
     let n = Arc::new(Counters::default());
     let stop = Arc::new(AtomicBool::new(false));
     let est = Arc::new(AtomicI64::new(ready_depth(&mon, &queue).await?));
     let mut tasks = consumers(&url, &queue, count, &est, &stop, &n);
-    tasks.extend(producers(&url, &queue, depth, &est, &stop, &n));
+    tasks.extend(producers(&url, &queue, producer_count, depth, &est, &stop, &n));
 
     let sample_until = |until: Instant| {
         let (mon, queue, est) = (&mon, &queue, &est);
@@ -205,7 +205,7 @@ pub(crate) async fn saturate(url: String, queue: String, depth: i64, count: usiz
         _ => ("null".into(), "null".into()),
     };
     println!(
-        "{{\"consumers\":{count},\"depth\":{depth},\"secs\":{t:.2},\"completed_per_s\":{:.1},\"enqueued_per_s\":{:.1},\
+        "{{\"consumers\":{count},\"producers\":{producer_count},\"depth\":{depth},\"secs\":{t:.2},\"completed_per_s\":{:.1},\"enqueued_per_s\":{:.1},\
          \"ready_avg\":{depth_avg:.1},\"claims_per_job\":{},\"empty_claim_share\":{:.3},\"wakeups_per_job\":{wakeups_per_job},\
          \"batch_looks_per_job\":{looks_per_job},\"sleeps_per_job\":{sleeps_per_job}}}",
         done / t,

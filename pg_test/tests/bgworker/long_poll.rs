@@ -233,16 +233,18 @@ fn batch_waiters(db: &TestDb, n: usize, wait: &'static str) -> Vec<std::thread::
     waiters
 }
 
+/// The batch a long-poll registers, in jq._claim_wait_start.
+const WAIT_BATCH: &str = "CASE WHEN v_limited THEN 1 ELSE _claim_wait_start.n END";
+
 /// The negative controls of the two batch tests below break the batch a long-poll registers
 /// (jq._claim_wait_start): `wake_per_job` registers 1 (each job wakes a waiter, as before
 /// waiters registered their n), `wake_too_few` twice n (a commit wakes too few waiters).
 fn break_wait_batch(c: &mut Client) {
-    const BATCH: &str = "CASE WHEN v_limited THEN 1 ELSE _claim_wait_start.n END";
     if broken("wake_per_job") {
-        sabotage(c, "jq._claim_wait_start(text,interval,integer)", BATCH, "1", 1);
+        sabotage(c, "jq._claim_wait_start(text,interval,integer)", WAIT_BATCH, "1", 1);
     }
     if broken("wake_too_few") {
-        sabotage(c, "jq._claim_wait_start(text,interval,integer)", BATCH, "2 * _claim_wait_start.n", 1);
+        sabotage(c, "jq._claim_wait_start(text,interval,integer)", WAIT_BATCH, "2 * _claim_wait_start.n", 1);
     }
 }
 
