@@ -13,13 +13,13 @@
 #   pg_stat_activity's wait events of jq's backends every 100 ms during each cell and prints
 #   the most frequent (a profile of where the backends wait, not of where they compute).
 #   jq must be installed into PG_CONFIG's PostgreSQL (tools/install --release); the driver is
-#   built with cargo into target/release. JQ_BENCH_PORT [24470], JQ_BENCH_DATA [/tmp/jq-bench-many].
+#   built with cargo into target/release. JQ_BENCH_PORT [24475], JQ_BENCH_DATA [/tmp/jq-bench-many].
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds=${1:-3}; secs=${2:-15}; depth=${3:-4000}; cells=${CONSUMERS:-16 64}
 PG_CONFIG=${PG_CONFIG:-$(command -v pg_config || echo /usr/lib/postgresql/15/bin/pg_config)}
 export JQ_PG_BIN=$("$PG_CONFIG" --bindir)
-D=${JQ_BENCH_DATA:-/tmp/jq-bench-many}; P=${JQ_BENCH_PORT:-24470}
+D=${JQ_BENCH_DATA:-/tmp/jq-bench-many}; P=${JQ_BENCH_PORT:-24475}
 cargo build -q --release -p jq-bench
 bin=target/release/jq-bench
 source pg_test/cluster.sh
