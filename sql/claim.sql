@@ -141,7 +141,7 @@ BEGIN
         PERFORM jq._claim_bad_arguments(claim.n, claim.worker, claim.lease);
     END IF;
     IF claim.wait IS NOT NULL THEN
-        v_deadline := jq._claim_wait_start(claim.queue, claim.wait);
+        v_deadline := jq._claim_wait_start(claim.queue, claim.wait, claim.n);
     END IF;
     IF jq._claim_hint(claim.queue) THEN
         IF claim.n OPERATOR(pg_catalog.=) 1 THEN
@@ -435,27 +435,35 @@ COMMENT ON FUNCTION jq._claim_bad_arguments(integer, text, interval) IS
 -- (REPEATABLE READ, SERIALIZABLE) would let the cap be exceeded, so those are refused. A
 -- rate-limited queue's token bucket is read and written under the same lock, so claims across
 -- all workers share it (docs/flow-control.md; pg_test/tests/flow/rate_limits.rs).
-CREATE OR REPLACE FUNCTION jq._claim_wait_start(queue text, wait interval) RETURNS timestamptz
+CREATE OR REPLACE FUNCTION jq._claim_wait_start(queue text, wait interval, n integer) RETURNS timestamptz
 LANGUAGE plpgsql
 SET search_path = pg_catalog, jq, pg_temp
 SET jit = off
 AS $$
 DECLARE
     v_deadline timestamptz := jq._wait_deadline(_claim_wait_start.wait);
+    v_capped   boolean;
+    v_limited  boolean;
 BEGIN
     IF v_deadline IS NOT NULL THEN
-        -- Registered before the first look, so a commit after that look wakes us.
-        PERFORM jq._wait_register(ARRAY[_claim_wait_start.queue],
-            ARRAY[EXISTS (SELECT FROM jq.queues t WHERE t.name = _claim_wait_start.queue
-                          AND t.max_concurrency IS NOT NULL)]);
+        SELECT t.max_concurrency IS NOT NULL, t.max_concurrency IS NOT NULL OR t.rate_limit IS NOT NULL
+        INTO v_capped, v_limited
+        FROM jq.queues t WHERE t.name = _claim_wait_start.queue;
+        -- Registered before the first look, so a commit after that look wakes us. A look of
+        -- this claim takes up to n of the queue's jobs, so a commit wakes one such waiter per n
+        -- jobs (src/wakeup.rs, set_latches); a capped or rate-limited queue's look may take
+        -- fewer than it finds, so there each job wakes a waiter (batch 1).
+        PERFORM jq._wait_register_batch(ARRAY[_claim_wait_start.queue], ARRAY[coalesce(v_capped, false)],
+                                        CASE WHEN v_limited THEN 1 ELSE _claim_wait_start.n END);
     END IF;
     RETURN v_deadline;
 END $$;
-COMMENT ON FUNCTION jq._claim_wait_start(text, interval) IS
-'Internal: the start of a long-polling jq.claim on queue: validates wait (jq._wait_deadline) and, '
-'unless it is NULL or 0, registers the backend as a waiter for queue (as one waiting for a free '
-'slot when the queue is capped). Returns when waiting ends, or NULL (do not wait). Errors: as '
-'jq._wait_deadline.';
+COMMENT ON FUNCTION jq._claim_wait_start(text, interval, integer) IS
+'Internal: the start of a long-polling jq.claim of up to n jobs on queue: validates wait '
+'(jq._wait_deadline) and, unless it is NULL or 0, registers the backend as a waiter for queue '
+'(as one waiting for a free slot when the queue is capped) that a commit wakes for n of the jobs '
+'it makes claimable (for 1 on a capped or rate-limited queue). Returns when waiting ends, or NULL '
+'(do not wait). Errors: as jq._wait_deadline.';
 
 CREATE OR REPLACE FUNCTION jq._claim_gate(queue text, n integer, waiting boolean, cap integer, rate integer,
                                OUT allowed integer, OUT tokens double precision, OUT at timestamptz,

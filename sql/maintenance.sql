@@ -884,6 +884,10 @@ COMMENT ON FUNCTION jq._wait_register(text[], boolean[]) IS
 'Internal: registers this backend as waiting for jobs in queues (capped[i]: also for a running '
 'job of queues[i] ending) until jq._wait_done() or the end of the transaction, and resets its '
 'latch. Returns false when waiting must poll (jq not preloaded, or more than 4,096 processes).';
+COMMENT ON FUNCTION jq._wait_register_batch(text[], boolean[], integer) IS
+'Internal: as jq._wait_register for a waiter whose every look claims up to batch jobs of its '
+'queues: a commit that makes k jobs claimable wakes waiters until their batches cover k '
+'(batch below 1 counts as 1). Returns false when waiting must poll.';
 COMMENT ON FUNCTION jq._wait(timestamptz) IS
 'Internal: sleeps until woken or deadline (with jq not preloaded: at most jq.poll_interval), '
 'answering query cancel and termination. Returns false if deadline had passed.';
@@ -894,8 +898,9 @@ COMMENT ON FUNCTION jq._queue_bit(text) IS
 'worker to send its jq_ready NOTIFYs.';
 COMMENT ON FUNCTION jq._wakeups() IS
 'How many waiting claims were woken through shared memory since the server started (bigint; '
-'NULL without shared_preload_libraries). A commit that makes k jobs claimable wakes at most k '
-'waiters of their queue.';
+'NULL without shared_preload_libraries). A commit that makes k jobs claimable wakes waiters of '
+'their queue until the jobs each claims per look (its n) cover k: at most k waiters, one per n '
+'jobs for claims of n jobs.';
 COMMENT ON FUNCTION jq._status() IS
 'Internal: the background workers'' shared-memory table behind jq.status(), by database oid.';
 COMMENT ON FUNCTION jq._preloaded() IS

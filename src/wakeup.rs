@@ -18,6 +18,9 @@
 //! ([`Waiter::woken`]); waking one whose latch is still set would merge the second wakeup into
 //! the first and leave the other waiter asleep for its whole wait
 //! (`simultaneous_commits_wake_both_waiters_every_round` in pg_test/tests/bgworker/lost_wakeups.rs).
+//! A commit that makes k jobs claimable wakes waiters until their batches (the n each claims
+//! per look, [`Waiter::batch`]) cover k: one waiter of `n => 10` for an `enqueue_many` of 10
+//! jobs, not ten waiters of which nine find nothing ([`set_latches`]).
 //! Wakeups are hints: a woken claim re-runs the claim, and polling
 //! (`wait` running out) remains the correctness path. Without `shared_preload_libraries = 'jq'`
 //! waiting falls back to sleeping `jq.poll_interval` between looks.
@@ -55,6 +58,12 @@ pub struct Waiter {
     /// waiter of its own; a waiter that leaves still owing a look passes the wakeup on
     /// ([`stop_waiting`]).
     woken: AtomicU32,
+    /// How many ready jobs one look of this waiter claims (its `n`; 0 counts as 1): a committer
+    /// counts it against the jobs it wakes for ([`set_latches`]). Only a claim that takes up to
+    /// n jobs of its one queue whenever it finds them registers n > 1 (`jq._claim_wait_start`):
+    /// a multi-queue claim may fill its n from another queue, a capped or rate-limited one may
+    /// take fewer than it finds, and those register 1, so each job still wakes a waiter.
+    batch: AtomicU32,
 }
 
 /// The shared area of the wakeups.
@@ -222,18 +231,22 @@ fn wake(wakes: &[Pending], notify: bool) {
 struct Budget {
     /// The queue's waiter entry ([`QueueHash::low31`]).
     entry: u32,
-    /// Waiters of the queue to wake.
+    /// Jobs of the queue to wake waiters for (each woken waiter covers its batch).
     ready: u32,
     /// Waiters of the queue as a capped queue to wake.
     slot: u32,
 }
 
-/// Sets the latches of waiters of this database: for each entry, as many waiters of its queue
-/// as jobs became claimable (`ready`), plus as many waiting on it as a capped queue as running
-/// jobs ended (`slot`). Waking every waiter of a queue for each job would make N waiters run N
-/// claims per job, a thundering herd (`one_job_wakes_one_of_many_waiters` in
-/// pg_test/tests/bgworker/long_poll.rs). A waiter that was woken but leaves without claiming passes the
-/// wakeup on ([`stop_waiting`]).
+/// Sets the latches of waiters of this database: for each entry, waiters of its queue until
+/// their batches ([`Waiter::batch`]) cover the jobs that became claimable (`ready`), plus as
+/// many waiting on it as a capped queue as running jobs ended (`slot`). Waking every waiter of a
+/// queue for each job would make N waiters run N claims per job, a thundering herd
+/// (`one_job_wakes_one_of_many_waiters` in pg_test/tests/bgworker/long_poll.rs); waking one
+/// waiter per job when each claims up to n of them made n - 1 of every n woken claims find
+/// nothing (`a_batch_wakes_one_waiter_per_n_jobs`, same file). A woken waiter claims n jobs
+/// or every job it can find, so no job is left without a waiter on its way
+/// (`every_job_of_a_batch_is_claimed_without_waiting_out_the_wait`, same file). A waiter that
+/// was woken but leaves without claiming passes the wakeup on ([`stop_waiting`]).
 fn set_latches(mut budget: Vec<Budget>) {
     let Some(sh) = AREA.get() else { return };
     // Pairs with the waiter's registration (SeqCst RMW on `active` before it looks).
@@ -266,13 +279,18 @@ fn set_latches(mut budget: Vec<Budget>) {
         }
         let b = &mut budget[k];
         if ready {
-            b.ready -= 1;
+            b.ready = b.ready.saturating_sub(batch_of(w));
         } else {
             b.slot -= 1;
         }
         sh.wakeups.fetch_add(1, Ordering::Relaxed);
         backend::set_latch_of(i as i32);
     }
+}
+
+/// The jobs one look of waiter `w` claims (at least 1).
+fn batch_of(w: &Waiter) -> u32 {
+    w.batch.load(Ordering::Relaxed).max(1)
 }
 
 /// Makes waiter `w` (of database `db`) this committer's to wake. False when it still owes a
@@ -319,7 +337,8 @@ fn owed_by(w: &Waiter, budget: &[Budget]) -> Option<(usize, bool)> {
 /// ([`Waiter::woken`]) or its latch is set, a wakeup meant for it may be lost with it (it was
 /// woken for a job but is leaving without that job: its wait ran out, it was cancelled, it
 /// claimed something else, or a commit chose it after its last look), so the wakeup is passed
-/// on to one other waiter of its first queue (a spurious one at worst).
+/// on to other waiters of its first queue, for as many jobs as its batch (a spurious one at
+/// worst).
 fn stop_waiting() {
     if !WAITING.replace(false) {
         return;
@@ -332,6 +351,7 @@ fn stop_waiting() {
     let w = &sh.slots[me as usize];
     let count = w.count.load(Ordering::Relaxed);
     let first = (count != ALL_QUEUES && count > 0).then(|| w.hashes[0].load(Ordering::Relaxed) & !CAPPED_BIT);
+    let batch = w.batch.load(Ordering::Relaxed).max(1);
     w.db.store(0, Ordering::SeqCst);
     sh.active.fetch_sub(1, Ordering::SeqCst);
     // After the store: a committer that chose this waiter later sees it gone (claim_waiter).
@@ -339,7 +359,7 @@ fn stop_waiting() {
     // SAFETY: MyLatch is this backend's latch; reading its flag is what WaitLatch does.
     let latched = unsafe { std::ptr::read_volatile(&(*pg_sys::MyLatch).is_set) } != 0;
     if let (true, Some(entry)) = (owed || latched, first) {
-        set_latches(vec![Budget { entry, ready: 1, slot: 0 }]);
+        set_latches(vec![Budget { entry, ready: batch, slot: 0 }]);
     }
 }
 
@@ -407,10 +427,25 @@ fn _wake_on_abort(queue: &str) -> bool {
 
 /// `jq._wait_register(queues text[], capped boolean[])`: registers this backend as waiting for
 /// jobs in `queues` (capped[i]: also wake when a running job of queues[i] ends) and resets its
-/// latch. Lasts until [`_wait_done`] or the end of the transaction. Returns false when waiting
+/// latch; each look claims one job's worth of wakeups ([`_wait_register_batch`] with batch 1).
+/// Lasts until [`_wait_done`] or the end of the transaction. Returns false when waiting
 /// falls back to polling (jq not preloaded, or this backend's number is past the table).
 #[pg_extern(create_or_replace, volatile, parallel_unsafe)]
 fn _wait_register(queues: Vec<String>, capped: Vec<bool>) -> bool {
+    register(queues, capped, 1)
+}
+
+/// `jq._wait_register_batch(queues text[], capped boolean[], batch integer)`: as
+/// [`_wait_register`] for a waiter each of whose looks claims up to `batch` jobs (its n) of its
+/// queues whenever it finds them: a commit wakes it for that many of its jobs
+/// ([`Waiter::batch`]). `batch` below 1 counts as 1. Its own name, not a new argument of
+/// `_wait_register`: databases at jq 0.1.0 call that symbol with two arguments.
+#[pg_extern(create_or_replace, volatile, parallel_unsafe)]
+fn _wait_register_batch(queues: Vec<String>, capped: Vec<bool>, batch: i32) -> bool {
+    register(queues, capped, batch.max(1) as u32)
+}
+
+fn register(queues: Vec<String>, capped: Vec<bool>, batch: u32) -> bool {
     // SAFETY: MyLatch is this backend's latch.
     unsafe { pg_sys::ResetLatch(pg_sys::MyLatch) };
     let Some(sh) = AREA.get() else { return false };
@@ -424,6 +459,7 @@ fn _wait_register(queues: Vec<String>, capped: Vec<bool>) -> bool {
     let w = &sh.slots[me as usize];
     w.db.store(0, Ordering::Release);
     w.woken.store(0, Ordering::SeqCst);
+    w.batch.store(batch, Ordering::Relaxed);
     if queues.len() > WAITER_QUEUES {
         w.count.store(ALL_QUEUES, Ordering::Release);
     } else {

@@ -25,6 +25,7 @@
 //!     during the run are the ones the workers report completing, and none is left running.
 //!     A job released at shutdown may be claimed again by another worker still running: that
 //!     is a hand-back, not a duplicate (counted as `reclaimed`, not judged).
+//! jq-bench saturate URL QUEUE DEPTH CONSUMERS SECS [PRODUCERS]   (src/saturate.rs: many long-polling consumers)
 //! jq-bench soak URL QUEUE RATE JOBS CONSUMERS OUTCSV
 //!     Steady load: enqueues JOBS jobs at RATE jobs/s (open loop, 10 jobs per
 //!     `jq.enqueue_many` call) while CONSUMERS connections loop `jq.claim(queue, …, 10)` (no
@@ -53,6 +54,7 @@ mod awaiting;
 mod client;
 mod latency;
 mod pressure;
+mod saturate;
 mod soak;
 
 use tokio_postgres::{Client, NoTls};
@@ -104,6 +106,10 @@ async fn main() -> Res<()> {
         }
         Some("await") => {
             await_latency(a[2].clone(), a[3].clone(), arg(&a, 4, "jobs"), arg(&a, 5, "awaiters"), arg(&a, 6, "workers")).await
+        }
+        Some("saturate") => {
+            saturate::saturate(a[2].clone(), a[3].clone(), arg(&a, 4, "depth"), arg(&a, 5, "consumers"), arg(&a, 6, "secs"),
+                                 a.get(7).map_or(saturate::PRODUCERS, |_| arg(&a, 7, "producers"))).await
         }
         Some("soak") => {
             soak(a[2].clone(), a[3].clone(), arg(&a, 4, "rate"), arg(&a, 5, "jobs"), arg(&a, 6, "consumers"), a[7].clone()).await

@@ -204,6 +204,111 @@ fn one_job_wakes_one_of_many_waiters() {
     assert!(after - before <= 3, "one job woke {} waiters", after - before);
 }
 
+/// `n` waiting claims of up to 10 jobs each (`wait` as given) on queue `q` of `db`, each on its
+/// own connection in a thread that returns how many jobs it got; returns once all of them are
+/// asleep on their latch (wait event `Extension`: registered and past their first look).
+fn batch_waiters(db: &TestDb, n: usize, wait: &'static str) -> Vec<std::thread::JoinHandle<usize>> {
+    let waiters: Vec<_> = (0..n)
+        .map(|i| {
+            let name = db.name.clone();
+            std::thread::spawn(move || {
+                let mut w = Client::connect(&conninfo(&name), NoTls).unwrap();
+                let sql = format!("SELECT id FROM jq.claim('q', 'w{i}', n => 10, wait => '{wait}')");
+                w.query(sql.as_str(), &[]).unwrap().len()
+            })
+        })
+        .collect();
+    let mut c = db.connect();
+    let asleep = super::eventually(Duration::from_secs(10), || {
+        let k: i64 = c
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Extension'",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        k == n as i64
+    });
+    assert!(asleep.is_some(), "the {n} waiting claims did not all fall asleep");
+    waiters
+}
+
+/// The batch a long-poll registers, in jq._claim_wait_start.
+const WAIT_BATCH: &str = "CASE WHEN v_limited THEN 1 ELSE _claim_wait_start.n END";
+
+/// The negative controls of the two batch tests below break the batch a long-poll registers
+/// (jq._claim_wait_start): `wake_per_job` registers 1 (each job wakes a waiter, as before
+/// waiters registered their n), `wake_too_few` twice n (a commit wakes too few waiters).
+fn break_wait_batch(c: &mut Client) {
+    if broken("wake_per_job") {
+        sabotage(c, "jq._claim_wait_start(text,interval,integer)", WAIT_BATCH, "1", 1);
+    }
+    if broken("wake_too_few") {
+        sabotage(c, "jq._claim_wait_start(text,interval,integer)", WAIT_BATCH, "2 * _claim_wait_start.n", 1);
+    }
+}
+
+/// No herd of batch claims: an enqueue_many of 10 jobs wakes one of twelve waiters that each
+/// claim up to 10 (src/wakeup.rs, set_latches counts each woken waiter's n against the jobs).
+/// Before waiters registered their n, it woke ten of them and nine
+/// found nothing. Negative control `JQ_TEST_BREAK=wake_per_job` (each waiter registers a batch
+/// of 1): seen failing ("10 jobs woke 10 waiters").
+#[test]
+fn a_batch_wakes_one_waiter_per_n_jobs() {
+    let _counting = super::wakeup_counting();
+    // Not served by a maintenance worker ("bgw_" is the served prefix): only the commit wakes.
+    let db = TestDb::new("batchwake");
+    let mut c = db.connect();
+    break_wait_batch(&mut c);
+    c.batch_execute("SELECT jq.create_queue('q')").unwrap();
+    let waiters = batch_waiters(&db, 12, "3 s");
+    let before: i64 = c.query_one("SELECT jq._wakeups()", &[]).unwrap().get(0);
+    // The commit sets the latches before the statement returns: the counter is final here.
+    c.batch_execute("SELECT jq.enqueue_many('q', (SELECT jsonb_agg('{}'::jsonb) FROM generate_series(1, 10)))")
+        .unwrap();
+    let after: i64 = c.query_one("SELECT jq._wakeups()", &[]).unwrap().get(0);
+    let got: Vec<usize> = waiters.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(got.iter().sum::<usize>(), 10);
+    // Other tests run in parallel and wake their own waiters: allow a little slack.
+    assert!(after - before <= 3, "10 jobs woke {} waiters (jobs per waiter: {got:?})", after - before);
+}
+
+/// No job of a batch is left behind by the waiters' batches: 25 jobs committed at once with
+/// six waiters of up to 10 each wake three (10 + 10 + 5), and all 25 are claimed within
+/// seconds, not when the 20-s waits run out; ten rounds. Rounds, because any backend's latch is
+/// also set by PostgreSQL itself now and then (a DROP DATABASE of a test running in parallel
+/// signals every backend), which lets a stranded job be found by chance; a stranded job is
+/// caught by the first round with no such wake. Negative control `JQ_TEST_BREAK=wake_too_few`
+/// (waiters register twice their n, so the commit wakes two): seen failing alone ("round 1: 20
+/// of 25 jobs claimed") and in parallel with the rest of the target (in a later round).
+#[test]
+fn every_job_of_a_batch_is_claimed_without_waiting_out_the_wait() {
+    // Its wakeups (six a round) would land in the counts of the tests that count them.
+    let _counting = super::wakeup_counting();
+    let db = TestDb::new("batchall");
+    let mut c = db.connect();
+    break_wait_batch(&mut c);
+    c.batch_execute("SELECT jq.create_queue('q')").unwrap();
+    for round in 1..=10i64 {
+        let waiters = batch_waiters(&db, 6, "20 s");
+        c.batch_execute("SELECT jq.enqueue_many('q', (SELECT jsonb_agg('{}'::jsonb) FROM generate_series(1, 25)))")
+            .unwrap();
+        let (mut running, want) = (0i64, 28 * (round - 1) + 25);
+        super::eventually(Duration::from_secs(3), || {
+            running = c.query_one("SELECT count(*) FROM jq.jobs WHERE state = 'running'", &[]).unwrap().get(0);
+            running == want
+        });
+        assert_eq!(running, want, "round {round}: {} of 25 jobs claimed", running - 28 * (round - 1));
+        // The three woken waiters returned with their jobs; three commits of one job each wake
+        // the other three (each commit a waiter of its own).
+        for _ in 0..3 {
+            c.batch_execute("SELECT jq.enqueue('q', '{}')").unwrap();
+        }
+        let got: usize = waiters.into_iter().map(|h| h.join().unwrap()).sum();
+        assert_eq!(got, 28, "round {round}");
+    }
+}
+
 /// A claim rolled back to a savepoint hands its job back at once. Before the subtransaction
 /// callback existed the waiter only got the job when its wait ran out (seen with the same
 /// sequence in psql against that build: 8.0 s for an 8 s wait).

@@ -32,9 +32,10 @@ use std::time::{Duration, Instant};
 
 const TICK: Duration = Duration::from_secs(1);
 
-/// Held by the test that counts `jq._wakeups()` (a cluster-wide counter,
-/// long_poll.rs `one_job_wakes_one_of_many_waiters`) and by the test that sets a thousand
-/// latches (lost_wakeups.rs), so that the one's wakeups never land in the other's count (seen:
+/// Held by the tests that count `jq._wakeups()` (a cluster-wide counter,
+/// long_poll.rs `one_job_wakes_one_of_many_waiters` and `a_batch_wakes_one_waiter_per_n_jobs`)
+/// and by the tests that set many latches (lost_wakeups.rs; long_poll.rs
+/// `every_job_of_a_batch_is_claimed_without_waiting_out_the_wait`), so that the one's wakeups never land in the other's count (seen:
 /// "one job woke 202 waiters" with both running at once).
 static WAKEUP_COUNTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
