@@ -863,6 +863,12 @@ COMMENT ON FUNCTION jq._hint_advance(text, integer, timestamptz, bigint) IS
 'backend''s last jq._claim_hint (READ COMMITTED only); if the transaction rolls back, moves it '
 'back to that key. In any isolation level, the first job ends this backend''s turn to run the full '
 'claim. Returns true.';
+COMMENT ON FUNCTION jq._hint_watch(text) IS
+'Internal: called by a long-polling jq.claim about to sleep: when it must wake at the latest to '
+'look again, so that the queue''s periodic full claim (which finds a job left behind the '
+'claim-start hint) also runs while every consumer sleeps: the next due full claim, at most a '
+'second away, for one sleeping claim per queue (the watcher); NULL for the others, for a queue '
+'without a hint, and in a transaction with a transaction id.';
 COMMENT ON FUNCTION jq._hint_turn_end(text) IS
 'Internal: called by jq.claim right after a full claim that claimed nothing: if this backend had '
 'the turn to run the full claim of queue, it ends now, and the next full claim is due a second or '

@@ -14,8 +14,9 @@
 //! the hint's priority from that key on (an index range that starts there, so it never reads
 //! the dead head); if that finds fewer jobs than asked for, the rest comes from the priorities
 //! below the hint's (`p.priority < v_below` in jq.claim: a range that starts past the dead head
-//! too, so a shallow or empty queue does not walk it either). Capped and rate-limited queues,
-//! and long-polls (which may sleep next), take the rest with the full claim from the head.
+//! too, so a shallow or empty queue does not walk it either). Capped and rate-limited queues
+//! take the rest with the full claim from the head. A long-poll looks the same way, first and
+//! after each wakeup (`a_long_poll_during_a_held_snapshot_starts_past_the_dead_head`).
 //! Rules that keep the hint from hiding a job:
 //!
 //! - A claim moves the hint forward to the keys it claims (`jq._hint_advance`), only in READ
@@ -38,6 +39,12 @@
 //!   walks a long dead head is spaced out, so it never takes more than about a tenth of one
 //!   worker). So a job can be passed over for about a
 //!   second, longer only while an old snapshot is open; it is never lost.
+//! - A full claim runs only when a claim looks, and a long-poll asleep looks only when a commit
+//!   wakes it: with every consumer asleep, a job nothing wakes anyone for would wait for the
+//!   next wakeup or call. So one sleeping long-poll per queue (the watcher, [`_hint_watch`])
+//!   sleeps at most until the next full claim is due, and at most a second; its look then takes
+//!   the turn. A watcher that stops waiting passes the watch on by waking another waiter
+//!   (src/wakeup.rs). `a_sleeping_long_poll_claims_a_job_left_behind_the_hint`.
 //!
 //! Hints are an optimisation only: without `shared_preload_libraries = 'jq'` or with
 //! `jq.claim_hints = off` every claim is the full claim. A hint belongs to the tag
@@ -45,7 +52,7 @@
 //! hashes do: `queues_name_hash_idx`); slots are found by the tag, and two queues that share a
 //! slot only take it from each other.
 
-use crate::backend::{my_database, now_us};
+use crate::backend::{my_database, my_procno, now_us};
 use crate::gucs;
 use crate::queue_hash::QueueHash;
 use crate::shmem::{Area, Zeroable};
@@ -96,6 +103,11 @@ pub struct Hint {
     pub key: Key,
     /// When the next full claim of this queue is due (µs since 2000, PostgreSQL's epoch).
     pub full_due: i64,
+    /// The sleeping long-poll that wakes by `watch_until` to look again (`pgprocno + 1`; 0:
+    /// none): see [`_hint_watch`].
+    pub watcher: i32,
+    /// When the watcher wakes at the latest (µs since 2000).
+    pub watch_until: i64,
 }
 
 // SAFETY: integers and a bool: all-zero bytes are an unused slot.
@@ -152,6 +164,8 @@ thread_local! {
     static TURNS: RefCell<Vec<(u64, i64)>> = const { RefCell::new(Vec::new()) };
     /// Changes at commit (`.1 = false`) or at abort (`.1 = true`).
     static PENDING: RefCell<Vec<(u64, Change, bool)>> = const { RefCell::new(Vec::new()) };
+    /// The tag of the queue this backend watches while it sleeps in a long-poll (0: none).
+    static WATCH: Cell<u64> = const { Cell::new(0) };
 }
 
 /// The tag of queue `hash` in this database; never 0.
@@ -320,7 +334,8 @@ fn _hint_advance(queue: &str, priority: i32, run_at: TimestampWithTimeZone, id: 
             }
             if h.tag != tag {
                 // Unused or another queue's: ours now.
-                *h = Hint { tag, gen: h.gen + 1, valid: true, key, full_due: now + FULL_CLAIM_EVERY_US };
+                *h = Hint { tag, gen: h.gen + 1, valid: true, key, full_due: now + FULL_CLAIM_EVERY_US,
+                            watcher: 0, watch_until: 0 };
             } else if !h.valid || h.key.before(&key) {
                 h.valid = true;
                 h.key = key;
@@ -335,6 +350,63 @@ fn _hint_advance(queue: &str, priority: i32, run_at: TimestampWithTimeZone, id: 
         }
     }
     true
+}
+
+/// `jq._hint_watch(queue text) RETURNS timestamptz`: called by a long-polling jq.claim that
+/// found nothing and is about to sleep: when it must wake at the latest to look again (NULL:
+/// sleep until woken or its deadline).
+///
+/// A sleeping claim looks again only when a commit wakes it, and no commit wakes anyone for a
+/// job left behind the hint (a row another transaction held while claims passed it, released
+/// still ready). The queue's full claim, which finds such a job, runs only when a claim looks
+/// (`jq._claim_hint` gives it the turn): with every consumer asleep, none would. So one
+/// sleeping long-poll per queue, the watcher, caps its sleep at the next due full claim, at
+/// most [`FULL_CLAIM_EVERY_US`] away (a turn held by another claim, or a spaced one, may move
+/// it earlier), and its next look takes the turn. The others sleep until woken: one timed
+/// look per queue and second, not one per sleeper. The watch lasts until the watcher stops
+/// waiting ([`end_watch`], handed over to another waiter of the queue when the transaction ends); one not
+/// renewed a second after it was due is taken over. Only for a queue with a hint (without one
+/// every look is the full claim), for a registered waiter, and not in a transaction with a
+/// transaction id (it does not sleep: jq._claim_sleep). pg_test/tests/claim_hint.rs,
+/// a_sleeping_long_poll_claims_a_job_left_behind_the_hint.
+#[pg_extern(create_or_replace, volatile, parallel_unsafe)]
+fn _hint_watch(queue: &str) -> Option<TimestampWithTimeZone> {
+    let sh = AREA.get().filter(|_| gucs::CLAIM_HINTS.get() && crate::wakeup::waiting())?;
+    // SAFETY: reads this backend's transaction state.
+    if unsafe { pg_sys::GetTopTransactionIdIfAny() } != pg_sys::InvalidTransactionId {
+        return None;
+    }
+    let (tag, me, now) = (tag_of(QueueHash::of(queue)), my_procno() + 1, now_us());
+    let until = sh.slot(tag).with(|h| {
+        let watched = h.watcher != 0 && h.watcher != me && now <= h.watch_until + FULL_CLAIM_EVERY_US;
+        if h.tag != tag || !h.valid || watched {
+            return None;
+        }
+        h.watcher = me;
+        h.watch_until = h.full_due.clamp(now + 1_000, now + FULL_CLAIM_EVERY_US);
+        Some(h.watch_until)
+    });
+    if until.is_some() {
+        WATCH.set(tag);
+    }
+    TimestampWithTimeZone::try_from(until?).ok()
+}
+
+/// Ends this backend's watch (src/wakeup.rs, when its long-poll stops waiting): true when it
+/// held one, which src/wakeup.rs then hands over by waking another waiter of the queue when the
+/// transaction ends, so that a sleeper watches again (it looks, finds nothing and takes the
+/// watch as it sleeps). Until then a claim going to sleep may take it.
+pub fn end_watch() -> bool {
+    let tag = WATCH.replace(0);
+    let Some(sh) = AREA.get().filter(|_| tag != 0) else { return false };
+    let me = my_procno() + 1;
+    sh.slot(tag).with(|h| {
+        let mine = h.tag == tag && h.watcher == me;
+        if mine {
+            h.watcher = 0;
+        }
+        mine
+    })
 }
 
 /// Records `change` of the hint with `tag` for the end of the transaction: at its commit, or
