@@ -859,7 +859,7 @@ COMMENT ON FUNCTION jq._hint_id() IS
 'Internal: job id of the claim-start hint read by this backend''s last jq._claim_hint (NULL if none).';
 COMMENT ON FUNCTION jq._hint_advance(text, integer, timestamptz, bigint) IS
 'Internal: called by a claim for each job it claims: moves the queue''s claim-start hint forward to '
-'(priority, run_at, id) unless another transaction moved it back or cleared it since this '
+'(priority, run_at, id) unless another transaction made a job of the queue claimable or cleared the hint since this '
 'backend''s last jq._claim_hint (READ COMMITTED only); if the transaction rolls back, moves it '
 'back to that key. In any isolation level, the first job ends this backend''s turn to run the full '
 'claim. Returns true.';

@@ -41,16 +41,17 @@ ticks() {
 }
 phase() {
     q -c "VACUUM jq.jobs" -c "SELECT pg_stat_statements_reset()" >/dev/null
-    local done0 t0 out done1 t1
-    done0=$(q -c "SELECT count(*) FROM jq.execution_log" 2>/dev/null || echo 0)
+    local t0 out t1
     t0=$(ticks)
-    out=$("$driver" latency "postgresql://postgres@127.0.0.1:$P/jq" q $RATE $SECS $CONSUMERS)
+    out=$("$driver" latency "postgresql://postgres@127.0.0.1:$P/jq" q $RATE $SECS $CONSUMERS $D/samples.csv)
     t1=$(ticks)
     local jobs; jobs=$(q -c "SELECT count(*) FROM jq.jobs WHERE state = 'completed'")
+    local n=$((jobs - ${2:-0}))
     echo "== $1: $out"
-    echo "   db cpu: $(( (t1 - t0) * 1000000 / hz / (jobs - ${2:-0}) )) us/job over $((jobs - ${2:-0})) jobs; jq.jobs dead tuples: $(q -c "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'jq.jobs'::regclass")"
+    echo "   pickups over 100 ms: $(awk -F, '$1 > 100' $D/samples.csv | wc -l), over 500 ms: $(awk -F, '$1 > 500' $D/samples.csv | wc -l) of $(wc -l < $D/samples.csv)"
+    echo "   db cpu: $(( (t1 - t0) * 1000000 / hz / n )) us/job over $n jobs; jq.jobs dead tuples: $(q -c "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'jq.jobs'::regclass")"
     q -F ' ' -c "SELECT 'jq.claim', calls, round(mean_exec_time::numeric, 3) FROM pg_stat_statements WHERE toplevel AND query LIKE '%FROM jq.claim(%' ORDER BY calls DESC LIMIT 1" \
-      -c "SELECT 'claim statements (UPDATE/_claim_batch inside jq.claim)', sum(calls), round((sum(total_exec_time) / sum(calls))::numeric, 3), 'max statement mean', round(max(mean_exec_time)::numeric, 3) FROM pg_stat_statements WHERE NOT toplevel AND (query LIKE 'UPDATE jq.jobs j SET%state = %running%' OR query LIKE '%jq._claim_batch(%')" \
+      -c "SELECT 'claim statements inside jq.claim: calls', sum(calls), 'mean ms', round((sum(total_exec_time) / sum(calls))::numeric, 3), 'ms per job', round((sum(total_exec_time) / $n)::numeric, 3) FROM pg_stat_statements WHERE NOT toplevel AND (query LIKE 'UPDATE jq.jobs j SET%state = %running%' OR query LIKE '%jq._claim_batch(%')" \
       | sed 's/^/   /'
     LAST_JOBS=$jobs
 }

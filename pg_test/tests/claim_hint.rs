@@ -579,3 +579,60 @@ fn a_sleeping_long_poll_claims_a_job_left_behind_the_hint() {
     let lag = got.unwrap().2.saturating_duration_since(released);
     eprintln!("claimed {lag:?} after the release");
 }
+
+/// A job that becomes claimable while a claim runs, committed after that claim's snapshot and
+/// sorting between the hint and the job the claim takes, is the next claim's: its commit moves
+/// the hint's generation on, which cancels the running claim's move of the hint past it
+/// (src/claim_hint.rs, `apply`). Before, only a commit that moved the hint back did, so at a
+/// steady 800 jobs/s with 4 producers a few jobs in 10,000 (a producer whose statement began
+/// first and committed last) waited for the next full claim, up to a second
+/// (bench/experiments/longpoll_pinned.sh).
+///
+/// A trigger of this test's own delays the claim's UPDATE (pg_sleep, only in the session that sets
+/// `test.slow_claim`; it changes no row), so that the enqueue lands inside the claim.
+/// Seen failing against main's build (the generation moved only with the hint): "the next
+/// claim got job 3, not the job committed while the claim ran (4)".
+#[test]
+fn a_job_committed_while_a_claim_runs_is_not_passed_over() {
+    let db = TestDb::new("hint_race");
+    let mut c = db.connect();
+    c.batch_execute(
+        "SELECT jq.create_queue('rc');
+         SELECT jq.enqueue('rc', '{}', run_at => now() - interval '10 minutes');
+         SELECT jq.enqueue('rc', '{}', run_at => now() - interval '8 minutes');
+         SELECT jq.enqueue('rc', '{}', run_at => now() - interval '6 minutes');
+         CREATE FUNCTION public.slow_claim() RETURNS trigger LANGUAGE plpgsql
+             AS $$ BEGIN PERFORM pg_sleep(0.3); RETURN NEW; END $$;
+         CREATE TRIGGER slow_claim BEFORE UPDATE ON jq.jobs FOR EACH ROW
+             WHEN (NEW.state = 'running' AND current_setting('test.slow_claim', true) = 'on')
+             EXECUTE FUNCTION public.slow_claim();",
+    )
+    .expect("setup");
+    // The first job: the queue's hint is at it now.
+    let first = claim(&mut c, "rc", "w", 1, None);
+    assert!(complete(&mut c, &first[0]));
+    let mut slow = db.connect();
+    slow.batch_execute("SET test.slow_claim = on").unwrap();
+    let pid = backend_pid(&mut slow);
+    let claimer = std::thread::spawn(move || claim(&mut slow, "rc", "slow", 1, None)[0].id);
+    // The slow claim has its snapshot and is in its UPDATE (of the second job) when the
+    // enqueue commits a job that sorts between the first and the second.
+    let t = Instant::now();
+    while c.query_one("SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND wait_event = 'PgSleep'", &[&pid])
+        .unwrap()
+        .get::<_, i64>(0)
+        == 0
+    {
+        assert!(t.elapsed() < Duration::from_secs(10), "the slow claim never reached its UPDATE");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let late: i64 = c
+        .query_one("SELECT jq.enqueue('rc', '{}', run_at => now() - interval '9 minutes')", &[])
+        .unwrap()
+        .get(0);
+    let second = claimer.join().unwrap();
+    assert_eq!(second, first[0].id + 1, "the slow claim took the second job");
+    let next = claim(&mut c, "rc", "w", 1, None);
+    let got = next.first().map(|j| j.id).unwrap_or(-1);
+    assert_eq!(got, late, "the next claim got job {got}, not the job committed while the claim ran ({late})");
+}
