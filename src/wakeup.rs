@@ -358,9 +358,10 @@ fn stop_waiting() {
 /// transaction has ended (src/xact.rs), not when the claim stops waiting: a look woken before
 /// the claim's commit is visible raced it for the row it claimed (it locked the row's new,
 /// running version, which its recheck rejects, and then returned empty rather than sleep with a
-/// transaction id: seen in lost_wakeups.rs).
+/// transaction id: seen in lost_wakeups.rs). Under the negative control feature
+/// `break-watch-handover`, nobody is woken.
 fn hand_over_watch() {
-    if let Some(entry) = HANDOVER.take() {
+    if let Some(entry) = HANDOVER.take().filter(|_| !cfg!(feature = "break-watch-handover")) {
         set_latches(vec![Budget { entry, ready: 1, slot: 0 }]);
     }
 }

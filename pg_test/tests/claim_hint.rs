@@ -636,3 +636,32 @@ fn a_job_committed_while_a_claim_runs_is_not_passed_over() {
     let got = next.first().map(|j| j.id).unwrap_or(-1);
     assert_eq!(got, late, "the next claim got job {got}, not the job committed while the claim ran ({late})");
 }
+
+/// The watch passes from a sleeper that stops waiting to another: sleeper A goes to sleep first
+/// and watches the queue, sleeper B goes to sleep after it and does not (one timed look per
+/// queue, not one per sleeper); A's claim is cancelled; B, the queue's only consumer now, must
+/// still claim the jobs left behind the hint within a few seconds of their release (A's end
+/// woke B, which took the watch as it went back to sleep). In a database no maintenance worker
+/// serves.
+///
+/// Seen failing: a jq built with the cargo feature `break-watch-handover` (src/wakeup.rs: the
+/// watch is given up without waking anyone) → "the remaining sleeper got 0 jobs within 5 s of
+/// their release". (Run alone: a DROP DATABASE elsewhere in the cluster sets every backend's
+/// latch, and such a spurious wakeup can let the broken build pass when tests run in parallel.)
+#[test]
+fn a_watcher_that_stops_waiting_hands_the_watch_over() {
+    let db = TestDb::new("hint_handover");
+    let mut c = db.connect();
+    let mut holder = ten_held_behind_the_hint(&db, &mut c, "ho");
+    const SLEEP: &str = "SELECT id, lease_token FROM jq.claim('ho', 'sleeper', 10, wait => '30 s')";
+    let (a, _a_done) = long_poll(&db, "SELECT 1", SLEEP);
+    await_asleep(&mut c, a);
+    let (b, b_done) = long_poll(&db, "SELECT 1", SLEEP);
+    await_asleep(&mut c, b);
+    let cancelled: bool = c.query_one("SELECT pg_cancel_backend($1)", &[&a]).unwrap().get(0);
+    assert!(cancelled);
+    holder.batch_execute("COMMIT").expect("unlock");
+    let got = b_done.recv_timeout(Duration::from_secs(5));
+    let n = got.as_ref().map(|(n, _, _)| *n).unwrap_or(0);
+    assert_eq!(n, 10, "the remaining sleeper got {n} jobs within 5 s of their release");
+}
