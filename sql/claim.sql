@@ -98,7 +98,13 @@ COMMENT ON FUNCTION jq._note_claimed_created_at(text, integer, timestamptz, bigi
 --   snapshot was taken: docs/BENCHMARKS.md). pg_test/tests/claim_hint.rs,
 --   a_long_poll_during_a_held_snapshot_starts_past_the_dead_head.
 -- * The full claim, from the head of the queue (below the hint's priority after a hinted claim;
---   anywhere once the gate holds the queue row). A one-job copy found by ctid that claimed
+--   anywhere once the gate holds the queue row). A claim that took the turn (jq._hint_turn)
+--   runs it for one job, then claims the rest from the hint, which the full claim moved back to
+--   the queue's true head: while an old snapshot is open the full claim walks the whole dead
+--   head, and every job found by that walk waits for it (a full batch of 10 once a second was
+--   over 1% of the jobs at 800 jobs/s: the p99 pickup rose with the length of the hold;
+--   bench/experiments/longpoll_pinned.sh). A turn that finds nothing leaves nothing for the
+--   full claim below (v_below: an empty range) but a capped queue's locked claim. A one-job copy found by ctid that claimed
 --   nothing may have locked a row in a version newer than its snapshot: it looks again by id
 --   (the ctid fallback, see above). A full claim that took the turn (jq._claim_hint) and found
 --   nothing ends the turn now, not when this transaction ends or after a long-poll's sleep
@@ -198,6 +204,29 @@ BEGIN
             v_limit := claim.n OPERATOR(pg_catalog.-) v_hinted;  -- the full claim takes the rest (below)
         END IF;
         v_below := jq._hint_priority();
+    ELSIF jq._hint_turn() THEN
+        -- The turn: the full claim takes one job, and moves the hint back to it (the queue's true
+        -- head); the rest comes from there.
+        RETURN QUERY
+        SELECT * FROM jq._claim_batch(claim.queue, claim.worker, 1, claim.lease, false, NULL, NULL);
+        GET DIAGNOSTICS v_hinted = ROW_COUNT;
+        IF v_hinted OPERATOR(pg_catalog.=) 0 THEN
+            PERFORM jq._hint_turn_end(claim.queue);
+            v_below := -2147483648;  -- nothing claimable now: no second walk from the head below
+        ELSIF claim.n OPERATOR(pg_catalog.>) 1 AND jq._claim_hint(claim.queue) THEN
+            RETURN QUERY
+            SELECT * FROM jq._claim_batch(claim.queue, claim.worker, claim.n OPERATOR(pg_catalog.-) 1, claim.lease,
+                                          true, NULL, NULL);
+            GET DIAGNOSTICS v_got = ROW_COUNT;
+            v_hinted := v_hinted OPERATOR(pg_catalog.+) v_got;
+            v_below := jq._hint_priority();
+        END IF;
+        IF v_hinted OPERATOR(pg_catalog.=) claim.n THEN
+            IF v_deadline IS NOT NULL THEN PERFORM jq._wait_done(); END IF;
+            RETURN;
+        ELSIF v_hinted OPERATOR(pg_catalog.>) 0 THEN
+            v_limit := claim.n OPERATOR(pg_catalog.-) v_hinted;  -- the full claim takes the rest (below)
+        END IF;
     END IF;
 
     LOOP
@@ -269,6 +298,7 @@ BEGIN
     EXIT poll WHEN v_deadline IS NULL
                    OR NOT jq._claim_sleep(v_deadline, LEAST(v_token_at, jq._hint_watch(claim.queue)));
     v_token_at := NULL;
+    v_limit := NULL;
     v_below := NULL;  -- woken: look again from the hint (above), else from the head
     END LOOP poll;
 END $$;
@@ -556,6 +586,9 @@ COMMENT ON FUNCTION jq._claim_gate(text, integer, boolean, integer, integer) IS
 -- hold; with one (also: the caller's transaction wrote or locked rows before the call) the claim
 -- returns what it found, nothing, instead of sleeping, and the caller's next call, in a new
 -- transaction, waits. pg_test/tests/robustness/lock_order.rs, a_long_poll_never_sleeps_holding_row_locks.
+-- token_at is when to look again at the latest, before the deadline: the next rate token, or
+-- for the queue's watcher the next due full claim (jq._hint_watch); one already past means look
+-- again now, not the end of the wait.
 CREATE OR REPLACE FUNCTION jq._claim_sleep(deadline timestamptz, token_at timestamptz) RETURNS boolean
 LANGUAGE plpgsql
 SET search_path = pg_catalog, jq, pg_temp
@@ -572,9 +605,11 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION jq._claim_sleep(timestamptz, timestamptz) IS
 'Internal: the sleep of a long-polling jq.claim that found nothing: until a wakeup for its '
-'queue, deadline or token_at (the next rate token; NULL: none), whichever comes first. True when '
-'woken before the deadline (look again); false, after ending the wait (jq._wait_done), when the '
-'deadline passed or the transaction has a transaction id (it never sleeps holding row locks).';
+'queue, deadline or token_at (when to look again at the latest: the next rate token, or the '
+'queue''s next due full claim for its watcher; NULL: none), whichever comes first. True when '
+'woken or token_at came before the deadline (look again); false, after ending the wait '
+'(jq._wait_done), when the deadline passed or the transaction has a transaction id (it never '
+'sleeps holding row locks).';
 
 CREATE OR REPLACE FUNCTION jq._wait_deadline(wait interval) RETURNS timestamptz
 LANGUAGE plpgsql

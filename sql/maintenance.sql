@@ -863,6 +863,10 @@ COMMENT ON FUNCTION jq._hint_advance(text, integer, timestamptz, bigint) IS
 'backend''s last jq._claim_hint (READ COMMITTED only); if the transaction rolls back, moves it '
 'back to that key. In any isolation level, the first job ends this backend''s turn to run the full '
 'claim. Returns true.';
+COMMENT ON FUNCTION jq._hint_turn() IS
+'Internal: whether this backend''s last jq._claim_hint gave it the turn to run the full claim '
+'(jq.claim then claims one job: its full claim may walk a long dead head, and the jobs it '
+'returns wait for the walk).';
 COMMENT ON FUNCTION jq._hint_watch(text) IS
 'Internal: called by a long-polling jq.claim about to sleep: when it must wake at the latest to '
 'look again, so that the queue''s periodic full claim (which finds a job left behind the '

@@ -257,6 +257,13 @@ fn _hint_turn_end(queue: &str) -> bool {
     true
 }
 
+/// `jq._hint_turn() RETURNS boolean`: whether the last `jq._claim_hint` of this backend gave it
+/// the turn to run the full claim (jq.claim then claims one job: sql/claim.sql).
+#[pg_extern(create_or_replace, stable, parallel_unsafe)]
+fn _hint_turn() -> bool {
+    SEEN.get().turn_at > 0
+}
+
 /// `jq._hint_priority() RETURNS integer`: the priority of the hint read by the last
 /// `jq._claim_hint` (NULL when it returned false).
 #[pg_extern(create_or_replace, stable, parallel_unsafe)]

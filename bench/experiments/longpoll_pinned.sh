@@ -7,7 +7,9 @@
 # Per phase: the driver's JSON (pickup p50/p99 from the enqueue's commit), the calls and mean time
 # of jq.claim and of the claim statements inside it (pg_stat_statements, track = all), the
 # database's CPU per job (utime + stime of the postmaster's children, live and reaped, from /proc)
-# and jq.jobs' dead tuples at the phase's end. A quick A/B: run it against two builds installed
+# jq.jobs' dead tuples at the phase's end and the entries of jobs_claim_idx read per job. The
+# held phase runs as two halves (one driver run each, the xid held across both), so that growth
+# with the jobs finished since the horizon was pinned shows. A quick A/B: run it against two builds installed
 # into two PostgreSQL copies (PG_CONFIG), one after the other, on the same machine.
 # Usage: [PG_CONFIG=...] [RATE=800] [SECS=60] [CONSUMERS=32] bench/experiments/longpoll_pinned.sh
 #   JQ_BENCH_PORT (default 24468), JQ_BENCH_DATA (default /tmp/jq-bench-exp-longpoll); the driver
@@ -39,17 +41,21 @@ ticks() {
     done
     echo $t
 }
+# Entries of jobs_claim_idx read since the server started (all scans of it: claims, the full
+# claims among them, and the long-poll's lock-free looks; pg_stat_user_indexes).
+idx_reads() { q -c "SELECT pg_stat_get_tuples_returned('jq.jobs_claim_idx'::regclass)"; }
 phase() {
-    q -c "VACUUM jq.jobs" -c "SELECT pg_stat_statements_reset()" >/dev/null
-    local t0 out t1
-    t0=$(ticks)
-    out=$("$driver" latency "postgresql://postgres@127.0.0.1:$P/jq" q $RATE $SECS $CONSUMERS $D/samples.csv)
-    t1=$(ticks)
+    [ "${3:-}" = novacuum ] || q -c "VACUUM jq.jobs" >/dev/null
+    q -c "SELECT pg_stat_statements_reset()" >/dev/null
+    local t0 out t1 r0 r1
+    t0=$(ticks); r0=$(idx_reads)
+    out=$("$driver" latency "postgresql://postgres@127.0.0.1:$P/jq" q $RATE ${4:-$SECS} $CONSUMERS $D/samples.csv)
+    t1=$(ticks); sleep 1.5; r1=$(idx_reads)
     local jobs; jobs=$(q -c "SELECT count(*) FROM jq.jobs WHERE state = 'completed'")
     local n=$((jobs - ${2:-0}))
     echo "== $1: $out"
     echo "   pickups over 100 ms: $(awk -F, '$1 > 100' $D/samples.csv | wc -l), over 500 ms: $(awk -F, '$1 > 500' $D/samples.csv | wc -l) of $(wc -l < $D/samples.csv)"
-    echo "   db cpu: $(( (t1 - t0) * 1000000 / hz / n )) us/job over $n jobs; jq.jobs dead tuples: $(q -c "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'jq.jobs'::regclass")"
+    echo "   db cpu: $(( (t1 - t0) * 1000000 / hz / n )) us/job over $n jobs; jq.jobs dead tuples: $(q -c "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'jq.jobs'::regclass"); jobs_claim_idx entries read per job: $(( (r1 - r0) / n ))"
     q -F ' ' -c "SELECT 'jq.claim', calls, round(mean_exec_time::numeric, 3) FROM pg_stat_statements WHERE toplevel AND query LIKE '%FROM jq.claim(%' ORDER BY calls DESC LIMIT 1" \
       -c "SELECT 'claim statements inside jq.claim: calls', sum(calls), 'mean ms', round((sum(total_exec_time) / sum(calls))::numeric, 3), 'ms per job', round((sum(total_exec_time) / $n)::numeric, 3) FROM pg_stat_statements WHERE NOT toplevel AND (query LIKE 'UPDATE jq.jobs j SET%state = %running%' OR query LIKE '%jq._claim_batch(%')" \
       | sed 's/^/   /'
@@ -64,7 +70,10 @@ exec 3> $D/hold.fifo
 echo "BEGIN; SELECT txid_current();" >&3
 sleep 1
 echo "   holder: $(q -c "SELECT state, backend_xid IS NOT NULL FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND backend_xid IS NOT NULL")"
-phase "xid held" $LAST_JOBS
+# Two halves, the xid held across both: a claim whose cost grew with the jobs finished since
+# the horizon was pinned reads more entries per job in the second.
+phase "xid held, first half" $LAST_JOBS novacuum $((SECS / 2))
+phase "xid held, second half" $LAST_JOBS novacuum $((SECS / 2))
 echo "COMMIT;" >&3
 exec 3>&-
 wait $hold

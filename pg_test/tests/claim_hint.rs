@@ -107,7 +107,8 @@ fn a_shallow_queue_claim_during_a_held_snapshot_skips_the_dead_head_too() {
     let db = TestDb::new("hint_shallow");
     let mut c = db.connect();
     if broken("no_hint_below") {
-        sabotage(&mut c, CLAIM, "v_below := jq._hint_priority();", "v_below := NULL;", 1);
+        sabotage(&mut c, CLAIM, "END IF;\n        v_below := jq._hint_priority();\n    ELSIF",
+                 "END IF;\n        v_below := NULL;\n    ELSIF", 1);
     }
     let mut holder = dead_head(&db, &mut c, "hs", 20_000);
     // As above, the best of three: one probe may be the periodic full claim.
@@ -391,7 +392,7 @@ fn the_turn_ends_with_the_full_claim_statement_not_its_transaction() {
     let db = TestDb::new("hint_turn_stmt");
     let mut c = db.connect();
     if broken("turn_until_commit") {
-        sabotage(&mut c, CLAIM, "PERFORM jq._hint_turn_end(claim.queue);", "NULL;", 1);
+        sabotage(&mut c, CLAIM, "PERFORM jq._hint_turn_end(claim.queue);", "NULL;", 2);
     }
     let mut holder = ten_held_behind_the_hint(&db, &mut c, "ts");
     std::thread::sleep(std::time::Duration::from_millis(1100));
@@ -503,16 +504,17 @@ fn long_poll(db: &TestDb, setup: &'static str, sql: &'static str) -> (i32, mpsc:
 /// queue's periodic full claim.
 ///
 /// Seen failing with main's behaviour (a long-poll took the rest from the head, and its woken
-/// look skipped the hint): `JQ_TEST_BREAK=long_poll_from_the_head` (both brought back) →
-/// "first looks read [20001, 20001, 20001] entries, woken looks read [20001, 20001, 20001]
-/// entries of jobs_claim_idx" (figures in the comment of the test's first run).
+/// look skipped the hint): against main's build, "first looks read [20002, 20004, 20005]
+/// entries, woken looks read [40017, 40016, 40018] entries of jobs_claim_idx";
+/// `JQ_TEST_BREAK=long_poll_from_the_head` (both brought back in this build) → "[20002, 20004,
+/// 20004] … [40017, 40016, 60027]".
 #[test]
 fn a_long_poll_during_a_held_snapshot_starts_past_the_dead_head() {
     let db = TestDb::new("hint_long_poll");
     let mut c = db.connect();
     if broken("long_poll_from_the_head") {
-        sabotage(&mut c, CLAIM, "v_below := jq._hint_priority();",
-                 "v_below := CASE WHEN v_deadline IS NULL THEN jq._hint_priority() END;", 1);
+        sabotage(&mut c, CLAIM, "END IF;\n        v_below := jq._hint_priority();\n    ELSIF",
+                 "END IF;\n        v_below := CASE WHEN v_deadline IS NULL THEN jq._hint_priority() END;\n    ELSIF", 1);
         // The woken look skipped the hint: v_hinted is 0 from the first look's hinted claim.
         sabotage(&mut c, CLAIM, "IF jq._claim_hint(claim.queue) THEN",
                  "IF v_hinted IS NULL AND jq._claim_hint(claim.queue) THEN", 1);
