@@ -31,9 +31,10 @@
 //!   for the job (src/xact.rs runs [`at_commit`] before the wakeups), so a woken claim does too. Moving back rather than clearing
 //!   matters: a cleared hint sends every claim of the queue to the full claim at once, which
 //!   while an old snapshot is open means every worker walking the whole dead head.
-//! - Whatever slips through (a job committed while a claim ran, a row skipped because a
-//!   non-claim transaction had it locked): now and then one claim ignores the hint and runs the
-//!   full claim, which takes jobs in true order and sets the hint anew. One claim of a queue at
+//! - Whatever slips through (a row skipped because a non-claim transaction had it locked, a
+//!   race): now and then one claim ignores the hint and runs the full claim for one job, the
+//!   queue's true head, and sets the hint anew there; the rest of its batch comes from the hint
+//!   (one job only: every job the full claim finds waits for its walk of the dead head). One claim of a queue at
 //!   a time (its turn ends with its statement: at the first job it claims, right after it if
 //!   it claims none, or when a failed one's (sub)transaction ends), at least a second after
 //!   the previous one and at least ten times that one's duration after it (a full claim that
