@@ -95,7 +95,7 @@ COMMENT ON FUNCTION jq._note_claimed_created_at(text, integer, timestamptz, bigi
 --   full claim (jq._claim_hint) stays the safety net. A long-poll too, on every look: the
 --   first and each after a wakeup (at 800 jobs/s with 32 waiters nearly every claim is a
 --   woken look; taking the rest from the head made each walk every entry dead since an old
---   snapshot was taken: docs/BENCHMARKS.md). pg_test/tests/claim_hint.rs,
+--   snapshot was taken: bench/experiments/longpoll_pinned.sh). pg_test/tests/claim_hint.rs,
 --   a_long_poll_during_a_held_snapshot_starts_past_the_dead_head.
 -- * The full claim, from the head of the queue (below the hint's priority after a hinted claim;
 --   anywhere once the gate holds the queue row). A claim that took the turn (jq._hint_turn)
@@ -104,9 +104,9 @@ COMMENT ON FUNCTION jq._note_claimed_created_at(text, integer, timestamptz, bigi
 --   head, and every job found by that walk waits for it (a full batch of 10 once a second was
 --   over 1% of the jobs at 800 jobs/s: the p99 pickup rose with the length of the hold;
 --   bench/experiments/longpoll_pinned.sh). A turn that finds nothing leaves nothing for the
---   full claim below (v_below: an empty range) but a capped queue's locked claim. A one-job copy found by ctid that claimed
---   nothing may have locked a row in a version newer than its snapshot: it looks again by id
---   (the ctid fallback, see above). A full claim that took the turn (jq._claim_hint) and found
+--   full claim below (v_below: an empty range) but a capped queue's locked claim. A one-job
+--   copy found by ctid that claimed nothing may have locked a row in a version newer than its
+--   snapshot: it looks again by id (the ctid fallback, see above). A full claim that took the turn (jq._claim_hint) and found
 --   nothing ends the turn now, not when this transaction ends or after a long-poll's sleep
 --   (jq._hint_turn_end; pg_test/tests/claim_hint.rs,
 --   the_turn_ends_with_the_full_claim_statement_not_its_transaction). A rate-limited claim,
