@@ -859,10 +859,20 @@ COMMENT ON FUNCTION jq._hint_id() IS
 'Internal: job id of the claim-start hint read by this backend''s last jq._claim_hint (NULL if none).';
 COMMENT ON FUNCTION jq._hint_advance(text, integer, timestamptz, bigint) IS
 'Internal: called by a claim for each job it claims: moves the queue''s claim-start hint forward to '
-'(priority, run_at, id) unless another transaction moved it back or cleared it since this '
+'(priority, run_at, id) unless another transaction made a job of the queue claimable or cleared the hint since this '
 'backend''s last jq._claim_hint (READ COMMITTED only); if the transaction rolls back, moves it '
 'back to that key. In any isolation level, the first job ends this backend''s turn to run the full '
 'claim. Returns true.';
+COMMENT ON FUNCTION jq._hint_turn() IS
+'Internal: whether this backend''s last jq._claim_hint gave it the turn to run the full claim '
+'(jq.claim then claims one job: its full claim may walk a long dead head, and the jobs it '
+'returns wait for the walk).';
+COMMENT ON FUNCTION jq._hint_watch(text) IS
+'Internal: called by a long-polling jq.claim about to sleep: when it must wake at the latest to '
+'look again, so that the queue''s periodic full claim (which finds a job left behind the '
+'claim-start hint) also runs while every consumer sleeps: the next due full claim, at most a '
+'second away, for one sleeping claim per queue (the watcher); NULL for the others, for a queue '
+'without a hint, and in a transaction with a transaction id.';
 COMMENT ON FUNCTION jq._hint_turn_end(text) IS
 'Internal: called by jq.claim right after a full claim that claimed nothing: if this backend had '
 'the turn to run the full claim of queue, it ends now, and the next full claim is due a second or '

@@ -14,13 +14,15 @@
 //! the hint's priority from that key on (an index range that starts there, so it never reads
 //! the dead head); if that finds fewer jobs than asked for, the rest comes from the priorities
 //! below the hint's (`p.priority < v_below` in jq.claim: a range that starts past the dead head
-//! too, so a shallow or empty queue does not walk it either). Capped and rate-limited queues,
-//! and long-polls (which may sleep next), take the rest with the full claim from the head.
+//! too, so a shallow or empty queue does not walk it either). Capped and rate-limited queues
+//! take the rest with the full claim from the head. A long-poll looks the same way, first and
+//! after each wakeup (`a_long_poll_during_a_held_snapshot_starts_past_the_dead_head`).
 //! Rules that keep the hint from hiding a job:
 //!
 //! - A claim moves the hint forward to the keys it claims (`jq._hint_advance`), only in READ
 //!   COMMITTED (its snapshot is taken after it read the hint) and only if no other transaction
-//!   moved the hint back since it read it (a generation counter).
+//!   made a job claimable or cleared the hint since it read it (a generation counter): a job
+//!   committed after the claim's snapshot may sort before the keys it claims.
 //! - A path that makes a job claimable and knows where it sorts (enqueue, promotion, release,
 //!   reaping, snooze, a key slot handing over, and a claim that rolls back) moves the hint back
 //!   to the job if the job sorts before it; the others (a retry or a failure due at once,
@@ -29,15 +31,22 @@
 //!   for the job (src/xact.rs runs [`at_commit`] before the wakeups), so a woken claim does too. Moving back rather than clearing
 //!   matters: a cleared hint sends every claim of the queue to the full claim at once, which
 //!   while an old snapshot is open means every worker walking the whole dead head.
-//! - Whatever slips through (a job committed while a claim ran, a row skipped because a
-//!   non-claim transaction had it locked): now and then one claim ignores the hint and runs the
-//!   full claim, which takes jobs in true order and sets the hint anew. One claim of a queue at
+//! - Whatever slips through (a row skipped because a non-claim transaction had it locked, a
+//!   race): now and then one claim ignores the hint and runs the full claim for one job, the
+//!   queue's true head, and sets the hint anew there; the rest of its batch comes from the hint
+//!   (one job only: every job the full claim finds waits for its walk of the dead head). One claim of a queue at
 //!   a time (its turn ends with its statement: at the first job it claims, right after it if
 //!   it claims none, or when a failed one's (sub)transaction ends), at least a second after
 //!   the previous one and at least ten times that one's duration after it (a full claim that
 //!   walks a long dead head is spaced out, so it never takes more than about a tenth of one
 //!   worker). So a job can be passed over for about a
 //!   second, longer only while an old snapshot is open; it is never lost.
+//! - A full claim runs only when a claim looks, and a long-poll asleep looks only when a commit
+//!   wakes it: with every consumer asleep, a job nothing wakes anyone for would wait for the
+//!   next wakeup or call. So one sleeping long-poll per queue (the watcher, [`_hint_watch`])
+//!   sleeps at most until the next full claim is due, and at most a second; its look then takes
+//!   the turn. A watcher that stops waiting passes the watch on by waking another waiter
+//!   (src/wakeup.rs). `a_sleeping_long_poll_claims_a_job_left_behind_the_hint`.
 //!
 //! Hints are an optimisation only: without `shared_preload_libraries = 'jq'` or with
 //! `jq.claim_hints = off` every claim is the full claim. A hint belongs to the tag
@@ -45,7 +54,7 @@
 //! hashes do: `queues_name_hash_idx`); slots are found by the tag, and two queues that share a
 //! slot only take it from each other.
 
-use crate::backend::{my_database, now_us};
+use crate::backend::{my_database, my_procno, now_us};
 use crate::gucs;
 use crate::queue_hash::QueueHash;
 use crate::shmem::{Area, Zeroable};
@@ -96,6 +105,11 @@ pub struct Hint {
     pub key: Key,
     /// When the next full claim of this queue is due (µs since 2000, PostgreSQL's epoch).
     pub full_due: i64,
+    /// The sleeping long-poll that wakes by `watch_until` to look again (`pgprocno + 1`; 0:
+    /// none): see [`_hint_watch`].
+    pub watcher: i32,
+    /// When the watcher wakes at the latest (µs since 2000).
+    pub watch_until: i64,
 }
 
 // SAFETY: integers and a bool: all-zero bytes are an unused slot.
@@ -152,6 +166,8 @@ thread_local! {
     static TURNS: RefCell<Vec<(u64, i64)>> = const { RefCell::new(Vec::new()) };
     /// Changes at commit (`.1 = false`) or at abort (`.1 = true`).
     static PENDING: RefCell<Vec<(u64, Change, bool)>> = const { RefCell::new(Vec::new()) };
+    /// The tag of the queue this backend watches while it sleeps in a long-poll (0: none).
+    static WATCH: Cell<u64> = const { Cell::new(0) };
 }
 
 /// The tag of queue `hash` in this database; never 0.
@@ -242,6 +258,13 @@ fn _hint_turn_end(queue: &str) -> bool {
     true
 }
 
+/// `jq._hint_turn() RETURNS boolean`: whether the last `jq._claim_hint` of this backend gave it
+/// the turn to run the full claim (jq.claim then claims one job: sql/claim.sql).
+#[pg_extern(create_or_replace, stable, parallel_unsafe)]
+fn _hint_turn() -> bool {
+    SEEN.get().turn_at > 0
+}
+
 /// `jq._hint_priority() RETURNS integer`: the priority of the hint read by the last
 /// `jq._claim_hint` (NULL when it returned false).
 #[pg_extern(create_or_replace, stable, parallel_unsafe)]
@@ -269,7 +292,7 @@ fn _hint_id() -> Option<i64> {
 
 /// `jq._hint_advance(queue text, priority integer, run_at timestamptz, id bigint) RETURNS
 /// boolean`: called by a claim for each job it claims; moves `queue`'s hint forward to that key
-/// if no transaction moved it back or cleared it since this backend's last `jq._claim_hint`,
+/// if no transaction made a job of the queue claimable or cleared the hint since this backend's last `jq._claim_hint`,
 /// and only under READ COMMITTED; if the transaction rolls back, moves the hint back to the key.
 /// In any isolation level, the first job ends this backend's turn to run the full claim.
 /// Always true.
@@ -316,11 +339,12 @@ fn _hint_advance(queue: &str, priority: i32, run_at: TimestampWithTimeZone, id: 
                 return if moved { None } else { Some(h.gen) };
             }
             if h.tag != seen.slot_tag || h.gen != seen.gen {
-                return None;  // moved back, cleared or taken since we read it
+                return None;  // a job made claimable, cleared or taken since we read it
             }
             if h.tag != tag {
                 // Unused or another queue's: ours now.
-                *h = Hint { tag, gen: h.gen + 1, valid: true, key, full_due: now + FULL_CLAIM_EVERY_US };
+                *h = Hint { tag, gen: h.gen + 1, valid: true, key, full_due: now + FULL_CLAIM_EVERY_US,
+                            watcher: 0, watch_until: 0 };
             } else if !h.valid || h.key.before(&key) {
                 h.valid = true;
                 h.key = key;
@@ -335,6 +359,63 @@ fn _hint_advance(queue: &str, priority: i32, run_at: TimestampWithTimeZone, id: 
         }
     }
     true
+}
+
+/// `jq._hint_watch(queue text) RETURNS timestamptz`: called by a long-polling jq.claim that
+/// found nothing and is about to sleep: when it must wake at the latest to look again (NULL:
+/// sleep until woken or its deadline).
+///
+/// A sleeping claim looks again only when a commit wakes it, and no commit wakes anyone for a
+/// job left behind the hint (a row another transaction held while claims passed it, released
+/// still ready). The queue's full claim, which finds such a job, runs only when a claim looks
+/// (`jq._claim_hint` gives it the turn): with every consumer asleep, none would. So one
+/// sleeping long-poll per queue, the watcher, caps its sleep at the next due full claim, at
+/// most [`FULL_CLAIM_EVERY_US`] away (a turn held by another claim, or a spaced one, may move
+/// it earlier), and its next look takes the turn. The others sleep until woken: one timed
+/// look per queue and second, not one per sleeper. The watch lasts until the watcher stops
+/// waiting ([`end_watch`], handed over to another waiter of the queue when the transaction ends); one not
+/// renewed a second after it was due is taken over. Only for a queue with a hint (without one
+/// every look is the full claim), for a registered waiter, and not in a transaction with a
+/// transaction id (it does not sleep: jq._claim_sleep). pg_test/tests/claim_hint.rs,
+/// a_sleeping_long_poll_claims_a_job_left_behind_the_hint.
+#[pg_extern(create_or_replace, volatile, parallel_unsafe)]
+fn _hint_watch(queue: &str) -> Option<TimestampWithTimeZone> {
+    let sh = AREA.get().filter(|_| gucs::CLAIM_HINTS.get() && crate::wakeup::waiting())?;
+    // SAFETY: reads this backend's transaction state.
+    if unsafe { pg_sys::GetTopTransactionIdIfAny() } != pg_sys::InvalidTransactionId {
+        return None;
+    }
+    let (tag, me, now) = (tag_of(QueueHash::of(queue)), my_procno() + 1, now_us());
+    let until = sh.slot(tag).with(|h| {
+        let watched = h.watcher != 0 && h.watcher != me && now <= h.watch_until + FULL_CLAIM_EVERY_US;
+        if h.tag != tag || !h.valid || watched {
+            return None;
+        }
+        h.watcher = me;
+        h.watch_until = h.full_due.clamp(now + 1_000, now + FULL_CLAIM_EVERY_US);
+        Some(h.watch_until)
+    });
+    if until.is_some() {
+        WATCH.set(tag);
+    }
+    TimestampWithTimeZone::try_from(until?).ok()
+}
+
+/// Ends this backend's watch (src/wakeup.rs, when its long-poll stops waiting): true when it
+/// held one, which src/wakeup.rs then hands over by waking another waiter of the queue when the
+/// transaction ends, so that a sleeper watches again (it looks, finds nothing and takes the
+/// watch as it sleeps). Until then a claim going to sleep may take it.
+pub fn end_watch() -> bool {
+    let tag = WATCH.replace(0);
+    let Some(sh) = AREA.get().filter(|_| tag != 0) else { return false };
+    let me = my_procno() + 1;
+    sh.slot(tag).with(|h| {
+        let mine = h.tag == tag && h.watcher == me;
+        if mine {
+            h.watcher = 0;
+        }
+        mine
+    })
 }
 
 /// Records `change` of the hint with `tag` for the end of the transaction: at its commit, or
@@ -383,7 +464,14 @@ fn apply(changes: &[(u64, Change, bool)]) {
     for (tag, change, _) in changes {
         sh.slot(*tag).with(|h| {
             match change {
-                Change::Lower(k) if h.tag == *tag && h.valid && !k.before(&h.key) => {}  // behind the hint already
+                Change::Lower(k) if h.tag == *tag && h.valid && !k.before(&h.key) => {
+                    // The job sorts after the hint, which stays. But a claim that read the
+                    // hint before this commit, with a snapshot that does not see the job, may
+                    // be about to move the hint past it; the new generation cancels that
+                    // advance (else the job waited for the next full claim: pickups of up to a
+                    // second in bench/experiments/longpoll_pinned.sh, 8 of 15,200 at 800/s).
+                    h.gen += 1;
+                }
                 Change::Lower(k) if h.tag == *tag && h.valid => {
                     h.key = *k;
                     h.gen += 1;

@@ -76,7 +76,7 @@ extension_sql_file!(
                 wakeup::_wait_register, wakeup::_wait_register_batch, wakeup::_wait, wakeup::_wait_done, wakeup::_queue_bit,
                 wakeup::_wakeups, wakeup::_wake_ready, claim_hint::_claim_hint, claim_hint::_hint_priority,
                 claim_hint::_hint_run_at, claim_hint::_hint_id, claim_hint::_hint_advance, claim_hint::_hint_clear,
-                claim_hint::_hint_turn_end]
+                claim_hint::_hint_turn_end, claim_hint::_hint_watch, claim_hint::_hint_turn]
 );
 extension_sql_file!("../sql/claim.sql", name = "claim", requires = ["enqueue", random::_lease_token]);
 extension_sql_file!("../sql/finish.sql", name = "finish", requires = ["claim", backoff::backoff_seconds]);

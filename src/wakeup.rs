@@ -136,6 +136,8 @@ thread_local! {
     static WAITING: Cell<bool> = const { Cell::new(false) };
     /// Where the next waiter scan starts, so that wakeups rotate over the waiters of a queue.
     static CURSOR: Cell<usize> = const { Cell::new(0) };
+    /// The queue entry whose watch this backend gave up, to hand over at transaction end.
+    static HANDOVER: Cell<Option<u32>> = const { Cell::new(None) };
 }
 
 /// Records `n` events of queue `hash` for the end of the transaction (unless `jq.wakeups` is
@@ -170,6 +172,7 @@ fn note(hash: QueueHash, event: Event, n: u32) {
 pub fn at_commit() {
     let pending = PENDING.take();
     stop_waiting();
+    hand_over_watch();
     if !pending.is_empty() {
         awaiting::wake(|| {
             pending.iter().filter(|p| p.slot > 0 || p.done > 0).map(|p| p.hash.low31()).collect()
@@ -190,6 +193,7 @@ pub fn at_commit() {
 pub fn at_abort() {
     let pending = PENDING.take();
     stop_waiting();
+    hand_over_watch();
     let wakes: Vec<Pending> = pending.iter().map(Pending::rolled_back).filter(Pending::wakes_anyone).collect();
     if !wakes.is_empty() {
         wake(&wakes, false);
@@ -201,6 +205,7 @@ pub fn at_abort() {
 pub fn at_prepare() {
     PENDING.take();
     stop_waiting();
+    hand_over_watch();
 }
 
 /// At the rollback of a subtransaction (src/xact.rs): a claim rolled back to a savepoint (or
@@ -338,7 +343,9 @@ fn owed_by(w: &Waiter, budget: &[Budget]) -> Option<(usize, bool)> {
 /// woken for a job but is leaving without that job: its wait ran out, it was cancelled, it
 /// claimed something else, or a commit chose it after its last look), so the wakeup is passed
 /// on to other waiters of its first queue, for as many jobs as its batch (a spurious one at
-/// worst).
+/// worst). The watch of a queue's sleeping long-polls (src/claim_hint.rs, `_hint_watch`), when
+/// this backend held it, ends here too, and is handed over when the transaction ends
+/// ([`hand_over_watch`]).
 fn stop_waiting() {
     if !WAITING.replace(false) {
         return;
@@ -361,6 +368,27 @@ fn stop_waiting() {
     if let (true, Some(entry)) = (owed || latched, first) {
         set_latches(vec![Budget { entry, ready: batch, slot: 0 }]);
     }
+    if claim_hint::end_watch() {
+        HANDOVER.set(first);
+    }
+}
+
+/// Hands the watch this backend gave up ([`stop_waiting`]) over to another waiter of the queue:
+/// wakes one, which looks, finds nothing and takes the watch as it sleeps again. Called when the
+/// transaction has ended (src/xact.rs), not when the claim stops waiting: a look woken before
+/// the claim's commit is visible raced it for the row it claimed (it locked the row's new,
+/// running version, which its recheck rejects, and then returned empty rather than sleep with a
+/// transaction id: seen in lost_wakeups.rs). Under the negative control feature
+/// `break-watch-handover`, nobody is woken.
+fn hand_over_watch() {
+    if let Some(entry) = HANDOVER.take().filter(|_| !cfg!(feature = "break-watch-handover")) {
+        set_latches(vec![Budget { entry, ready: 1, slot: 0 }]);
+    }
+}
+
+/// Whether this backend is registered as a waiting claim ([`_wait_register`]).
+pub fn waiting() -> bool {
+    WAITING.get()
 }
 
 /// `jq._wake(queue text) RETURNS boolean`: at this transaction's commit, wake one more claim

@@ -188,8 +188,8 @@ fn a_long_poll_never_sleeps_holding_row_locks() {
     let mut c = db.connect();
     if broken("long_poll_sleeps_with_xid") {
         sabotage(&mut c, "jq._claim_sleep(timestamptz,timestamptz)",
-                 "IF pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL\n       OR NOT jq._wait(",
-                 "IF false\n       OR NOT jq._wait(", 1);
+                 "IF pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL\n       OR (NOT jq._wait(",
+                 "IF false\n       OR (NOT jq._wait(", 1);
     }
     if broken("multi_long_poll_sleeps_with_xid") {
         sabotage(&mut c, CLAIM_MANY,
