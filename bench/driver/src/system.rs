@@ -125,3 +125,18 @@ impl Claimer {
         Ok(n.get(0))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn systems_parse_by_name_and_only_the_floor_pauses() {
+        for s in [System::Jq, System::Pgmq, System::Floor] {
+            assert_eq!(s.to_string().parse::<System>().unwrap(), s);
+        }
+        assert!("awa".parse::<System>().is_err());
+        assert_eq!(System::Floor.idle(), Some(Duration::from_millis(10)));
+        assert_eq!((System::Jq.idle(), System::Pgmq.idle()), (None, None));
+    }
+}
