@@ -11,11 +11,12 @@ Pressure kinds (KINDS, default "a b c"), applied from this script during the mid
   b  SCANNERS (4) sessions, each in ONE REPEATABLE READ transaction for the whole phase, scan
      every queue table of the system (`SELECT count(*)`) in a loop, SCAN_PAUSE (1) s apart
   c  oversupply: the load process's middle segment offers RATE x 1.5
-For each system (SYSTEMS, default "jq"; "awa" too) and kind: a fresh database, ONE load process
+For each system (SYSTEMS, default "jq"; "pgmq", "floor" and "awa" too) and kind: a fresh database, ONE load process
 for the whole schedule `P:RATE,P:RATE2,P:RATE` with the contract
   LOAD URL QUEUE SCHEDULE CONSUMERS OUTCSV   (OUTCSV lines `t_s,pickup_ms` or `t_s,missing`;
                                              last stdout line {"enqueued":N,"completed":M,"missing":K})
-jq: `jq-bench pressure` (bench/driver/src/pressure.rs); awa: bench/peers/awa_pressure.py run by
+jq, pgmq and the floor: `jq-bench pressure … SYSTEM` (bench/driver/src/pressure.rs, system.rs; pgmq
+1.13 SQL-only from bench/peers/fetch_pgmq.sh, the floor from bench/pgbench/floor.sql); awa: bench/peers/awa_pressure.py run by
 AWA_PYTHON [bench/.peers/awa-venv/bin/python], skipped with a message when either is absent.
 Every SAMPLE_SECS (2) s: n_dead_tup and pg_total_relation_size of every table in the system's
 schema, pg_current_wal_lsn(), the CPU of the cluster (postmaster and descendants, bench/cpu.py
@@ -103,19 +104,53 @@ def jq_driver():
     return os.path.join(target, "release/jq-bench")
 
 
+def driver_adapter(system, **kw):
+    """An adapter whose load process is `jq-bench pressure … SYSTEM` (jq, pgmq, floor)."""
+    return dict(kw, cmd=lambda u, sched, out: [jq_driver(), "pressure", u, "q", sched, str(CONSUMERS), out, system],
+                missing=lambda: None if os.access(jq_driver(), os.X_OK) else f"{jq_driver()} not built")
+
+
+def psql(*args):
+    """A prepare command: psql on the system's database, stopping at the first error."""
+    return lambda u: [os.path.join(PG_BIN, "psql"), "-q", "-X", "-v", "ON_ERROR_STOP=1", u, *args]
+
+
+PGMQ_SQL = os.path.join(ROOT, "bench/.peers/pgmq/pgmq.sql")  # bench/peers/fetch_pgmq.sh writes it
+
+
 # The system adapters: how to launch the load process (same contract for every system), which
 # database, which schema's tables to sample, which tables the scanners of kind b read (None:
 # every table of the schema that is not a partition), which are the hot tables (the live jobs;
 # None: the whole schema), the SQL that creates the system in a fresh database, and the query
 # that turns true once the load has enqueued its first job (the schedule's start); `prepare`, a
-# command run after the setup SQL, before the clean state is taken (awa: its schema migration).
+# command run after the setup SQL, before the clean state is taken (awa: its schema migration;
+# pgmq: its SQL-only install script, then the queue).
 SYSTEMS = {
-    "jq": dict(
-        db="jq", schema="jq", scan=["jq.jobs", "jq.execution_log"], hot=["jq.jobs"], prepare=None,
+    "jq": driver_adapter(
+        "jq", db="jq", schema="jq", scan=["jq.jobs", "jq.execution_log"], hot=["jq.jobs"], prepare=None,
         setup=["CREATE EXTENSION jq", "CREATE EXTENSION pg_stat_statements", "SELECT jq.create_queue('q')"],
         started="SELECT EXISTS (SELECT FROM jq.jobs)",
-        cmd=lambda u, sched, out: [jq_driver(), "pressure", u, "q", sched, str(CONSUMERS), out],
-        missing=lambda: None if os.access(jq_driver(), os.X_OK) else f"{jq_driver()} not built",
+    ),
+    # A message is deleted as soon as it is read: the start is the queue's identity sequence
+    # having been used, not a row a 20-ms poll could miss.
+    "pgmq": driver_adapter(
+        "pgmq", db="pgmq", schema="pgmq", scan=["pgmq.q_q", "pgmq.a_q"], hot=["pgmq.q_q"], setup=[],
+        prepare=psql("-f", PGMQ_SQL, "-c", "SELECT pgmq.create('q')"),
+        started="SELECT is_called FROM pgmq.q_q_msg_id_seq",
+    ),
+    # floor.sql's bench_done (the drain cells' completion log) stays empty here. The floor's
+    # statements are the driver's prepared ones: under plan_cache_mode = auto each connection
+    # froze, at its 6th claim, a generic plan built on the nearly empty table (a Seq Scan + Sort
+    # of floor_jobs, which keeps its completed rows) until the first autoanalyze replanned it; in
+    # a 20-s-phase run the clean phase's pickup p50 rose from 2 to 160 ms over 15 s, then fell
+    # to 1.6 ms. Custom plans, as pgmq's (its functions build their SQL per call) and jq's (its
+    # statements' generic plans are the index walks) have, are what a floor on a settled table
+    # would run.
+    "floor": driver_adapter(
+        "floor", db="floor", schema="public", scan=["floor_jobs"], hot=["floor_jobs"],
+        setup=["ALTER DATABASE floor SET plan_cache_mode = force_custom_plan"],
+        prepare=psql("-f", os.path.join(ROOT, "bench/pgbench/floor.sql")),
+        started="SELECT EXISTS (SELECT FROM floor_jobs)",
     ),
     "awa": dict(
         db="awa", schema="awa", scan=None, hot=None, setup=[],
@@ -437,7 +472,8 @@ def cell_table(cell, done, missing):
 
 def write_summary(cells, skipped):
     md = [f"# Flat under pressure ({'quick run, ' if PHASE < 120 else ''}phases of {PHASE:g} s, {RATE:g} jobs/s offered, {CONSUMERS} consumers)",
-          "", "Open-loop load at a fixed rate; pickup = from the enqueue's commit to the claim (jq: `jq.claim` returning the job).",
+          "", "Open-loop load at a fixed rate; pickup = from the enqueue's commit to the claim returning the job (jq: `jq.claim`; "
+          "pgmq: `pgmq.read_with_poll`; floor: its claim UPDATE, which does not wait: 10 ms pause after an empty claim).",
           f"Clean phase without its first {WARM:g} s. db CPU: the cluster's processes without the pressure sessions' backends.",
           f"Ratios to clean count latencies below {FLOOR_MS:g} ms as {FLOOR_MS:g} ms (the measurement's resolution: see each load's line).",
           "Hot tables: " + "; ".join(f"{n}: {', '.join(SYSTEMS[n]['hot']) if SYSTEMS[n]['hot'] else 'every table of schema ' + SYSTEMS[n]['schema']}"
@@ -465,7 +501,7 @@ def plot(kind, cells):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colors = {"jq": "tab:blue", "awa": "tab:red"}
+    colors = {"jq": "tab:blue", "awa": "tab:red", "pgmq": "tab:green", "floor": "tab:grey"}
     fig, axes = plt.subplots(3, 1, figsize=(10, 10), sharex=True)
     for cell in (c for c in cells if c["kind"] == kind):
         color = colors.get(cell["system"], "black")
@@ -498,14 +534,18 @@ def plot(kind, cells):
 # --- main ----------------------------------------------------------------------------------------
 
 def prepare():
-    """Installs jq (unless SKIP_INSTALL=1) and builds the driver when jq is among the systems."""
-    if "jq" not in SYSTEM_NAMES:
+    """Fetches pgmq's SQL when pgmq is among the systems; installs jq (unless SKIP_INSTALL=1) when
+    jq is; builds the driver when jq, pgmq or the floor is."""
+    if "pgmq" in SYSTEM_NAMES:
+        subprocess.run(["bench/peers/fetch_pgmq.sh"], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    if "jq" in SYSTEM_NAMES:
+        if env("SKIP_INSTALL") != "1":
+            log(f"installing jq into {PG_CONFIG}'s PostgreSQL (release build)")
+            with open(os.path.join(RESULTS, "install.log"), "w") as f:
+                subprocess.run(["tools/install", "--release", "--pg-config", PG_CONFIG], cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, check=True)
+        subprocess.run(["bash", "-c", f'source bench/release_build.sh; require_release_jq "{PG_CONFIG}"'], cwd=ROOT, check=True)
+    if not {"jq", "pgmq", "floor"} & set(SYSTEM_NAMES):
         return
-    if env("SKIP_INSTALL") != "1":
-        log(f"installing jq into {PG_CONFIG}'s PostgreSQL (release build)")
-        with open(os.path.join(RESULTS, "install.log"), "w") as f:
-            subprocess.run(["tools/install", "--release", "--pg-config", PG_CONFIG], cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, check=True)
-    subprocess.run(["bash", "-c", f'source bench/release_build.sh; require_release_jq "{PG_CONFIG}"'], cwd=ROOT, check=True)
     log("building bench/driver")
     e = dict(os.environ, CARGO_TARGET_DIR=env("CARGO_TARGET_DIR") or os.path.join(ROOT, "target/bench"))
     subprocess.run(["cargo", "build", "--release", "-q", "-p", "jq-bench"], cwd=ROOT, env=e, check=True)

@@ -7,16 +7,19 @@ use std::time::{Duration, Instant};
 
 use super::{connect, pct, Res};
 use super::args::Consumers;
+use super::system::{Claimer, System};
 
 /// The jobs one consumer was given: id and when the claim returned it.
 pub(crate) type Seen = Vec<(i64, Instant)>;
 
-/// One SQL consumer on its own connection: loops `jq.claim(queue, name, n => 10, wait => '1
-/// second')` (returns as soon as a job is claimable) + `jq.complete_many` until `stop`, records
-/// each job's id with the instant its claim returned, adds the jobs claimed to `claimed_n` and,
-/// when given, the jobs `jq.complete_many` reports completed to `completed_n`.
+/// One SQL consumer on its own connection: loops `system`'s claim of up to 10 jobs (jq:
+/// `jq.claim(queue, name, n => 10, wait => '1 second')`, returns as soon as a job is claimable;
+/// the others: src/system.rs) + its completion until `stop`, pausing `system.idle()` after an
+/// empty claim; records each job's id with the instant its claim returned, adds the jobs claimed
+/// to `claimed_n` and, when given, the jobs the completion reports completed to `completed_n`.
 pub(crate) async fn sql_consumer(
     url: &str,
+    system: System,
     queue: &str,
     name: String,
     stop: &Arc<AtomicBool>,
@@ -24,30 +27,24 @@ pub(crate) async fn sql_consumer(
     completed_n: Option<Arc<AtomicUsize>>,
 ) -> Res<tokio::task::JoinHandle<Res<Seen>>> {
     let client = connect(url).await?;
-    let (queue, stop, claimed_n) = (queue.to_string(), stop.clone(), claimed_n.clone());
+    let claimer = Claimer::prepare(&client, system, queue, name).await?;
+    let (stop, claimed_n) = (stop.clone(), claimed_n.clone());
     Ok(tokio::spawn(async move {
-        let claim = client
-            .prepare("SELECT id, lease_token FROM jq.claim($1, $2, 10, NULL, interval '1 second')")
-            .await?;
-        let complete = client.prepare("SELECT count(*) FROM jq.complete_many($1, $2)").await?;
         let mut seen = Seen::new();
         while !stop.load(Ordering::Relaxed) {
-            let rows = client.query(&claim, &[&queue, &name]).await?;
+            let rows = claimer.claim(&client).await?;
             let t = Instant::now();
-            let mut ids: Vec<i64> = Vec::with_capacity(rows.len());
-            let mut toks: Vec<uuid::Uuid> = Vec::with_capacity(rows.len());
-            for r in &rows {
-                let id: i64 = r.get(0);
-                seen.push((id, t));
-                ids.push(id);
-                toks.push(r.get(1));
-            }
-            if !ids.is_empty() {
-                claimed_n.fetch_add(ids.len(), Ordering::Relaxed);
-                let n: i64 = client.query_one(&complete, &[&ids, &toks]).await?.get(0);
-                if let Some(done) = &completed_n {
-                    done.fetch_add(n as usize, Ordering::Relaxed);
+            seen.extend(rows.iter().map(|r| (r.get::<_, i64>(0), t)));
+            if rows.is_empty() {
+                if let Some(pause) = system.idle() {
+                    tokio::time::sleep(pause).await;
                 }
+                continue;
+            }
+            claimed_n.fetch_add(rows.len(), Ordering::Relaxed);
+            let n = claimer.complete(&client, &rows).await?;
+            if let Some(done) = &completed_n {
+                done.fetch_add(n as usize, Ordering::Relaxed);
             }
         }
         Res::Ok(seen)
@@ -123,7 +120,7 @@ pub(crate) async fn latency(url: String, queue: String, rate: f64, secs: f64, co
         }
     }
     for c in 0..(if let Consumers::Sql(n) = consumers { n } else { 0 }) {
-        cons.push(sql_consumer(&url, &queue, format!("lat{c}"), &stop, &claimed_n, None).await?);
+        cons.push(sql_consumer(&url, System::Jq, &queue, format!("lat{c}"), &stop, &claimed_n, None).await?);
     }
 
     let mut prods = Vec::new();

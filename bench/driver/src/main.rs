@@ -40,10 +40,15 @@
 //!     minute's (each minute spans one autovacuum cycle, `autovacuum_naptime` = 1 min); and the
 //!     spike, the largest 10-s window p99 over the first window's (a window that holds an
 //!     autovacuum of jq.jobs against one that does not).
-//! jq-bench pressure URL QUEUE SCHEDULE CONSUMERS OUTCSV   (src/pressure.rs; bench/pressure/run.py)
-//!     Open-loop producers (`jq.enqueue_many`, 10 jobs per call) at the rate of each SCHEDULE
-//!     segment (`SECS:RATE,…`, back to back) while CONSUMERS connections loop the latency
-//!     driver's long-poll claim + `jq.complete_many`. OUTCSV: one line per job, `t_s,pickup_ms`
+//! jq-bench pressure URL QUEUE SCHEDULE CONSUMERS OUTCSV [SYSTEM]   (src/pressure.rs; bench/pressure/run.py)
+//!     Open-loop producers (10 jobs per enqueue call) at the rate of each SCHEDULE segment
+//!     (`SECS:RATE,…`, back to back) while CONSUMERS connections loop a claim of up to 10 jobs
+//!     and its completion. SYSTEM (src/system.rs): `jq` (default; `jq.enqueue_many`, the latency
+//!     driver's long-poll claim + `jq.complete_many`), `pgmq` (`pgmq.send_batch`;
+//!     `pgmq.read_with_poll(queue, 30, 10, max_poll_seconds => 1, poll_interval_ms => 10)` +
+//!     `pgmq.delete(queue, ids)`), `floor` (bench/pgbench/floor.sql: `INSERT … SELECT`; the
+//!     claim UPDATE with `FOR UPDATE SKIP LOCKED LIMIT 10`, then the fenced complete UPDATE; no
+//!     long-poll: 10 ms pause after an empty claim). OUTCSV: one line per job, `t_s,pickup_ms`
 //!     (t_s: seconds since the driver started, at the claim), or `t_s,missing` (t_s at the
 //!     enqueue) for a job not claimed within 10 s of the schedule's end. Last stdout line:
 //!     `{"enqueued":N,"completed":M,"missing":K}`.
@@ -56,6 +61,7 @@ mod latency;
 mod pressure;
 mod saturate;
 mod soak;
+mod system;
 
 use tokio_postgres::{Client, NoTls};
 
@@ -114,7 +120,10 @@ async fn main() -> Res<()> {
         Some("soak") => {
             soak(a[2].clone(), a[3].clone(), arg(&a, 4, "rate"), arg(&a, 5, "jobs"), arg(&a, 6, "consumers"), a[7].clone()).await
         }
-        Some("pressure") => pressure(a[2].clone(), a[3].clone(), a[4].clone(), arg(&a, 5, "consumers"), a[6].clone()).await,
-        _ => Err("usage: jq-bench latency URL QUEUE RATE SECS CONSUMERS|client:WORKERS:CONCURRENCY [SAMPLES_CSV] | client URL QUEUE WORKERS CONCURRENCY BATCH WARMUP SECS | soak URL QUEUE RATE JOBS CONSUMERS OUTCSV | await URL QUEUE JOBS AWAITERS WORKERS | pressure URL QUEUE SCHEDULE CONSUMERS OUTCSV".into()),
+        Some("pressure") => {
+            let system = a.get(7).map_or(Ok(system::System::Jq), |s| s.parse())?;
+            pressure(a[2].clone(), a[3].clone(), a[4].clone(), arg(&a, 5, "consumers"), a[6].clone(), system).await
+        }
+        _ => Err("usage: jq-bench latency URL QUEUE RATE SECS CONSUMERS|client:WORKERS:CONCURRENCY [SAMPLES_CSV] | client URL QUEUE WORKERS CONCURRENCY BATCH WARMUP SECS | soak URL QUEUE RATE JOBS CONSUMERS OUTCSV | await URL QUEUE JOBS AWAITERS WORKERS | pressure URL QUEUE SCHEDULE CONSUMERS OUTCSV [jq|pgmq|floor]".into()),
     }
 }

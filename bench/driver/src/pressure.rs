@@ -7,9 +7,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::latency::{collect_claims, sql_consumer};
+use super::system::System;
 use super::{connect, pct, Res};
 
-/// Jobs per `jq.enqueue_many` call: at 800 jobs/s one call every 12.5 ms over all producers.
+/// Jobs per enqueue call (`jq.enqueue_many`, `pgmq.send_batch`, the floor's `INSERT … SELECT`):
+/// at 800 jobs/s one call every 12.5 ms over all producers.
 const CHUNK: usize = 10;
 
 /// How long after the schedule's end a job may still be picked up; later it counts as missing.
@@ -30,7 +32,7 @@ pub(crate) fn parse_schedule(s: &str) -> Res<Vec<(f64, f64)>> {
         .collect()
 }
 
-/// When each `jq.enqueue_many` call is due, as an offset from the start: evenly spaced at each
+/// When each enqueue call is due, as an offset from the start: evenly spaced at each
 /// segment's rate (CHUNK jobs per call), the segments back to back.
 fn call_offsets(schedule: &[(f64, f64)]) -> Vec<f64> {
     let mut due = Vec::new();
@@ -55,16 +57,11 @@ type Sent = (Vec<(i64, Instant)>, Vec<f64>);
 
 /// One producer: its share of the calls (every `producers`-th), open loop: each call is sent at
 /// its due time or, when the producer is behind, at once.
-async fn producer(url: &str, queue: &str, start: Instant, offsets: Vec<f64>) -> Res<tokio::task::JoinHandle<Res<Sent>>> {
+async fn producer(url: &str, system: System, queue: &str, start: Instant, offsets: Vec<f64>) -> Res<tokio::task::JoinHandle<Res<Sent>>> {
     let client = connect(url).await?;
     let queue = queue.to_string();
     Ok(tokio::spawn(async move {
-        let enq = client
-            .prepare(
-                "SELECT id FROM jq.enqueue_many($1, \
-                 (SELECT jsonb_agg('{\"n\":1}'::jsonb) FROM generate_series(1, $2::int))) AS id",
-            )
-            .await?;
+        let enq = client.prepare(system.enqueue_sql()).await?;
         let mut sent = Vec::with_capacity(offsets.len() * CHUNK);
         let mut calls = Vec::with_capacity(offsets.len());
         for off in offsets {
@@ -79,7 +76,7 @@ async fn producer(url: &str, queue: &str, start: Instant, offsets: Vec<f64>) -> 
     }))
 }
 
-pub(crate) async fn pressure(url: String, queue: String, schedule: String, consumers: usize, out: String) -> Res<()> {
+pub(crate) async fn pressure(url: String, queue: String, schedule: String, consumers: usize, out: String, system: System) -> Res<()> {
     let t0 = Instant::now();
     let schedule = parse_schedule(&schedule)?;
     let max_rate = schedule.iter().map(|s| s.1).fold(0.0, f64::max);
@@ -89,7 +86,7 @@ pub(crate) async fn pressure(url: String, queue: String, schedule: String, consu
     let (stop, claimed_n, completed_n) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
     let mut cons = Vec::with_capacity(consumers);
     for c in 0..consumers {
-        cons.push(sql_consumer(&url, &queue, format!("pressure{c}"), &stop, &claimed_n, Some(completed_n.clone())).await?);
+        cons.push(sql_consumer(&url, system, &queue, format!("pressure{c}"), &stop, &claimed_n, Some(completed_n.clone())).await?);
     }
     let offsets = call_offsets(&schedule);
     let start = Instant::now() + Duration::from_millis(300);
@@ -97,7 +94,7 @@ pub(crate) async fn pressure(url: String, queue: String, schedule: String, consu
     let mut prods = Vec::with_capacity(producers);
     for p in 0..producers {
         let mine: Vec<f64> = offsets.iter().skip(p).step_by(producers).copied().collect();
-        prods.push(producer(&url, &queue, start, mine).await?);
+        prods.push(producer(&url, system, &queue, start, mine).await?);
     }
     let (mut sent, mut calls) = (Vec::new(), Vec::new());
     for p in prods {
@@ -130,7 +127,7 @@ pub(crate) async fn pressure(url: String, queue: String, schedule: String, consu
     // claim returned before its producer read the answer is written as 0 ms.
     calls.sort_by(|a, b| a.partial_cmp(b).unwrap());
     eprintln!(
-        "pressure: {producers} producers, {CHUNK} jobs per jq.enqueue_many call (call p50 {:.3} ms, p99 {:.3} ms), {consumers} consumers; {zero} jobs claimed before their producer read the commit's answer (0 ms)",
+        "pressure: {system}, {producers} producers, {CHUNK} jobs per enqueue call (call p50 {:.3} ms, p99 {:.3} ms), {consumers} consumers; {zero} jobs claimed before their producer read the commit's answer (0 ms)",
         pct(&calls, 50.0),
         pct(&calls, 99.0)
     );
