@@ -27,7 +27,8 @@ as in jq-bench latency (counted in `early`).
 
 --saturate DEPTH: instead of the rates (SCHEDULE then gives only the segments' lengths), the
 producers keep DEPTH jobs enqueued and not yet picked up (counted in this process), topping up in
-batches of at most 500; prints the completion rate per segment (`jobs_per_s`).
+batches of at most 500; prints the completion rate per segment (`jobs_per_s`). The backlog left
+at the end is cancelled (`cancelled_leftover`), not counted missing.
 
 Maintenance: the worker runtime started here also runs awa's maintenance loop and wins its
 leader election (one advisory lock per database), as awa's deployment docs describe for every
@@ -50,7 +51,6 @@ TICK = float(os.environ.get("TICK_MS", "20")) / 1000
 PRODUCERS = int(os.environ.get("PRODUCERS", "4"))
 GRACE = 10.0  # seconds after the schedule for a job to be picked up before it counts missing
 SAT_BATCH = 500
-SAT_DRAIN = 120.0  # --saturate: seconds to drain the kept backlog after the schedule (not counted)
 RUN = time.time_ns()
 
 
@@ -191,19 +191,22 @@ async def main():
     health = await workers.health_check()
     leader = health.leader
     rings1 = await ring_generations(producer)
-    # Saturation: the backlog kept to the end is not missing; it is drained (untimed) so that the
-    # queue is left empty for whatever runs next.
     done_at = time.monotonic()
-    deadline = done_at + (GRACE if depth is None else SAT_DRAIN)
-    while len(rec.pick) < len(rec.enq) and time.monotonic() < deadline:
+    while depth is None and len(rec.pick) < len(rec.enq) and time.monotonic() < end + GRACE:
         await asyncio.sleep(0.05)
     await workers.shutdown()
+    # Jobs left available (missing ones, or the backlog --saturate keeps) are cancelled: an awa
+    # queue nobody works keeps its ready rows pending, and a pending row stops the maintenance
+    # leader's prune of its ring slot, and with it the ring's rotation, for every queue of the
+    # database (seen here: a few leftover jobs froze the queue ring for the next runs).
+    leftover = await workers.drain_queue(queue)
     await producer.close()
     await workers.close()
 
     missing = 0
-    if depth is not None:
-        rec.pick = {s: t for s, t in rec.pick.items() if t < done_at}
+    # A pickup after the grace (rates) or after the schedule (saturation) is not one of this run's.
+    last = done_at if depth is not None else end + GRACE
+    rec.pick = {s: t for s, t in rec.pick.items() if t < last}
     with open(outcsv, "w") as out:
         rows = []
         for seq, te in rec.enq.items():
@@ -220,6 +223,7 @@ async def main():
         out.writelines(f"{t:.3f},{v}\n" for t, v in rows)
     result = {"enqueued": len(rec.enq), "completed": rec.returned, "missing": missing,
               "duplicates": rec.dup, "early": rec.early, "stale": rec.stale, "leader": leader,
+              "cancelled_leftover": leftover,
               "rotations": {k[:-4]: rings1[k] - rings0[k] for k in rings0},
               "schedule_start_s": round(start - T0, 3)}
     if depth is not None:
