@@ -12,7 +12,11 @@ Usage: python awa_pressure.py URL QUEUE SCHEDULE CONSUMERS OUTCSV [--saturate DE
             schedule ends: `t_s,missing` with the t_s of its enqueue.
 Last stdout line: JSON {"enqueued":N,"completed":M,"missing":K, ...}; `schedule_start_s` in it is
 the t_s at which the schedule's first segment began (about 0.4 s once awa's schema exists; its first
-migration of an empty database takes ~10 s more here).
+migration of an empty database takes 5-10 s more here). Also: `duplicates` (a job's handler started
+again), `early` (below), `stale` (jobs of an earlier run found in QUEUE, run and ignored),
+`cancelled_leftover` (jobs still queued at the end, cancelled with awa's `drain_queue` so that
+the next run starts clean: a pending job in a queue nobody works stops awa's prune and ring
+rotation for every queue of the database).
        python awa_pressure.py URL --migrate-only   creates or migrates awa's schema and exits, so that
 an orchestrator can do it before it starts its own clock.
 
@@ -28,7 +32,7 @@ as in jq-bench latency (counted in `early`).
 --saturate DEPTH: instead of the rates (SCHEDULE then gives only the segments' lengths), the
 producers keep DEPTH jobs enqueued and not yet picked up (counted in this process), topping up in
 batches of at most 500; prints the completion rate per segment (`jobs_per_s`). The backlog left
-at the end is cancelled (`cancelled_leftover`), not counted missing.
+at the end is not counted missing.
 
 Maintenance: the worker runtime started here also runs awa's maintenance loop and wins its
 leader election (one advisory lock per database), as awa's deployment docs describe for every
