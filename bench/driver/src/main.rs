@@ -82,6 +82,19 @@ async fn connect(url: &str) -> Res<Client> {
     Ok(client)
 }
 
+/// A connection to `url` with the statement that enqueues `$2` jobs `{"n":1}` into queue `$1` in
+/// one `jq.enqueue_many` call, prepared (the producers of `soak` and `saturate`).
+async fn enqueue_many_producer(url: &str) -> Res<(Client, tokio_postgres::Statement)> {
+    let client = connect(url).await?;
+    let enq = client
+        .prepare(
+            "SELECT count(*) FROM jq.enqueue_many($1, \
+             (SELECT jsonb_agg('{\"n\":1}'::jsonb) FROM generate_series(1, $2::int)))",
+        )
+        .await?;
+    Ok((client, enq))
+}
+
 fn pct(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;

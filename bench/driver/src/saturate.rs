@@ -85,13 +85,7 @@ fn producers(url: &str, queue: &str, count: usize, depth: i64, est: &Arc<AtomicI
         .map(|_| {
             let (url, queue, est, stop, n) = (url.to_string(), queue.to_string(), est.clone(), stop.clone(), n.clone());
             tokio::spawn(async move {
-                let client = connect(&url).await?;
-                let enq = client
-                    .prepare(
-                        "SELECT count(*) FROM jq.enqueue_many($1, \
-                         (SELECT jsonb_agg('{\"n\":1}'::jsonb) FROM generate_series(1, $2::int)))",
-                    )
-                    .await?;
+                let (client, enq) = crate::enqueue_many_producer(&url).await?;
                 while !stop.load(Ordering::Relaxed) {
                     if est.load(Ordering::Relaxed) >= depth {
                         tokio::time::sleep(Duration::from_millis(1)).await;

@@ -88,13 +88,7 @@ fn soak_producers(
             let (url, queue, stop) = (url.to_string(), queue.to_string(), stop.clone());
             let mine = total / producers + usize::from(p < total % producers);
             tokio::spawn(async move {
-                let client = connect(&url).await?;
-                let enq = client
-                    .prepare(
-                        "SELECT count(*) FROM jq.enqueue_many($1, \
-                         (SELECT jsonb_agg('{\"n\":1}'::jsonb) FROM generate_series(1, $2::int)))",
-                    )
-                    .await?;
+                let (client, enq) = crate::enqueue_many_producer(&url).await?;
                 let interval =
                     Duration::from_secs_f64(if rate.is_finite() { (producers * SOAK_CHUNK) as f64 / rate } else { 0.0 });
                 let mut due = start + interval.mul_f64(p as f64 / producers as f64);
