@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Experiment behind the long-poll figures of issue 42 (CHANGELOG, Unreleased): pickup latency at a
+# Experiment behind the long-poll figures of CHANGELOG.md (Unreleased, Fixed): pickup latency at a
 # fixed arrival rate with consumers that long-poll (`jq-bench latency`: each consumer loops
 # jq.claim(q, w, n => 10, wait => '1 second') + jq.complete_many), first clean, then while another
 # session of the same database holds a transaction id, idle in transaction (the MVCC horizon is

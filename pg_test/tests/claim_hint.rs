@@ -561,7 +561,7 @@ fn a_long_poll_during_a_held_snapshot_starts_past_the_dead_head() {
 ///
 /// Seen failing: `JQ_TEST_BREAK=no_sleep_turn` (sleepers keep no watch: jq.claim sleeps until
 /// woken or its deadline) → "the sleeping long-poll got 0 jobs within 5 s of their release";
-/// main's behaviour before issue 42 (the long-poll ran the full claim before sleeping, when the
+/// the behaviour before long-polls used the hint (the long-poll ran the full claim before sleeping, when the
 /// rows were still held, and then slept) fails the same way.
 #[test]
 fn a_sleeping_long_poll_claims_a_job_left_behind_the_hint() {
