@@ -272,10 +272,11 @@ struct Budget {
 /// (`every_job_of_a_batch_is_claimed_without_waiting_out_the_wait`, same file). A waiter that
 /// was woken but leaves without claiming passes the wakeup on ([`stop_waiting`]).
 fn set_latches(mut budget: Vec<Budget>) {
+    let owes = |budget: &[Budget]| budget.iter().any(|b| b.ready > 0 || b.slot > 0);
+    if !owes(&budget) {
+        return;
+    }
     each_waiter(|i, w, db| {
-        if budget.iter().all(|b| b.ready == 0 && b.slot == 0) {
-            return false;
-        }
         let Some((k, ready)) = owed_by(w, &budget) else { return true };
         if !claim_waiter(w, db) {
             return true;
@@ -287,7 +288,7 @@ fn set_latches(mut budget: Vec<Budget>) {
             b.slot -= 1;
         }
         wake_waiter(i);
-        true
+        owes(&budget) // stop the scan once every job and slot has its waiter
     });
 }
 
@@ -559,7 +560,8 @@ fn register(queues: Vec<String>, capped: Vec<bool>, batch: u32, watchable: bool)
     w.batch.store(batch, Ordering::Relaxed);
     w.watchable.store(watchable as u32, Ordering::Relaxed);
     WATCH_QUEUE.set(watchable.then(|| QueueHash::of(&queues[0])));
-    (LOOKING.set(false), OFFERED.set(false));
+    LOOKING.set(false);
+    OFFERED.set(false);
     if queues.len() > WAITER_QUEUES {
         w.count.store(ALL_QUEUES, Ordering::Release);
     } else {
