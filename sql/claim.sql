@@ -122,7 +122,10 @@ COMMENT ON FUNCTION jq._note_claimed_created_at(text, integer, timestamptz, bigi
 --   hint by a row another transaction held) is found by the queue's periodic full claim, which
 --   runs only when a claim looks: one sleeper per queue, the watcher, sleeps at most until that
 --   full claim is due (jq._hint_watch) and its next look takes the turn. pg_test/tests/
---   claim_hint.rs, a_sleeping_long_poll_claims_a_job_left_behind_the_hint.
+--   claim_hint.rs, a_sleeping_long_poll_claims_a_job_left_behind_the_hint. A watcher whose
+--   statement returns offers the watch to another sleeper of the queue, which takes it without
+--   looking (src/wakeup.rs). Before sleeping, a long-poll updates the batch and cap a commit
+--   counts it for to what the queue hands out now (jq._wait_rebatch).
 -- SECURITY DEFINER, as the owner, with no SET clause: every name in it is schema-qualified (see
 -- the file's head).
 CREATE OR REPLACE FUNCTION jq.claim(queue text, worker text, n integer DEFAULT 1, lease interval DEFAULT NULL,
@@ -197,12 +200,6 @@ BEGIN
         SELECT * FROM jq._claim_batch(claim.queue, claim.worker, claim.n, claim.lease, true, NULL, NULL);
         GET DIAGNOSTICS v_hinted = ROW_COUNT;
         END IF;
-        IF v_hinted OPERATOR(pg_catalog.=) claim.n THEN
-            IF v_deadline IS NOT NULL THEN PERFORM jq._wait_done(); END IF;
-            RETURN;
-        ELSIF v_hinted OPERATOR(pg_catalog.>) 0 THEN
-            v_limit := claim.n OPERATOR(pg_catalog.-) v_hinted;  -- the full claim takes the rest (below)
-        END IF;
         v_below := jq._hint_priority();
     ELSIF jq._hint_turn() THEN
         -- The turn: the full claim takes one job, and moves the hint back to it (the queue's true
@@ -221,12 +218,14 @@ BEGIN
             v_hinted := v_hinted OPERATOR(pg_catalog.+) v_got;
             v_below := jq._hint_priority();
         END IF;
-        IF v_hinted OPERATOR(pg_catalog.=) claim.n THEN
-            IF v_deadline IS NOT NULL THEN PERFORM jq._wait_done(); END IF;
-            RETURN;
-        ELSIF v_hinted OPERATOR(pg_catalog.>) 0 THEN
-            v_limit := claim.n OPERATOR(pg_catalog.-) v_hinted;  -- the full claim takes the rest (below)
-        END IF;
+    END IF;
+    -- After either branch: all n claimed, or the full claim below takes the rest. v_hinted is
+    -- NULL or 0 when neither ran (a look from the head), so this is then a no-op.
+    IF v_hinted OPERATOR(pg_catalog.=) claim.n THEN
+        IF v_deadline IS NOT NULL THEN PERFORM jq._wait_done(); END IF;
+        RETURN;
+    ELSIF v_hinted OPERATOR(pg_catalog.>) 0 THEN
+        v_limit := claim.n OPERATOR(pg_catalog.-) v_hinted;  -- the full claim takes the rest (below)
     END IF;
 
     LOOP
@@ -295,8 +294,15 @@ BEGIN
         v_locked := true;
         v_below := NULL;  -- capped or rate-limited: the locked claim looks everywhere
     END LOOP;
-    EXIT poll WHEN v_deadline IS NULL
-                   OR NOT jq._claim_sleep(v_deadline, LEAST(v_token_at, jq._hint_watch(claim.queue)));
+    EXIT poll WHEN v_deadline IS NULL;
+    -- Before sleeping, the registration is brought up to what the queue hands out now (this
+    -- look read its row): a queue capped or rate-limited since the wait started counts this
+    -- waiter for 1 job and wakes it when a slot frees (jq._wait_rebatch; jq.alter_queue woke
+    -- every waiter, so each gets here). If that changed it, look again first: a commit after
+    -- this look counted the old registration.
+    IF NOT jq._wait_rebatch(v_cap IS NOT NULL, CASE WHEN v_cap IS NOT NULL OR v_rate IS NOT NULL THEN 1 ELSE claim.n END) THEN
+        EXIT poll WHEN NOT jq._claim_sleep(v_deadline, LEAST(v_token_at, jq._hint_watch(claim.queue)));
+    END IF;
     v_token_at := NULL;
     v_limit := NULL;
     v_below := NULL;  -- woken: look again from the hint (above), else from the head

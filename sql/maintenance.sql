@@ -900,9 +900,20 @@ COMMENT ON FUNCTION jq._wait_register_batch(text[], boolean[], integer) IS
 '(batch below 1 counts as 1). Returns false when waiting must poll.';
 COMMENT ON FUNCTION jq._wait(timestamptz) IS
 'Internal: sleeps until woken or deadline (with jq not preloaded: at most jq.poll_interval), '
-'answering query cancel and termination. Returns false if deadline had passed.';
+'answering query cancel and termination (checked before a wakeup is consumed, so a cancelled '
+'sleeper passes its wakeup on). An offer of its queue''s watch does not end the sleep: it takes '
+'the watch and sleeps on, until the watch''s time at the latest. Returns false if deadline had passed.';
 COMMENT ON FUNCTION jq._wait_done() IS
-'Internal: ends this backend''s waiter registration (also done at transaction end).';
+'Internal: ends this backend''s waiter registration (also done at transaction end); a watch of its '
+'queue''s sleepers that it held is offered to another sleeper at once.';
+COMMENT ON FUNCTION jq._wait_rebatch(boolean, integer) IS
+'Internal: called by a long-polling jq.claim about to sleep: updates its registration to what its '
+'queue hands out now (capped: also woken when a running job ends; batch: the jobs a commit counts '
+'it for). True when that changed something (the claim then looks again before sleeping).';
+COMMENT ON FUNCTION jq._waiters() IS
+'Internal: the long-poll registrations of this database''s backends (pid, number of queues or -1 '
+'for all, batch, capped, watchable, woken: 1 owes a look, 2 offered the watch), read without locks; '
+'for tests and diagnosis.';
 COMMENT ON FUNCTION jq._queue_bit(text) IS
 'Internal: the bit (0..1023) of queue in the per-database ready filter read by the maintenance '
 'worker to send its jq_ready NOTIFYs.';

@@ -43,6 +43,18 @@ pub fn set_latch_of(procno: i32) {
     }
 }
 
+/// The pid of the process with this `pgprocno` (0 when the entry is unused).
+pub fn pid_of(procno: i32) -> i32 {
+    // SAFETY: as in set_latch_of; a plain read of the entry's pid.
+    unsafe {
+        let glob = pg_sys::ProcGlobal;
+        if glob.is_null() || procno < 0 || procno as u32 >= (*glob).allProcCount {
+            return 0;
+        }
+        std::ptr::read_volatile(&(*(*glob).allProcs.add(procno as usize)).pid)
+    }
+}
+
 /// The current time, µs since 2000-01-01 (PostgreSQL's epoch).
 pub fn now_us() -> i64 {
     // SAFETY: reads the clock.

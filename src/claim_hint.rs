@@ -45,8 +45,10 @@
 //!   wakes it: with every consumer asleep, a job nothing wakes anyone for would wait for the
 //!   next wakeup or call. So one sleeping long-poll per queue (the watcher, [`_hint_watch`])
 //!   sleeps at most until the next full claim is due, and at most a second; its look then takes
-//!   the turn. A watcher that stops waiting passes the watch on by waking another waiter
-//!   (src/wakeup.rs). `a_sleeping_long_poll_claims_a_job_left_behind_the_hint`.
+//!   the turn. A watcher that stops waiting (its long-poll statement returns, whatever its
+//!   transaction does next) offers the watch to another sleeper of the queue, one that takes it
+//!   at once without looking (src/wakeup.rs, `offer_watch`).
+//!   `a_sleeping_long_poll_claims_a_job_left_behind_the_hint`.
 //!
 //! Hints are an optimisation only: without `shared_preload_libraries = 'jq'` or with
 //! `jq.claim_hints = off` every claim is the full claim. A hint belongs to the tag
@@ -373,19 +375,28 @@ fn _hint_advance(queue: &str, priority: i32, run_at: TimestampWithTimeZone, id: 
 /// most [`FULL_CLAIM_EVERY_US`] away (a turn held by another claim, or a spaced one, may move
 /// it earlier), and its next look takes the turn. The others sleep until woken: one timed
 /// look per queue and second, not one per sleeper. The watch lasts until the watcher stops
-/// waiting ([`end_watch`], handed over to another waiter of the queue when the transaction ends); one not
-/// renewed a second after it was due is taken over. Only for a queue with a hint (without one
+/// waiting ([`end_watch`]: src/wakeup.rs then offers it to another sleeper of the queue, which
+/// takes it without looking); one not renewed a second after it was due is taken over. Only for a queue with a hint (without one
 /// every look is the full claim), for a registered waiter, and not in a transaction with a
 /// transaction id (it does not sleep: jq._claim_sleep). pg_test/tests/claim_hint.rs,
 /// a_sleeping_long_poll_claims_a_job_left_behind_the_hint.
 #[pg_extern(create_or_replace, volatile, parallel_unsafe)]
 fn _hint_watch(queue: &str) -> Option<TimestampWithTimeZone> {
+    TimestampWithTimeZone::try_from(take_watch(QueueHash::of(queue))?).ok()
+}
+
+/// Takes the watch of `queue` for this backend unless another sleeper holds it (renews it if
+/// this backend does): when to wake at the latest (µs since 2000), or None. Called by
+/// [`_hint_watch`] and by src/wakeup.rs for a sleeper offered the watch, which takes it without
+/// looking. Tells src/wakeup.rs when the queue then has a watcher or needs none (an offer of the
+/// watch is settled).
+pub fn take_watch(queue: QueueHash) -> Option<i64> {
     let sh = AREA.get().filter(|_| gucs::CLAIM_HINTS.get() && crate::wakeup::waiting())?;
     // SAFETY: reads this backend's transaction state.
     if unsafe { pg_sys::GetTopTransactionIdIfAny() } != pg_sys::InvalidTransactionId {
         return None;
     }
-    let (tag, me, now) = (tag_of(QueueHash::of(queue)), my_procno() + 1, now_us());
+    let (tag, me, now) = (tag_of(queue), my_procno() + 1, now_us());
     let until = sh.slot(tag).with(|h| {
         let watched = h.watcher != 0 && h.watcher != me && now <= h.watch_until + FULL_CLAIM_EVERY_US;
         if h.tag != tag || !h.valid || watched {
@@ -395,16 +406,17 @@ fn _hint_watch(queue: &str) -> Option<TimestampWithTimeZone> {
         h.watch_until = h.full_due.clamp(now + 1_000, now + FULL_CLAIM_EVERY_US);
         Some(h.watch_until)
     });
+    crate::wakeup::watch_settled();
     if until.is_some() {
         WATCH.set(tag);
     }
-    TimestampWithTimeZone::try_from(until?).ok()
+    until
 }
 
 /// Ends this backend's watch (src/wakeup.rs, when its long-poll stops waiting): true when it
-/// held one, which src/wakeup.rs then hands over by waking another waiter of the queue when the
-/// transaction ends, so that a sleeper watches again (it looks, finds nothing and takes the
-/// watch as it sleeps). Until then a claim going to sleep may take it.
+/// held one, which src/wakeup.rs then offers at once to another sleeper of the queue that takes
+/// watches (a single-queue long-poll): it takes the watch as it wakes, without looking
+/// ([`take_watch`]). A claim going to sleep meanwhile may take it too.
 pub fn end_watch() -> bool {
     let tag = WATCH.replace(0);
     let Some(sh) = AREA.get().filter(|_| tag != 0) else { return false };

@@ -74,7 +74,7 @@ extension_sql_file!(
     name = "enqueue",
     requires = ["queues", gucs::max_payload_bytes, wakeup::_wake, wakeup::_wake_n, wakeup::_wake_slot, wakeup::_wake_on_abort,
                 wakeup::_wait_register, wakeup::_wait_register_batch, wakeup::_wait, wakeup::_wait_done, wakeup::_queue_bit,
-                wakeup::_wakeups, wakeup::_wake_ready, claim_hint::_claim_hint, claim_hint::_hint_priority,
+                wakeup::_wakeups, wakeup::_wake_ready, wakeup::_wait_rebatch, wakeup::_waiters, claim_hint::_claim_hint, claim_hint::_hint_priority,
                 claim_hint::_hint_run_at, claim_hint::_hint_id, claim_hint::_hint_advance, claim_hint::_hint_clear,
                 claim_hint::_hint_turn_end, claim_hint::_hint_watch, claim_hint::_hint_turn]
 );

@@ -21,6 +21,12 @@
 //! A commit that makes k jobs claimable wakes waiters until their batches (the n each claims
 //! per look, [`Waiter::batch`]) cover k: one waiter of `n => 10` for an `enqueue_many` of 10
 //! jobs, not ten waiters of which nine find nothing ([`set_latches`]).
+//! The watch of a queue's sleeping long-polls (src/claim_hint.rs) is passed on by an offer, a
+//! wakeup of its own ([`offer_watch`]): it goes only to a waiter that takes watches, and that
+//! waiter takes the watch without looking, so it cannot leave with a job instead
+//! (`the_watch_goes_to_a_sleeper_that_takes_it` in pg_test/tests/claim_hint.rs), and the offer
+//! is made when the long-poll statement returns, not when its transaction ends
+//! (`a_watcher_that_returns_in_an_open_transaction_hands_the_watch_over_at_once`, same file).
 //! Wakeups are hints: a woken claim re-runs the claim, and polling
 //! (`wait` running out) remains the correctness path. Without `shared_preload_libraries = 'jq'`
 //! waiting falls back to sleeping `jq.poll_interval` between looks.
@@ -52,11 +58,12 @@ pub struct Waiter {
     count: AtomicU32,
     /// [`QueueHash::low31`] of each queue, `| CAPPED_BIT` for a capped one.
     hashes: [AtomicU32; WAITER_QUEUES],
-    /// 1 from the moment a committer chose this waiter (and set its latch) until the waiter
-    /// wakes and is about to look again ([`_wait`]): it owes a look for a wakeup. Committers
-    /// take it with a compare-and-swap from 0 ([`claim_waiter`]), so each wakeup goes to a
+    /// [`LOOK`] from the moment a committer chose this waiter (and set its latch) until the
+    /// waiter wakes and has checked for interrupts ([`_wait`]): it owes a look for a wakeup.
+    /// Committers set it only where it is clear ([`claim_waiter`]), so each wakeup goes to a
     /// waiter of its own; a waiter that leaves still owing a look passes the wakeup on
-    /// ([`stop_waiting`]).
+    /// ([`stop_waiting`]). [`WATCH`]: a long-poll that stopped waiting offered this waiter its
+    /// queue's watch ([`offer_watch`]); the same rules.
     woken: AtomicU32,
     /// How many ready jobs one look of this waiter claims (its `n`; 0 counts as 1): a committer
     /// counts it against the jobs it wakes for ([`set_latches`]). Only a claim that takes up to
@@ -64,7 +71,15 @@ pub struct Waiter {
     /// a multi-queue claim may fill its n from another queue, a capped or rate-limited one may
     /// take fewer than it finds, and those register 1, so each job still wakes a waiter.
     batch: AtomicU32,
+    /// 1: a single-queue long-poll of `jq.claim(text, …)` with claim hints on, which takes its
+    /// queue's watch when offered it (src/claim_hint.rs); only such a waiter is offered one.
+    watchable: AtomicU32,
 }
+
+/// [`Waiter::woken`] bit: a committer chose this waiter for its jobs; it owes a look.
+const LOOK: u32 = 1;
+/// [`Waiter::woken`] bit: this waiter was offered its queue's watch.
+const WATCH: u32 = 2;
 
 /// The shared area of the wakeups.
 #[repr(C)]
@@ -136,8 +151,14 @@ thread_local! {
     static WAITING: Cell<bool> = const { Cell::new(false) };
     /// Where the next waiter scan starts, so that wakeups rotate over the waiters of a queue.
     static CURSOR: Cell<usize> = const { Cell::new(0) };
-    /// The queue entry whose watch this backend gave up, to hand over at transaction end.
-    static HANDOVER: Cell<Option<u32>> = const { Cell::new(None) };
+    /// The queue whose watch this backend takes when offered it (a watchable registration).
+    static WATCH_QUEUE: Cell<Option<QueueHash>> = const { Cell::new(None) };
+    /// This backend consumed a watch offer together with a wakeup and is looking: it takes the
+    /// watch when it sleeps again, or passes the offer on if it leaves ([`stop_waiting`]).
+    static OFFERED: Cell<bool> = const { Cell::new(false) };
+    /// This backend consumed a wakeup and its look has not ended: if the transaction aborts
+    /// now (a cancel during the look), the wakeup is passed on ([`stop_waiting`]).
+    static LOOKING: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Records `n` events of queue `hash` for the end of the transaction (unless `jq.wakeups` is
@@ -171,8 +192,7 @@ fn note(hash: QueueHash, event: Event, n: u32) {
 /// event, any other end a `Done` one ([`_wake_awaiters`]); an enqueue wakes no awaiter.
 pub fn at_commit() {
     let pending = PENDING.take();
-    stop_waiting();
-    hand_over_watch();
+    stop_waiting(false);
     if !pending.is_empty() {
         awaiting::wake(|| {
             pending.iter().filter(|p| p.slot > 0 || p.done > 0).map(|p| p.hash.low31()).collect()
@@ -188,12 +208,12 @@ pub fn at_commit() {
     }
 }
 
-/// At abort (src/xact.rs): ends this backend's wait and wakes for the claimed jobs the
-/// rollback hands back (`a_rolled_back_enqueue_wakes_nobody_into_a_claim`).
+/// At abort (src/xact.rs): ends this backend's wait (passing on a wakeup it was woken for and
+/// did not finish looking for) and wakes for the claimed jobs the rollback hands back
+/// (`a_rolled_back_enqueue_wakes_nobody_into_a_claim`).
 pub fn at_abort() {
     let pending = PENDING.take();
-    stop_waiting();
-    hand_over_watch();
+    stop_waiting(true);
     let wakes: Vec<Pending> = pending.iter().map(Pending::rolled_back).filter(Pending::wakes_anyone).collect();
     if !wakes.is_empty() {
         wake(&wakes, false);
@@ -204,8 +224,7 @@ pub fn at_abort() {
 /// jobs become claimable at `COMMIT PREPARED`, found by the next look).
 pub fn at_prepare() {
     PENDING.take();
-    stop_waiting();
-    hand_over_watch();
+    stop_waiting(false);
 }
 
 /// At the rollback of a subtransaction (src/xact.rs): a claim rolled back to a savepoint (or
@@ -253,6 +272,30 @@ struct Budget {
 /// (`every_job_of_a_batch_is_claimed_without_waiting_out_the_wait`, same file). A waiter that
 /// was woken but leaves without claiming passes the wakeup on ([`stop_waiting`]).
 fn set_latches(mut budget: Vec<Budget>) {
+    let owes = |budget: &[Budget]| budget.iter().any(|b| b.ready > 0 || b.slot > 0);
+    if !owes(&budget) {
+        return;
+    }
+    each_waiter(|i, w, db| {
+        let Some((k, ready)) = owed_by(w, &budget) else { return true };
+        if !claim_waiter(w, db) {
+            return true;
+        }
+        let b = &mut budget[k];
+        if ready {
+            b.ready = b.ready.saturating_sub(batch_of(w));
+        } else {
+            b.slot -= 1;
+        }
+        wake_waiter(i);
+        owes(&budget) // stop the scan once every job and slot has its waiter
+    });
+}
+
+/// Calls `f(pgprocno, waiter, database)` for the registered waiters of this database other than
+/// this backend, starting at a rotating place (so wakeups rotate over the waiters of a queue),
+/// until `f` returns false.
+fn each_waiter(mut f: impl FnMut(usize, &Waiter, u32) -> bool) {
     let Some(sh) = AREA.get() else { return };
     // Pairs with the waiter's registration (SeqCst RMW on `active` before it looks).
     fence(Ordering::SeqCst);
@@ -270,27 +313,34 @@ fn set_latches(mut budget: Vec<Budget>) {
     };
     let (me, db) = (backend::my_procno(), backend::my_database());
     for k in 0..n {
-        if budget.iter().all(|b| b.ready == 0 && b.slot == 0) {
-            break;
-        }
         let i = (start + k) % n;
         let w = &sh.slots[i];
         if i as i32 == me || w.db.load(Ordering::Acquire) != db {
             continue;
         }
-        let Some((k, ready)) = owed_by(w, &budget) else { continue };
-        if !claim_waiter(w, db) {
-            continue;
+        if !f(i, w, db) {
+            return;
         }
-        let b = &mut budget[k];
-        if ready {
-            b.ready = b.ready.saturating_sub(batch_of(w));
-        } else {
-            b.slot -= 1;
-        }
-        sh.wakeups.fetch_add(1, Ordering::Relaxed);
-        backend::set_latch_of(i as i32);
     }
+}
+
+/// Sets the latch of waiter `i`, counted in [`_wakeups`].
+fn wake_waiter(i: usize) {
+    if let Some(sh) = AREA.get() {
+        sh.wakeups.fetch_add(1, Ordering::Relaxed);
+    }
+    backend::set_latch_of(i as i32);
+}
+
+/// Sets `bit` of waiter `w`'s [`Waiter::woken`] if it is clear: true when this caller set it,
+/// and `w` still waits in database `db` after that (see [`claim_waiter`]).
+fn take_bit(w: &Waiter, db: u32, bit: u32) -> bool {
+    if w.woken.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| (v & bit == 0).then_some(v | bit)).is_err() {
+        return false;
+    }
+    // It may have left between the scan's check and the update: then its stop_waiting either
+    // saw the bit (and passes it on) or ran before it; either way, find another waiter.
+    w.db.load(Ordering::SeqCst) == db
 }
 
 /// The jobs one look of waiter `w` claims (at least 1).
@@ -305,15 +355,10 @@ fn batch_of(w: &Waiter) -> u32 {
 /// registered waiter is taken (the merging choice; lost_wakeups.rs fails with it).
 fn claim_waiter(w: &Waiter, db: u32) -> bool {
     if cfg!(feature = "break-wake-merge") {
-        w.woken.store(1, Ordering::SeqCst);
+        w.woken.fetch_or(LOOK, Ordering::SeqCst);
         return true;
     }
-    if w.woken.compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst).is_err() {
-        return false;
-    }
-    // It may have left between the scan's check and the swap: then its stop_waiting either
-    // saw the 1 (and passes the wakeup on) or ran before it; either way, find another waiter.
-    w.db.load(Ordering::SeqCst) == db
+    take_bit(w, db, LOOK)
 }
 
 /// Which entry of `budget` owes waiter `w` a wakeup, and whether as a ready job (true) or a
@@ -343,10 +388,17 @@ fn owed_by(w: &Waiter, budget: &[Budget]) -> Option<(usize, bool)> {
 /// woken for a job but is leaving without that job: its wait ran out, it was cancelled, it
 /// claimed something else, or a commit chose it after its last look), so the wakeup is passed
 /// on to other waiters of its first queue, for as many jobs as its batch (a spurious one at
-/// worst). The watch of a queue's sleeping long-polls (src/claim_hint.rs, `_hint_watch`), when
-/// this backend held it, ends here too, and is handed over when the transaction ends
-/// ([`hand_over_watch`]).
-fn stop_waiting() {
+/// worst). So is one it consumed, when the transaction aborts (`aborting`) before its look
+/// ended: the look was cancelled or failed, or its claims are handed back
+/// (`a_cancel_that_lands_with_a_wakeup_passes_it_on` in pg_test/tests/bgworker/lost_wakeups.rs).
+/// The watch of a queue's sleeping long-polls (src/claim_hint.rs, `_hint_watch`), when this
+/// backend held it or was offered it and has not taken it, is offered to another waiter now
+/// ([`offer_watch`]): when the long-poll statement returns (`jq._wait_done`), not when its
+/// transaction ends.
+fn stop_waiting(aborting: bool) {
+    let looking = LOOKING.replace(false);
+    let offered = OFFERED.replace(false);
+    WATCH_QUEUE.set(None);
     if !WAITING.replace(false) {
         return;
     }
@@ -362,28 +414,43 @@ fn stop_waiting() {
     w.db.store(0, Ordering::SeqCst);
     sh.active.fetch_sub(1, Ordering::SeqCst);
     // After the store: a committer that chose this waiter later sees it gone (claim_waiter).
-    let owed = w.woken.swap(0, Ordering::SeqCst) != 0;
+    let woken = w.woken.swap(0, Ordering::SeqCst);
     // SAFETY: MyLatch is this backend's latch; reading its flag is what WaitLatch does.
     let latched = unsafe { std::ptr::read_volatile(&(*pg_sys::MyLatch).is_set) } != 0;
-    if let (true, Some(entry)) = (owed || latched, first) {
+    // A latch set by a watch offer alone owes no jobs.
+    let owed = woken & LOOK != 0 || (latched && woken & WATCH == 0) || (aborting && looking);
+    let held = claim_hint::end_watch();
+    let Some(entry) = first else { return };
+    if owed {
         set_latches(vec![Budget { entry, ready: batch, slot: 0 }]);
     }
-    if claim_hint::end_watch() {
-        HANDOVER.set(first);
+    if held || offered || woken & WATCH != 0 {
+        offer_watch(entry);
     }
 }
 
-/// Hands the watch this backend gave up ([`stop_waiting`]) over to another waiter of the queue:
-/// wakes one, which looks, finds nothing and takes the watch as it sleeps again. Called when the
-/// transaction has ended (src/xact.rs), not when the claim stops waiting: a look woken before
-/// the claim's commit is visible raced it for the row it claimed (it locked the row's new,
-/// running version, which its recheck rejects, and then returned empty rather than sleep with a
-/// transaction id: seen in lost_wakeups.rs). Under the negative control feature
-/// `break-watch-handover`, nobody is woken.
-fn hand_over_watch() {
-    if let Some(entry) = HANDOVER.take().filter(|_| !cfg!(feature = "break-watch-handover")) {
-        set_latches(vec![Budget { entry, ready: 1, slot: 0 }]);
+/// Offers the watch of the queue with waiter entry `entry` (src/claim_hint.rs) to one other
+/// waiter of it that takes watches ([`Waiter::watchable`]: not a multi-queue claim, which never
+/// watches) and has no offer pending: it takes the watch as soon as it wakes, without looking
+/// ([`_wait`]), so it cannot instead find a job and leave the sleepers with no watcher; one
+/// that leaves before it took the watch offers it on ([`stop_waiting`]). Called when the
+/// watcher stops waiting, i.e. when its long-poll statement returns: the offered waiter does
+/// not look, so it races no row the leaving watcher claimed and has not committed yet. Under the
+/// negative control feature `break-watch-handover`, nobody is offered the watch.
+fn offer_watch(entry: u32) {
+    if cfg!(feature = "break-watch-handover") {
+        return;
     }
+    each_waiter(|i, w, db| {
+        let mine = w.watchable.load(Ordering::Relaxed) == 1
+            && w.count.load(Ordering::Acquire) == 1
+            && w.hashes[0].load(Ordering::Relaxed) & !CAPPED_BIT == entry;
+        if mine && take_bit(w, db, WATCH) {
+            wake_waiter(i);
+            return false;
+        }
+        true
+    });
 }
 
 /// Whether this backend is registered as a waiting claim ([`_wait_register`]).
@@ -460,20 +527,23 @@ fn _wake_on_abort(queue: &str) -> bool {
 /// falls back to polling (jq not preloaded, or this backend's number is past the table).
 #[pg_extern(create_or_replace, volatile, parallel_unsafe)]
 fn _wait_register(queues: Vec<String>, capped: Vec<bool>) -> bool {
-    register(queues, capped, 1)
+    register(queues, capped, 1, false)
 }
 
 /// `jq._wait_register_batch(queues text[], capped boolean[], batch integer)`: as
 /// [`_wait_register`] for a waiter each of whose looks claims up to `batch` jobs (its n) of its
 /// queues whenever it finds them: a commit wakes it for that many of its jobs
 /// ([`Waiter::batch`]). `batch` below 1 counts as 1. Its own name, not a new argument of
-/// `_wait_register`: databases at jq 0.1.0 call that symbol with two arguments.
+/// `_wait_register`: databases at jq 0.1.0 call that symbol with two arguments. Only
+/// `jq.claim(text, …)` calls it, with its one queue, so such a waiter takes its queue's watch
+/// when offered it (with claim hints on in its session: [`Waiter::watchable`]).
 #[pg_extern(create_or_replace, volatile, parallel_unsafe)]
 fn _wait_register_batch(queues: Vec<String>, capped: Vec<bool>, batch: i32) -> bool {
-    register(queues, capped, batch.max(1) as u32)
+    let watchable = queues.len() == 1 && gucs::CLAIM_HINTS.get();
+    register(queues, capped, batch.max(1) as u32, watchable)
 }
 
-fn register(queues: Vec<String>, capped: Vec<bool>, batch: u32) -> bool {
+fn register(queues: Vec<String>, capped: Vec<bool>, batch: u32, watchable: bool) -> bool {
     // SAFETY: MyLatch is this backend's latch.
     unsafe { pg_sys::ResetLatch(pg_sys::MyLatch) };
     let Some(sh) = AREA.get() else { return false };
@@ -482,12 +552,16 @@ fn register(queues: Vec<String>, capped: Vec<bool>, batch: u32) -> bool {
         return false;
     }
     if WAITING.get() {
-        stop_waiting();
+        stop_waiting(false);
     }
     let w = &sh.slots[me as usize];
     w.db.store(0, Ordering::Release);
     w.woken.store(0, Ordering::SeqCst);
     w.batch.store(batch, Ordering::Relaxed);
+    w.watchable.store(watchable as u32, Ordering::Relaxed);
+    WATCH_QUEUE.set(watchable.then(|| QueueHash::of(&queues[0])));
+    LOOKING.set(false);
+    OFFERED.set(false);
     if queues.len() > WAITER_QUEUES {
         w.count.store(ALL_QUEUES, Ordering::Release);
     } else {
@@ -506,38 +580,143 @@ fn register(queues: Vec<String>, capped: Vec<bool>, batch: u32) -> bool {
 /// `jq._wait(deadline timestamptz) RETURNS boolean`: sleeps until this backend's latch is set
 /// (a wakeup for a registered queue, or an interrupt) or `deadline`; with jq not preloaded,
 /// at most `jq.poll_interval` ms. Resets the latch and checks for interrupts (query cancel
-/// works). Returns false if the deadline had already passed, true otherwise.
+/// works). Returns false if the deadline had already passed, true otherwise. A wakeup that only
+/// offers the queue's watch ([`offer_watch`]) does not end the sleep: the backend takes the
+/// watch (src/claim_hint.rs) and sleeps on, until the watch's time at the latest.
 #[pg_extern(create_or_replace, volatile, parallel_unsafe)]
 fn _wait(deadline: TimestampWithTimeZone) -> bool {
     let cap = (!WAITING.get()).then(|| gucs::POLL_INTERVAL_MS.get() as i64);
-    if !backend::sleep_until(i64::from(deadline), cap) {
-        return false;
+    LOOKING.set(false); // the look before this sleep ended, empty
+    let mut until = i64::from(deadline);
+    loop {
+        if !backend::sleep_until(until, cap) {
+            return false;
+        }
+        // Interrupts first: a cancel that lands together with a wakeup leaves `woken` set, and
+        // stop_waiting (at abort) passes the wakeup on. Consumed before this check, the wakeup
+        // was lost with the cancelled claim (`a_cancel_that_lands_with_a_wakeup_passes_it_on`).
+        pg_sys::check_for_interrupts!();
+        // Awake, about to look again: that look sees every commit whose committer chose this
+        // waiter before now (the swap reads the committer's update, which follows its commit),
+        // so the wakeup is consumed. A committer that chooses it after this finds `woken` clear
+        // and sets the latch again (the next wait returns at once, or stop_waiting passes it on).
+        let woken = consume_wakeup();
+        if woken & WATCH != 0 {
+            OFFERED.set(true); // settled when the watch is taken or found taken
+        }
+        if woken != WATCH {
+            LOOKING.set(woken & LOOK != 0);
+            return true;
+        }
+        if let Some(at) = take_offered_watch() {
+            until = until.min(at);
+        }
     }
-    // Awake, about to look again: that look sees every commit whose committer chose this
-    // waiter before now (the swap reads the committer's compare-and-swap, which follows its
-    // commit), so the wakeup is consumed. A committer that chooses it after this finds
-    // `woken` 0 and sets the latch again (the next wait returns at once, or stop_waiting
-    // passes it on).
-    consume_wakeup();
-    pg_sys::check_for_interrupts!();
-    true
 }
 
-/// Clears this backend's [`Waiter::woken`] (it is about to look).
-fn consume_wakeup() {
+/// Clears this backend's [`Waiter::woken`] (it is awake); returns what it held.
+fn consume_wakeup() -> u32 {
     if !WAITING.get() {
-        return;
+        return 0;
     }
-    let (Some(sh), me) = (AREA.get(), backend::my_procno()) else { return };
+    let (Some(sh), me) = (AREA.get(), backend::my_procno()) else { return 0 };
     if me >= 0 && (me as usize) < MAX_WAITERS {
-        sh.slots[me as usize].woken.swap(0, Ordering::SeqCst);
+        return sh.slots[me as usize].woken.swap(0, Ordering::SeqCst);
     }
+    0
+}
+
+/// Takes the watch this backend was offered, if its queue still needs one and nobody else took
+/// it: when to look at the latest (PostgreSQL µs), or None. Until the offer is settled here (or
+/// by `_hint_watch`), a backend that stops waiting offers the watch on.
+fn take_offered_watch() -> Option<i64> {
+    let queue = WATCH_QUEUE.get()?;
+    claim_hint::take_watch(queue)
+}
+
+/// Called by src/claim_hint.rs when this backend's queue has a watcher (this backend or
+/// another) or needs none: an offer of the watch is settled.
+pub fn watch_settled() {
+    OFFERED.set(false);
 }
 
 /// `jq._wait_done()`: ends this backend's waiter registration (also done at transaction end).
+/// The claim's look ended: a wakeup it consumed is not passed on.
 #[pg_extern(create_or_replace, volatile, parallel_unsafe)]
 fn _wait_done() {
-    stop_waiting();
+    LOOKING.set(false);
+    stop_waiting(false);
+}
+
+/// `jq._wait_rebatch(capped boolean, batch integer) RETURNS boolean`: called by a long-polling
+/// `jq.claim(text, …)` about to sleep, with what its queue hands out now (its look just read the
+/// queue row): capped (also wake it when a running job ends) and the batch a commit counts for
+/// it (its n, or 1 on a capped or rate-limited queue, as `jq._claim_wait_start` registers).
+/// Updates this backend's registration when the queue changed since (`jq.alter_queue` wakes every
+/// waiter, so each looks and gets here): a waiter still counted for n jobs on a queue capped or
+/// rate-limited since took one and left the rest of a commit's jobs with no waiter woken, and one
+/// not marked capped was never woken by a free slot
+/// (`a_queue_rate_limited_mid_wait_wakes_a_waiter_per_job` in pg_test/tests/bgworker/long_poll.rs).
+/// True when it changed something: the claim then looks again before sleeping (a commit after
+/// its look counted it as it was). False otherwise, and for a multi-queue registration.
+#[pg_extern(create_or_replace, volatile, parallel_unsafe)]
+fn _wait_rebatch(capped: bool, batch: i32) -> bool {
+    let (Some(sh), me) = (AREA.get().filter(|_| WAITING.get()), backend::my_procno()) else { return false };
+    if me < 0 || me as usize >= MAX_WAITERS {
+        return false;
+    }
+    let w = &sh.slots[me as usize];
+    if w.count.load(Ordering::Relaxed) != 1 {
+        return false;
+    }
+    let (hash, batch) = (w.hashes[0].load(Ordering::Relaxed), batch.max(1) as u32);
+    let want = (hash & !CAPPED_BIT) | if capped { CAPPED_BIT } else { 0 };
+    if hash == want && w.batch.load(Ordering::Relaxed) == batch {
+        return false;
+    }
+    w.hashes[0].store(want, Ordering::Relaxed);
+    w.batch.store(batch, Ordering::Relaxed);
+    fence(Ordering::SeqCst); // before the look that follows
+    true
+}
+
+/// `jq._waiters()`: the long-poll registrations of this database's backends, for tests and
+/// diagnosis: pid, number of queues (-1: every queue of the database), batch (n counted per
+/// wakeup), capped (of the first queue), watchable, and woken (1: owes a look for a wakeup; 2:
+/// offered the watch; 3: both). Read without locks; empty when jq is not preloaded.
+#[pg_extern(create_or_replace, volatile, parallel_safe)]
+#[allow(clippy::type_complexity)]
+fn _waiters() -> TableIterator<
+    'static,
+    (
+        name!(pid, i32),
+        name!(queues, i32),
+        name!(batch, i32),
+        name!(capped, bool),
+        name!(watchable, bool),
+        name!(woken, i32),
+    ),
+> {
+    let mut rows = Vec::new();
+    if let Some(sh) = AREA.get() {
+        let db = backend::my_database();
+        for i in 0..backend::proc_count().min(MAX_WAITERS) {
+            let w = &sh.slots[i];
+            if w.db.load(Ordering::Acquire) != db {
+                continue;
+            }
+            let count = w.count.load(Ordering::Acquire);
+            rows.push((
+                backend::pid_of(i as i32),
+                if count == ALL_QUEUES { -1 } else { count as i32 },
+                batch_of(w) as i32,
+                count >= 1 && w.hashes[0].load(Ordering::Relaxed) & CAPPED_BIT != 0,
+                w.watchable.load(Ordering::Relaxed) == 1,
+                w.woken.load(Ordering::SeqCst) as i32,
+            ));
+        }
+    }
+    TableIterator::new(rows)
 }
 
 /// `jq._wakeups()`: how many waiting claims were woken (latches set) since the server started;

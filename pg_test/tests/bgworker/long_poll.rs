@@ -346,3 +346,94 @@ fn a_multi_queue_waiting_claim_does_not_spin_on_a_locked_job() {
     assert!(t.elapsed() >= Duration::from_millis(1400), "returned after {:?}", t.elapsed());
     holder.batch_execute("ROLLBACK").unwrap();
 }
+
+/// The rebatch call of a long-poll about to sleep, in jq.claim (its negative control removes it).
+const REBATCH: &str =
+    "jq._wait_rebatch(v_cap IS NOT NULL, CASE WHEN v_cap IS NOT NULL OR v_rate IS NOT NULL THEN 1 ELSE claim.n END)";
+
+/// A queue rate-limited while its long-polls sleep still wakes a waiter per job. Two long-polls
+/// of up to 10 jobs sleep on an unlimited queue, each counted for 10 jobs per wakeup; jq.alter_queue
+/// sets a rate limit of one job a second (burst 1), which wakes them: they look and sleep again,
+/// now counted for one job each and the rate-limited queue's next token (`jq._wait_rebatch`,
+/// src/wakeup.rs). An enqueue of 2 jobs must then have both claimed within 4 s: one at once with
+/// the token, the other when the next token is due a second later. Before, each waiter kept the
+/// batch it registered: the commit woke one waiter (its 10 covered both jobs), which took the one
+/// token and returned, and the other slept on with no timer.
+///
+/// The woken waiter that loses the race for the token under the queue row lock returns empty, as
+/// documented for capped and rate-limited queues, and its caller calls again (as workers do): the
+/// waiters here loop until they get a job ([`waiters_until_a_job`]).
+///
+/// Negative control `JQ_TEST_BREAK=no_rebatch` (jq.claim does not update its registration before
+/// sleeping, the behaviour before): seen failing ("1 of the 2 jobs claimed within 4 s of their
+/// commit").
+#[test]
+fn a_queue_rate_limited_mid_wait_wakes_a_waiter_per_job() {
+    let _counting = super::wakeup_counting();
+    // Not served by a maintenance worker ("bgw_" is the served prefix): only commits wake.
+    let db = TestDb::new("ratewake");
+    let mut c = db.connect();
+    if broken("no_rebatch") {
+        sabotage(&mut c, "jq.claim(text,text,integer,interval,interval,bigint)", REBATCH, "false", 1);
+    }
+    c.batch_execute("SELECT jq.create_queue('q')").unwrap();
+    let waiters = waiters_until_a_job(&db, 2);
+    c.batch_execute("SELECT jq.alter_queue('q', rate_limit => 1, rate_period => '1 second', burst => 1)").unwrap();
+    // Both consumed the alter's wakeup (woken 0), then both sleep again: their looks are done.
+    let settled = super::eventually(Duration::from_secs(10), || {
+        let unwoken: i64 = c.query_one("SELECT count(*) FROM jq._waiters() WHERE woken = 0", &[]).unwrap().get(0);
+        unwoken == 2
+            && c.query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Extension'",
+                &[],
+            )
+            .unwrap()
+            .get::<_, i64>(0)
+                == 2
+    });
+    assert!(settled.is_some(), "the waiters did not look again and sleep after the alter");
+    c.batch_execute("SELECT jq.enqueue_many('q', (SELECT jsonb_agg('{}'::jsonb) FROM generate_series(1, 2)))").unwrap();
+    let mut running = 0;
+    super::eventually(Duration::from_secs(4), || {
+        running = c.query_one("SELECT count(*) FROM jq.jobs WHERE state = 'running'", &[]).unwrap().get::<_, i64>(0);
+        running == 2
+    });
+    assert_eq!(running, 2, "{running} of the 2 jobs claimed within 4 s of their commit");
+    drop(waiters); // each returned with a job, or returned empty (below) and is waiting again
+}
+
+/// `n` workers of queue `q` of `db`, each on its own connection in a thread: each calls
+/// `jq.claim('q', …, n => 10, wait => '20 s')` until a call returns a job (a call may return
+/// empty early on a rate-limited queue), at most 30 s. Returns once all of them are asleep.
+fn waiters_until_a_job(db: &TestDb, n: usize) -> Vec<std::thread::JoinHandle<usize>> {
+    let waiters: Vec<_> = (0..n)
+        .map(|i| {
+            let name = db.name.clone();
+            std::thread::spawn(move || {
+                let mut w = Client::connect(&conninfo(&name), NoTls).unwrap();
+                let sql = format!("SELECT id FROM jq.claim('q', 'w{i}', n => 10, wait => '20 s')");
+                let t = Instant::now();
+                while t.elapsed() < Duration::from_secs(30) {
+                    let Ok(rows) = w.query(sql.as_str(), &[]) else { return 0 };  // the test ended
+                    if !rows.is_empty() {
+                        return rows.len();
+                    }
+                }
+                0
+            })
+        })
+        .collect();
+    let mut c = db.connect();
+    let asleep = super::eventually(Duration::from_secs(10), || {
+        let k: i64 = c
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Extension'",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        k == n as i64
+    });
+    assert!(asleep.is_some(), "the {n} waiting claims did not all fall asleep");
+    waiters
+}

@@ -105,3 +105,92 @@ fn simultaneous_commits_wake_both_waiters_every_round() {
     let running = db.count(&mut c, "SELECT count(*) FROM jq.jobs WHERE state = 'running'");
     assert_eq!(running, 2 * ROUNDS as i64);
 }
+
+/// Stops a server process (SIGSTOP) until dropped (SIGCONT), so that a wakeup and a cancel both
+/// reach it before it runs again. Needs the cluster on this host and the right to signal its
+/// processes (the tests run as root; own_cluster.rs kills a backend the same way).
+struct Stopped(i32);
+
+impl Stopped {
+    fn new(pid: i32) -> Stopped {
+        signal(pid, "-STOP");
+        let stat = format!("/proc/{pid}/stat");
+        let t = Instant::now();
+        // The third field of /proc/PID/stat is the state: T once the stop took effect.
+        while std::fs::read_to_string(&stat).map(|s| s.split(' ').nth(2) != Some("T")).unwrap_or(true) {
+            assert!(t.elapsed() < Duration::from_secs(10), "backend {pid} never stopped");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Stopped(pid)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill").arg("-CONT").arg(self.0.to_string()).status();
+    }
+}
+
+fn signal(pid: i32, sig: &str) {
+    let st = std::process::Command::new("kill").arg(sig).arg(pid.to_string()).status().expect("run kill");
+    assert!(st.success(), "kill {sig} {pid} failed");
+}
+
+/// Runs `sql` (a long-poll) on `c` in a thread; the receiver gets its row count, or its SQLSTATE.
+fn long_poll_on(mut c: Client, sql: &'static str) -> mpsc::Receiver<Result<usize, String>> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let r = c.query(sql, &[]).map(|rows| rows.len()).map_err(|e| e.code().map(|s| s.code().to_string()).unwrap_or_default());
+        let _ = tx.send(r);
+    });
+    rx
+}
+
+/// A cancel that lands together with a wakeup passes the wakeup on. Waiter W1, alone on the
+/// queue, is stopped (SIGSTOP) while it sleeps; an enqueue commits, which chooses W1 (the only
+/// waiter) for its job; another transaction holds the job's row while waiter W2 looks (it skips
+/// the row and sleeps), then lets it go (no wakeup: nothing became claimable); W1 is cancelled
+/// and resumed, so it wakes with both its wakeup and the cancel. W2 must get the job within a
+/// few seconds: W1 checks for the cancel before it consumes the wakeup, so its abort passes the
+/// wakeup on (src/wakeup.rs, `_wait` and `stop_waiting`). The queue never had a claim, so it has
+/// no hint and no watcher whose timed look could find the job.
+///
+/// Seen failing against the build that consumed the wakeup before the interrupt check: "the
+/// wakeup W1 was cancelled with was lost: W2 got Err(Timeout) within 5 s".
+#[test]
+fn a_cancel_that_lands_with_a_wakeup_passes_it_on() {
+    let _counting = super::wakeup_counting();
+    let db = TestDb::new("cancelwake");
+    let mut c = db.connect();
+    c.batch_execute("SELECT jq.create_queue('q')").unwrap();
+    let mut w1 = db.connect();
+    let pid1 = backend_pid(&mut w1);
+    let w1_done = long_poll_on(w1, "SELECT id FROM jq.claim('q', 'w1', wait => '20 s')");
+    await_asleep(&mut c, pid1);
+    let stopped = Stopped::new(pid1);
+    let id: i64 = c.query_one("SELECT jq.enqueue('q', '{}')", &[]).unwrap().get(0);
+    let mut holder = db.connect();
+    holder.batch_execute("BEGIN").unwrap();
+    holder.query("SELECT id FROM jq.jobs WHERE id = $1 FOR UPDATE", &[&id]).unwrap();
+    let mut w2 = db.connect();
+    let pid2 = backend_pid(&mut w2);
+    let w2_done = long_poll_on(w2, "SELECT id FROM jq.claim('q', 'w2', wait => '20 s')");
+    await_asleep(&mut c, pid2);
+    holder.batch_execute("COMMIT").unwrap();
+    let cancelled: bool = c.query_one("SELECT pg_cancel_backend($1)", &[&pid1]).unwrap().get(0);
+    assert!(cancelled);
+    drop(stopped);
+    let w1_got = w1_done.recv_timeout(Duration::from_secs(10)).expect("W1 returned");
+    assert_eq!(w1_got, Err("57014".to_string()), "W1 was cancelled");
+    let w2_got = w2_done.recv_timeout(Duration::from_secs(5));
+    assert!(matches!(w2_got, Ok(Ok(1))), "the wakeup W1 was cancelled with was lost: W2 got {w2_got:?} within 5 s");
+}
+
+/// Waits (at most 10 s) until backend `pid` sleeps in a long-poll.
+fn await_asleep(c: &mut Client, pid: i32) {
+    let t = Instant::now();
+    while !both_asleep(c, &[pid]) {
+        assert!(t.elapsed() < Duration::from_secs(10), "backend {pid} never slept in its long-poll");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}

@@ -18,6 +18,11 @@
 //! * The cargo feature `break-slot-per-database` (`tools/install --features
 //!   break-slot-per-database`): the launcher gives every listed database a slot, with or without
 //!   jq, and logs each one past the slots at every pass → the two slot tests of launcher.rs fail.
+//! * `JQ_TEST_BREAK=no_rebatch`: a long-poll keeps the batch it registered when its queue is
+//!   rate-limited mid-wait (jq.claim skips `jq._wait_rebatch`) → long_poll.rs
+//!   `a_queue_rate_limited_mid_wait_wakes_a_waiter_per_job` fails.
+//! * lost_wakeups.rs `a_cancel_that_lands_with_a_wakeup_passes_it_on` was seen failing against
+//!   the build that consumed a wakeup before checking for interrupts (no feature keeps it).
 //! * The restart tests were seen failing with the launcher's respawn of exited workers removed
 //!   (a manual edit of `start_due` in src/bgworker/launcher.rs: `SlotState::Exited => false`).
 
