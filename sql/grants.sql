@@ -186,7 +186,7 @@ BEGIN
             USING ERRCODE = '22023', HINT = 'Privileges: enqueue, work, admin.';
     END IF;
     -- Before the queue row and the catalogs' pg_proc rows (GRANT EXECUTE below), as jq.drop_queue.
-    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;
+    LOCK TABLE ONLY jq.jobs IN ROW EXCLUSIVE MODE;
     -- Then one grant or revoke at a time (self-conflicting; plain reads of the grants, as every
     -- authorization does, go on): two of them both run GRANT/REVOKE EXECUTE on the same pg_proc
     -- rows (or GRANT jq_producer TO the same role), and the second failed with XX000 "tuple
@@ -251,7 +251,7 @@ BEGIN
     END IF;
     -- Before the grant row (which jq.drop_queue deletes) and pg_proc's rows, as jq.drop_queue;
     -- then one grant or revoke at a time (see jq.grant).
-    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;
+    LOCK TABLE ONLY jq.jobs IN ROW EXCLUSIVE MODE;
     LOCK TABLE jq.queue_grants IN SHARE ROW EXCLUSIVE MODE;
     -- Compared under the column's collation: a caller's nondeterministic one (say, case
     -- insensitive) would otherwise also revoke the grant on a queue differing only in case.
