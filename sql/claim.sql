@@ -508,6 +508,10 @@ CREATE OR REPLACE FUNCTION jq._claim_gate(queue text, n integer, waiting boolean
 LANGUAGE plpgsql
 SET search_path = pg_catalog, jq, pg_temp
 SET jit = off
+-- Its running count reads jobs_running_idx: with finished jobs out of the hot table, a capped
+-- queue with thousands running among a few tens of thousands of live jobs is costed cheaper as
+-- a sequential scan, which every claim of the queue would then pay (pg_test/tests/plans/claim.rs).
+SET enable_seqscan = off
 AS $$
 DECLARE
     v_paused  boolean;

@@ -259,21 +259,25 @@ BEGIN
         v_state := CASE WHEN v_delay > interval '0' THEN 'scheduled' ELSE 'ready' END;
     END IF;
 
-    UPDATE ONLY jq.jobs j SET
-        state = v_state,
-        last_error = v_error,
-        run_at = CASE WHEN v_state = 'scheduled' THEN v_now + v_delay
-                      WHEN v_state = 'ready' THEN v_now ELSE j.run_at END,
-        finished_at = CASE WHEN v_state IN ('dead', 'cancelled') THEN v_now END
-    WHERE j.id = fail.id AND j.lease_token = fail.lease_token AND j.state::text = 'running';
-
+    -- The execution is recorded from the update's RETURNING: a job that went dead or cancelled
+    -- has left the hot table by the end of the update (sql/history.sql), and a read of jq.jobs
+    -- would have to look through every history table for it.
+    WITH ended AS (
+        UPDATE ONLY jq.jobs j SET
+            state = v_state,
+            last_error = v_error,
+            run_at = CASE WHEN v_state = 'scheduled' THEN v_now + v_delay
+                          WHEN v_state = 'ready' THEN v_now ELSE j.run_at END,
+            finished_at = CASE WHEN v_state IN ('dead', 'cancelled') THEN v_now END
+        WHERE j.id = fail.id AND j.lease_token = fail.lease_token AND j.state::text = 'running'
+        RETURNING j.id, j.claims, j.attempt, j.started_at, j.lease_expires_at, j.queue, j.worker
+    )
     INSERT INTO jq.execution_log (job_id, seq, attempt, outcome, started_at, lease_expires_at,
                                finished_at, queue, worker, error)
-    SELECT j.id, j.claims, j.attempt,
+    SELECT e.id, e.claims, e.attempt,
            CASE WHEN v_state = 'cancelled' THEN 'cancelled' ELSE 'failed' END::jq.execution_outcome,
-           j.started_at, j.lease_expires_at, v_now, j.queue, j.worker, v_error
-    FROM jq.jobs j WHERE j.id = fail.id
-      AND jq._note_failed(j.queue, v_state);
+           e.started_at, e.lease_expires_at, v_now, e.queue, e.worker, v_error
+    FROM ended e WHERE jq._note_failed(e.queue, v_state);
     -- A retrying job keeps its key's slot (it stays the key's head); a finished one frees it.
     IF v_job.concurrency_key IS NOT NULL AND v_state IN ('dead', 'cancelled') THEN
         PERFORM jq._key_fill(v_job.queue, v_job.concurrency_key, 1);

@@ -347,6 +347,10 @@ COMMENT ON FUNCTION jq._ticket() IS
 'Internal: a caller ticket (bigint, 64 random bits) for the current role, kept in this backend '
 'until jq._redeem uses it. The default of every caller_ticket parameter; never pass one '
 'yourself. See src/security.rs and docs/security.md.';
+COMMENT ON FUNCTION jq._in_transaction_block() IS
+'Internal: whether the calling statement runs inside an explicit transaction block (BEGIN ... '
+'COMMIT) rather than in a transaction of its own; maintenance truncates history tables only '
+'outside one (jq._truncate_history; src/xact.rs).';
 COMMENT ON FUNCTION jq._lease_token() IS
 'Internal: a new lease token (uuid), a random version-4 UUID as gen_random_uuid makes it (RFC '
 '9562, section 5.4), from CSPRNG bits this backend draws 1 KiB at a time (src/random.rs). Set '

@@ -58,33 +58,44 @@ DECLARE
     v_dead  integer;
 BEGIN
     SELECT CASE WHEN pg_catalog.bool_or(u.state OPERATOR(pg_catalog.<>) 'dead')
-                THEN (SELECT r.current FROM jq.history_rings r WHERE r.ring OPERATOR(pg_catalog.=) 'done') END,
+                THEN coalesce((SELECT r.current FROM jq.history_rings r WHERE r.ring OPERATOR(pg_catalog.=) 'done'), 0) END,
            CASE WHEN pg_catalog.bool_or(u.state OPERATOR(pg_catalog.=) 'dead')
-                THEN (SELECT r.current FROM jq.history_rings r WHERE r.ring OPERATOR(pg_catalog.=) 'dead') END
+                THEN coalesce((SELECT r.current FROM jq.history_rings r WHERE r.ring OPERATOR(pg_catalog.=) 'dead'), 0) END
     INTO v_done, v_dead FROM pg_catalog.unnest(jobs) u;
-    IF v_done IS NOT NULL THEN
-        CASE v_done
-            WHEN 0 THEN INSERT INTO jq.jobs_done_0 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.<>) 'dead';
-            WHEN 1 THEN INSERT INTO jq.jobs_done_1 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.<>) 'dead';
-            WHEN 2 THEN INSERT INTO jq.jobs_done_2 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.<>) 'dead';
-            WHEN 3 THEN INSERT INTO jq.jobs_done_3 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.<>) 'dead';
-            WHEN 4 THEN INSERT INTO jq.jobs_done_4 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.<>) 'dead';
-            WHEN 5 THEN INSERT INTO jq.jobs_done_5 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.<>) 'dead';
-            WHEN 6 THEN INSERT INTO jq.jobs_done_6 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.<>) 'dead';
-            WHEN 7 THEN INSERT INTO jq.jobs_done_7 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.<>) 'dead';
-        END CASE;
+    -- IF chains with qualified operators, not CASE v WHEN n (which compares with the caller's =).
+    IF v_done OPERATOR(pg_catalog.=) 0 THEN
+        INSERT INTO jq.jobs_done_0 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.<>) 'dead';
+    ELSIF v_done OPERATOR(pg_catalog.=) 1 THEN
+        INSERT INTO jq.jobs_done_1 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.<>) 'dead';
+    ELSIF v_done OPERATOR(pg_catalog.=) 2 THEN
+        INSERT INTO jq.jobs_done_2 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.<>) 'dead';
+    ELSIF v_done OPERATOR(pg_catalog.=) 3 THEN
+        INSERT INTO jq.jobs_done_3 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.<>) 'dead';
+    ELSIF v_done OPERATOR(pg_catalog.=) 4 THEN
+        INSERT INTO jq.jobs_done_4 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.<>) 'dead';
+    ELSIF v_done OPERATOR(pg_catalog.=) 5 THEN
+        INSERT INTO jq.jobs_done_5 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.<>) 'dead';
+    ELSIF v_done OPERATOR(pg_catalog.=) 6 THEN
+        INSERT INTO jq.jobs_done_6 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.<>) 'dead';
+    ELSIF v_done OPERATOR(pg_catalog.=) 7 THEN
+        INSERT INTO jq.jobs_done_7 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.<>) 'dead';
     END IF;
-    IF v_dead IS NOT NULL THEN
-        CASE v_dead
-            WHEN 0 THEN INSERT INTO jq.jobs_dead_0 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.=) 'dead';
-            WHEN 1 THEN INSERT INTO jq.jobs_dead_1 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.=) 'dead';
-            WHEN 2 THEN INSERT INTO jq.jobs_dead_2 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.=) 'dead';
-            WHEN 3 THEN INSERT INTO jq.jobs_dead_3 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.=) 'dead';
-            WHEN 4 THEN INSERT INTO jq.jobs_dead_4 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.=) 'dead';
-            WHEN 5 THEN INSERT INTO jq.jobs_dead_5 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.=) 'dead';
-            WHEN 6 THEN INSERT INTO jq.jobs_dead_6 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.=) 'dead';
-            WHEN 7 THEN INSERT INTO jq.jobs_dead_7 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.=) 'dead';
-        END CASE;
+    IF v_dead OPERATOR(pg_catalog.=) 0 THEN
+        INSERT INTO jq.jobs_dead_0 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.=) 'dead';
+    ELSIF v_dead OPERATOR(pg_catalog.=) 1 THEN
+        INSERT INTO jq.jobs_dead_1 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.=) 'dead';
+    ELSIF v_dead OPERATOR(pg_catalog.=) 2 THEN
+        INSERT INTO jq.jobs_dead_2 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.=) 'dead';
+    ELSIF v_dead OPERATOR(pg_catalog.=) 3 THEN
+        INSERT INTO jq.jobs_dead_3 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.=) 'dead';
+    ELSIF v_dead OPERATOR(pg_catalog.=) 4 THEN
+        INSERT INTO jq.jobs_dead_4 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.=) 'dead';
+    ELSIF v_dead OPERATOR(pg_catalog.=) 5 THEN
+        INSERT INTO jq.jobs_dead_5 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.=) 'dead';
+    ELSIF v_dead OPERATOR(pg_catalog.=) 6 THEN
+        INSERT INTO jq.jobs_dead_6 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.=) 'dead';
+    ELSIF v_dead OPERATOR(pg_catalog.=) 7 THEN
+        INSERT INTO jq.jobs_dead_7 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.=) 'dead';
     END IF;
     RETURN coalesce(pg_catalog.cardinality(jobs), 0);
 END $$;
@@ -168,7 +179,7 @@ BEGIN
     FOREACH v_ring IN ARRAY ARRAY['done', 'dead'] LOOP
         FOR v_slot IN 0..7 LOOP
             -- Never the current table: the completions writing into it would wait for the lock.
-            CONTINUE WHEN v_slot = (SELECT h.current FROM jq.history_rings h WHERE h.ring = v_ring);
+            CONTINUE WHEN v_slot = coalesce((SELECT h.current FROM jq.history_rings h WHERE h.ring = v_ring), 0);
             v_table := pg_catalog.format('jobs_%s_%s', v_ring, v_slot);
             EXECUTE pg_catalog.format('SELECT NOT EXISTS (SELECT 1 FROM jq.%I)', v_table) INTO STRICT v_empty;
             CONTINUE WHEN v_empty OR jq._history_retained(v_table, v_ring, _truncate_history.now);

@@ -29,9 +29,17 @@ COMMENT ON FUNCTION jq._note_promoted(text, jq.job_state, integer, timestamptz) 
 'Internal: a scheduled job of queue became due in state (at priority, run_at): when ready, wakes '
 'claims at commit and moves the claim-start hint back to it. Always true. Inlined.';
 
+-- Its selection walks jobs_scheduled_idx in due order, one batch at a time: when most live jobs
+-- are scheduled (finished jobs are out of the hot table) the planner costed a sort of every due
+-- job cheaper, which a backlog after an outage makes every pass repeat. Sorts are off for it;
+-- its statements have the index order, so no chosen plan is a disabled one
+-- (pg_test/tests/plans/maintenance.rs).
 CREATE OR REPLACE FUNCTION jq._promote(now timestamptz, batch integer DEFAULT 5000, budget integer DEFAULT NULL)
 RETURNS integer
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_sort = off
+SET jit = off
+AS $$
 DECLARE
     v_count integer := 0;
     v_read  integer := 0;   -- due rows picked, moved or left for their key's next pass
@@ -365,7 +373,8 @@ BEGIN
     v_read := v_read + pg_catalog.cardinality(v_ids);
     EXIT WHEN pg_catalog.cardinality(v_ids) < _reap.batch OR _reap.budget IS NULL
               OR v_count >= _reap.budget OR v_read >= 2 * _reap.budget;
-    SELECT x.lease_expires_at INTO v_at FROM ONLY jq.jobs x WHERE x.id = v_ids[pg_catalog.cardinality(v_ids)];
+    -- jq.jobs, not ONLY: a job this pass sent to dead or cancelled is in the history now.
+    SELECT x.lease_expires_at INTO v_at FROM jq.jobs x WHERE x.id = v_ids[pg_catalog.cardinality(v_ids)];
     END LOOP;
     RETURN v_count;
 END $$;

@@ -201,7 +201,7 @@ fn a_ring_moves_on_only_into_an_empty_table() {
     // A ring's span is its longest retention: 6 minutes here, so it moves on every minute.
     c.batch_execute("SELECT jq.create_queue('r', retention => '6 minutes', history_retention => '0')").unwrap();
     let current = |c: &mut Client| -> i64 {
-        one_i64(c, "SELECT current::int8 FROM jq.history_rings WHERE ring = 'done'")
+        one_i64(c, "SELECT coalesce((SELECT current::int8 FROM jq.history_rings WHERE ring = 'done'), 0)")
     };
     assert_eq!(current(&mut c), 0);
     c.query_one("SELECT jq._prune(now() + interval '2 minutes')", &[]).unwrap();

@@ -444,10 +444,10 @@ COMMENT ON TABLE jq.history_rings IS
 'The two rings of history tables that finished jobs move to: done (jq.jobs_done_0..7: completed '
 'and cancelled jobs) and dead (jq.jobs_dead_0..7). current: the table a finishing job is written '
 'to; since: when it became current. Written only by maintenance (jq._rotate_history).';
--- Not registered for pg_dump: CREATE EXTENSION writes its two rows, and a restore starts both
--- rings at table 0 again, which is correct whatever the restored tables hold (a table is emptied
--- only once every job in it is past retention, current or not).
 INSERT INTO jq.history_rings (ring, current, since) VALUES ('done', 0, now()), ('dead', 0, now());
+-- Not registered for pg_dump: it times the rotation, and CREATE EXTENSION writes its rows. A
+-- restore starts both rings at table 0 again, which is correct whatever the restored tables
+-- hold: a table is emptied only once every job in it is past retention.
 
 DO $$
 DECLARE
