@@ -173,3 +173,28 @@ fn the_workers_updates_reach_the_statistics_autovacuum_reads() {
     });
     assert!(sent.is_some(), "n_tup_upd of jq.jobs is {updated} 5 s after the worker promoted 500 jobs");
 }
+
+/// The worker retires finished jobs with no client calling anything: once its history ring has
+/// moved on, a history table whose jobs are all past retention is truncated by the worker's
+/// next pass. Seen failing before the worker ran the truncation in a transaction of its own
+/// (src/bgworker/worker.rs, truncate_history): inside the guarded prune duty's subtransaction
+/// jq._truncate_history saw a transaction block and truncated nothing; the job stayed.
+#[test]
+fn the_worker_truncates_history_tables_past_retention() {
+    let db = TestDb::new("bgw_history");
+    let mut c = db.connect();
+    served(&db, Duration::from_secs(5));
+    c.batch_execute("SELECT jq.create_queue('h', retention => '0', history_retention => '0')").unwrap();
+    let id: i64 = c.query_one("SELECT jq.enqueue('h')", &[]).unwrap().get(0);
+    let job = claim(&mut c, "h", "w", 1, None).pop().unwrap();
+    assert!(complete(&mut c, &job));
+    assert_eq!(state(&mut c, id).as_deref(), Some("completed"));
+    // The test skips the clock: the ring's table has been current for two minutes.
+    c.batch_execute("UPDATE jq.history_rings SET since = now() - interval '2 minutes'").unwrap();
+    let mut left = Some(String::new());
+    eventually(Duration::from_secs(10), || {
+        left = state(&mut c, id);
+        left.is_none()
+    })
+    .unwrap_or_else(|| panic!("the worker did not retire the completed job: {left:?}"));
+}
