@@ -163,7 +163,7 @@ BEGIN
     IF jq._claim_hint(claim.queue) THEN
         IF claim.n OPERATOR(pg_catalog.=) 1 THEN
         RETURN QUERY
-        UPDATE jq.jobs j SET
+        UPDATE ONLY jq.jobs j SET
             state = 'running',
             attempt = j.attempt OPERATOR(pg_catalog.+) 1,
             claims = j.claims OPERATOR(pg_catalog.+) 1,
@@ -175,7 +175,7 @@ BEGIN
         FROM jq.queues q
         WHERE q.name OPERATOR(pg_catalog.=) claim.queue
           AND j.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
-              SELECT p.ctid FROM jq.jobs p
+              SELECT p.ctid FROM ONLY jq.jobs p
               WHERE pg_catalog.hashtextextended(p.queue, 0) OPERATOR(pg_catalog.=) pg_catalog.hashtextextended(claim.queue, 0)
                 AND p.state OPERATOR(pg_catalog.=) 'ready'
                 AND p.priority OPERATOR(pg_catalog.=) jq._hint_priority()
@@ -231,7 +231,7 @@ BEGIN
     LOOP
         IF coalesce(v_limit, claim.n) OPERATOR(pg_catalog.=) 1 THEN
         RETURN QUERY
-        UPDATE jq.jobs j SET
+        UPDATE ONLY jq.jobs j SET
             state = 'running',
             attempt = j.attempt OPERATOR(pg_catalog.+) 1,
             claims = j.claims OPERATOR(pg_catalog.+) 1,
@@ -243,7 +243,7 @@ BEGIN
         FROM jq.queues q
         WHERE q.name OPERATOR(pg_catalog.=) claim.queue
           AND j.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
-              SELECT p.ctid FROM jq.jobs p
+              SELECT p.ctid FROM ONLY jq.jobs p
               WHERE pg_catalog.hashtextextended(p.queue, 0) OPERATOR(pg_catalog.=) pg_catalog.hashtextextended(claim.queue, 0)
                 AND p.state OPERATOR(pg_catalog.=) 'ready'
                 AND p.priority OPERATOR(pg_catalog.<) coalesce(v_below, 2147483648)
@@ -367,7 +367,7 @@ BEGIN
         -- From the claim-start hint's key on, at the hint's priority (see jq.claim).
         RETURN QUERY
         WITH claimed AS (
-            UPDATE jq.jobs j SET
+            UPDATE ONLY jq.jobs j SET
                 state = 'running',
                 attempt = j.attempt OPERATOR(pg_catalog.+) 1,
                 claims = j.claims OPERATOR(pg_catalog.+) 1,
@@ -379,7 +379,7 @@ BEGIN
             FROM jq.queues q
             WHERE q.name OPERATOR(pg_catalog.=) _claim_batch.queue
               AND j.id OPERATOR(pg_catalog.=) ANY (ARRAY(
-                  SELECT p.id FROM jq.jobs p
+                  SELECT p.id FROM ONLY jq.jobs p
                   WHERE pg_catalog.hashtextextended(p.queue, 0) OPERATOR(pg_catalog.=) pg_catalog.hashtextextended(_claim_batch.queue, 0)
                     AND p.state OPERATOR(pg_catalog.=) 'ready'
                     AND p.priority OPERATOR(pg_catalog.=) jq._hint_priority()
@@ -402,7 +402,7 @@ BEGIN
         -- jq.claim (locked: the caller holds a capped or rate-limited queue's row lock).
         RETURN QUERY
         WITH claimed AS (
-            UPDATE jq.jobs j SET
+            UPDATE ONLY jq.jobs j SET
                 state = 'running',
                 attempt = j.attempt OPERATOR(pg_catalog.+) 1,
                 claims = j.claims OPERATOR(pg_catalog.+) 1,
@@ -414,7 +414,7 @@ BEGIN
             FROM jq.queues q
             WHERE q.name OPERATOR(pg_catalog.=) _claim_batch.queue
               AND j.id OPERATOR(pg_catalog.=) ANY (ARRAY(
-                  SELECT p.id FROM jq.jobs p
+                  SELECT p.id FROM ONLY jq.jobs p
                   WHERE pg_catalog.hashtextextended(p.queue, 0) OPERATOR(pg_catalog.=) pg_catalog.hashtextextended(_claim_batch.queue, 0)
                     AND p.state OPERATOR(pg_catalog.=) 'ready'
                     AND p.priority OPERATOR(pg_catalog.<) coalesce(_claim_batch.below, 2147483648)
@@ -514,6 +514,10 @@ CREATE OR REPLACE FUNCTION jq._claim_gate(queue text, n integer, waiting boolean
 LANGUAGE plpgsql
 SET search_path = pg_catalog, jq, pg_temp
 SET jit = off
+-- Its running count reads jobs_running_idx: with finished jobs out of the hot table, a capped
+-- queue with thousands running among a few tens of thousands of live jobs is costed cheaper as
+-- a sequential scan, which every claim of the queue would then pay (pg_test/tests/plans/claim.rs).
+SET enable_seqscan = off
 AS $$
 DECLARE
     v_paused  boolean;
@@ -526,13 +530,13 @@ BEGIN
         -- wait (an enqueue or a job ending wakes us) instead of taking the queue row lock,
         -- which a claim keeps until its transaction ends; the count is taken again under
         -- the lock below.
-        IF NOT EXISTS (SELECT FROM jq.jobs j
+        IF NOT EXISTS (SELECT FROM ONLY jq.jobs j
                        WHERE pg_catalog.hashtextextended(j.queue, 0) OPERATOR(pg_catalog.=) pg_catalog.hashtextextended(_claim_gate.queue, 0)
                          AND j.state OPERATOR(pg_catalog.=) 'ready') THEN
             RETURN;
         END IF;
         IF _claim_gate.cap IS NOT NULL THEN
-            SELECT pg_catalog.count(*) INTO v_running FROM jq.jobs j
+            SELECT pg_catalog.count(*) INTO v_running FROM ONLY jq.jobs j
             WHERE j.queue OPERATOR(pg_catalog.=) _claim_gate.queue AND j.state OPERATOR(pg_catalog.=) 'running';
             IF v_running OPERATOR(pg_catalog.>=) _claim_gate.cap THEN
                 RETURN;
@@ -567,7 +571,7 @@ BEGIN
     END IF;
     allowed := _claim_gate.n;
     IF v_cap IS NOT NULL THEN
-        SELECT pg_catalog.count(*) INTO v_running FROM jq.jobs j
+        SELECT pg_catalog.count(*) INTO v_running FROM ONLY jq.jobs j
         WHERE j.queue OPERATOR(pg_catalog.=) _claim_gate.queue AND j.state OPERATOR(pg_catalog.=) 'running';
         allowed := LEAST(_claim_gate.n, v_cap OPERATOR(pg_catalog.-) v_running);
         IF allowed OPERATOR(pg_catalog.<=) 0 THEN
@@ -654,11 +658,11 @@ LANGUAGE sql STABLE AS $$
     SELECT EXISTS (
         SELECT FROM jq.queues t
         WHERE t.name = ANY (_claimable.queues) AND NOT t.paused
-          AND EXISTS (SELECT FROM jq.jobs j  -- jobs_claim_idx's key (sql/schema.sql)
+          AND EXISTS (SELECT FROM ONLY jq.jobs j  -- jobs_claim_idx's key (sql/schema.sql)
                       WHERE pg_catalog.hashtextextended(j.queue, 0) = pg_catalog.hashtextextended(t.name, 0)
                         AND j.state = 'ready')
           AND (t.max_concurrency IS NULL
-               OR (SELECT count(*) FROM jq.jobs r WHERE r.queue = t.name AND r.state = 'running')
+               OR (SELECT count(*) FROM ONLY jq.jobs r WHERE r.queue = t.name AND r.state = 'running')
                   < t.max_concurrency)
           AND (t.rate_limit IS NULL OR jq._rate_next_token(t.name) <= pg_catalog.clock_timestamp()))
 $$;
@@ -733,7 +737,7 @@ BEGIN
     SELECT count(*), min(t.name) INTO v_ncapped, v_one_capped FROM jq.queues t
     WHERE t.name = ANY (claim.queues) AND (t.max_concurrency IS NOT NULL OR t.rate_limit IS NOT NULL);
     IF v_ncapped > 1 THEN
-        LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;
+        LOCK TABLE ONLY jq.jobs IN ROW EXCLUSIVE MODE;
         PERFORM 1 FROM (SELECT t.name FROM jq.queues t
                         WHERE t.name = ANY (claim.queues) AND (t.max_concurrency IS NOT NULL OR t.rate_limit IS NOT NULL)
                         ORDER BY t.name COLLATE "C"
@@ -773,11 +777,11 @@ BEGIN
     IF NOT jq._wait(LEAST(v_deadline,
                           (SELECT min(jq._rate_next_token(t.name)) FROM jq.queues t
                            WHERE t.name = ANY (claim.queues) AND t.rate_limit IS NOT NULL AND NOT t.paused
-                             AND EXISTS (SELECT FROM jq.jobs j
+                             AND EXISTS (SELECT FROM ONLY jq.jobs j
                                          WHERE pg_catalog.hashtextextended(j.queue, 0) = pg_catalog.hashtextextended(t.name, 0)
                                            AND j.state = 'ready')
                              AND (t.max_concurrency IS NULL
-                                  OR (SELECT count(*) FROM jq.jobs r WHERE r.queue = t.name AND r.state = 'running')
+                                  OR (SELECT count(*) FROM ONLY jq.jobs r WHERE r.queue = t.name AND r.state = 'running')
                                      < t.max_concurrency))))
        AND pg_catalog.clock_timestamp() >= v_deadline THEN
         EXIT poll;

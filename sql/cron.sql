@@ -93,7 +93,7 @@ COMMENT ON FUNCTION jq._check_schedule_name(text) IS
 CREATE OR REPLACE FUNCTION jq._lock_schedule_queue(queue text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;  -- before the queue row, as jq.drop_queue
+    LOCK TABLE ONLY jq.jobs IN ROW EXCLUSIVE MODE;  -- before the queue row, as jq.drop_queue
     PERFORM 1 FROM jq.queues t WHERE t.name = _lock_schedule_queue.queue FOR KEY SHARE;
     IF NOT FOUND THEN
         PERFORM jq._unknown_queue(_lock_schedule_queue.queue);
@@ -217,7 +217,7 @@ BEGIN
         alter_schedule.misfire, alter_schedule.overlap);
     -- Before the schedule row (which a forced jq.drop_queue deletes) and the queue row, as
     -- jq.drop_queue: else a transaction that altered and then wrote jobs could deadlock with it.
-    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;
+    LOCK TABLE ONLY jq.jobs IN ROW EXCLUSIVE MODE;
     IF alter_schedule.queue IS NOT NULL THEN
         PERFORM jq._lock_schedule_queue(alter_schedule.queue);
     END IF;
@@ -283,7 +283,7 @@ DECLARE
     v_queue  text;
 BEGIN
     PERFORM jq._check_schedule_name(unschedule.name);
-    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;  -- before the schedule row, as jq.drop_queue (see jq.alter_schedule)
+    LOCK TABLE ONLY jq.jobs IN ROW EXCLUSIVE MODE;  -- before the schedule row, as jq.drop_queue (see jq.alter_schedule)
     SELECT t.queue INTO v_queue FROM jq.schedules t WHERE t.name = unschedule.name FOR UPDATE;
     IF FOUND THEN
         PERFORM jq._check_schedule_owner(v_caller, unschedule.name, v_queue);
@@ -349,7 +349,7 @@ BEGIN
     v_skipped := GREATEST(v_total - pg_catalog.cardinality(v_fires), 0);
     FOREACH f IN ARRAY v_fires LOOP
         IF s.overlap = 'skip_if_running' AND v_last_job IS NOT NULL AND EXISTS (
-               SELECT 1 FROM jq.jobs j
+               SELECT 1 FROM ONLY jq.jobs j
                WHERE j.id = v_last_job AND j.state IN ('scheduled', 'blocked', 'ready', 'running')) THEN
             INSERT INTO jq.cron_runs (schedule, fire_time, outcome, fired_at)
             VALUES (s.name, f, 'skipped_overlap', _cron_fire.at)
@@ -411,7 +411,7 @@ BEGIN
             USING ERRCODE = '22008';
     END IF;
     -- jq.jobs before any schedule row, the order jq.drop_queue takes them in (no deadlock).
-    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;
+    LOCK TABLE ONLY jq.jobs IN ROW EXCLUSIVE MODE;
     -- Due schedules in a bounded batch; SKIP LOCKED: passes from several sessions partition the
     -- rows, and a row re-checked after a concurrent pass moved its next_run_at is not due.
     -- The clock guard: a row whose next_run_at was computed from an instant after at (the clock

@@ -224,7 +224,7 @@ BEGIN
                 DO NOTHING
             RETURNING id INTO v_id;
             EXIT WHEN v_id IS NOT NULL;
-            SELECT j.id INTO v_id FROM jq.jobs j
+            SELECT j.id INTO v_id FROM ONLY jq.jobs j
             WHERE j.queue = enqueue.queue AND j.idempotency_key = enqueue.idempotency_key
               AND j.state IN ('scheduled', 'blocked', 'ready', 'running');
             EXIT WHEN v_id IS NOT NULL;

@@ -94,28 +94,45 @@ LANGUAGE plpgsql
 SECURITY DEFINER
 AS $$
 DECLARE
-    v_done boolean;  -- jq._note_slot_freed's result (always true); FOUND tells whether the job completed
+    v_job jq.jobs;
 BEGIN
     -- The job row is the record of a completed execution (sql/schema.sql, jq.executions): no
-    -- history row is written here. The slot's effects sit in RETURNING, which runs once for the
-    -- row updated (only if the fenced update found the job), in the statement itself: a second
-    -- statement or an outer count(*) over a CTE cost more per call (docs/BENCHMARKS.md).
-    UPDATE jq.jobs j SET
-        state = 'completed',
-        finished_at = pg_catalog.clock_timestamp(),
-        result = complete.result
+    -- history row is written here. A completed job leaves the hot table: the fenced delete takes
+    -- it out (only if it is still running under this token) and jq._archive inserts it, completed,
+    -- into the current history table (sql/history.sql). One delete, not an update that the
+    -- trigger jobs_retire would then undo: no row version and index entries written only to die.
+    DELETE FROM ONLY jq.jobs j
     WHERE j.id OPERATOR(pg_catalog.=) complete.id
       AND j.lease_token OPERATOR(pg_catalog.=) complete.lease_token
       AND j.state::pg_catalog.text OPERATOR(pg_catalog.=) 'running'
-    RETURNING jq._note_slot_freed(j.queue, j.concurrency_key)
-    INTO v_done;
-    RETURN FOUND;
+    RETURNING j.* INTO v_job;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    v_job.state := 'completed';
+    v_job.finished_at := pg_catalog.clock_timestamp();
+    v_job.result := complete.result;
+    PERFORM jq._archive(ARRAY[v_job]);
+    PERFORM jq._note_slot_freed(v_job.queue, v_job.concurrency_key);
+    RETURN true;
 END $$;
 COMMENT ON FUNCTION jq.complete(bigint, uuid, jsonb) IS
 'Marks a running job completed and stores result (any JSON, optional); the job row then records '
 'the execution (jq.executions). Fenced: true only if the job is still running under this '
 'lease_token; otherwise (lease expired and reaped, claimed again, cancelled, dropped, unknown id) '
 'false and nothing changes.';
+
+-- A running job's row as it is once completed now with result: what jq.complete_many archives.
+CREATE OR REPLACE FUNCTION jq._completed(job jq.jobs, result jsonb) RETURNS jq.jobs
+LANGUAGE plpgsql AS $$
+BEGIN
+    job.state := 'completed';
+    job.finished_at := pg_catalog.clock_timestamp();
+    job.result := _completed.result;
+    RETURN job;
+END $$;
+COMMENT ON FUNCTION jq._completed(jq.jobs, jsonb) IS
+'Internal: job (a jq.jobs row) with state completed, finished_at now (clock_timestamp()) and result.';
 
 CREATE OR REPLACE FUNCTION jq._keys_passed_on(moved integer) RETURNS boolean
 LANGUAGE sql IMMUTABLE AS $$ SELECT true $$;
@@ -156,18 +173,21 @@ BEGIN
         FROM ROWS FROM (pg_catalog.unnest(complete_many.ids),
                         pg_catalog.unnest(complete_many.lease_tokens),
                         pg_catalog.unnest(complete_many.results)) AS u(id, token, result)
-    ), done AS (
-        UPDATE jq.jobs j SET
-            state = 'completed',
-            finished_at = pg_catalog.clock_timestamp(),
-            result = input.result
-        FROM input
+    ), gone AS (
+        -- Completed jobs leave the hot table (as in jq.complete): deleted here, inserted below
+        -- into the current history table, completed.
+        DELETE FROM ONLY jq.jobs j
+        USING input
         WHERE j.id = input.id AND j.lease_token = input.token AND j.state::text = 'running'
           -- an index condition of its own: a join alone may be planned as a full scan of
           -- jobs_pkey under a hash join (src/planner.rs); the jobs it finds
           -- are hash-joined to the input (enable_nestloop = off, above)
           AND j.id = ANY (complete_many.ids)
-        RETURNING j.id, j.queue, j.concurrency_key
+        RETURNING j AS job, input.result AS result
+    ), done AS (
+        SELECT (g.job).id, (g.job).queue, (g.job).concurrency_key FROM gone g
+    ), archived AS (
+        SELECT jq._archive(pg_catalog.array_agg(jq._completed(g.job, g.result))) AS n FROM gone g
     ), keyed AS (
         -- Keys whose slot is freed, all at once in key order (jq._key_fill_many); one row.
         SELECT CASE WHEN count(*) > 0 THEN
@@ -182,7 +202,9 @@ BEGIN
     -- in batches): jq._keys_passed_on names that read. keyed (one row) as a sub-select, not
     -- joined: with nested loops off a join of it would be a disabled nested loop, whose cost
     -- (10^10) makes PostgreSQL JIT-compile the statement on every call.
+    -- archived too (one row): it inserts the completed rows into the history.
     SELECT d.id FROM done d WHERE jq._wake_slot(d.queue) AND (SELECT jq._keys_passed_on(k.moved) FROM keyed k)
+      AND (SELECT a.n >= 0 FROM archived a)
     ORDER BY d.id;
 END $$;
 COMMENT ON FUNCTION jq.complete_many(bigint[], uuid[], jsonb[]) IS
@@ -210,7 +232,7 @@ BEGIN
            coalesce(k.backoff_max, q.backoff_max) AS backoff_max, coalesce(k.jitter, q.jitter) AS jitter,
            j.queue, j.concurrency_key, k.on_dead
     INTO v_job
-    FROM jq.jobs j LEFT JOIN jq.queues q ON q.name = j.queue
+    FROM ONLY jq.jobs j LEFT JOIN jq.queues q ON q.name = j.queue
          LEFT JOIN jq.kinds k ON q.has_kinds AND k.queue = j.queue AND k.kind = j.kind
     WHERE j.id = fail.id AND j.lease_token = fail.lease_token AND j.state::text = 'running'
     FOR UPDATE OF j;
@@ -237,21 +259,25 @@ BEGIN
         v_state := CASE WHEN v_delay > interval '0' THEN 'scheduled' ELSE 'ready' END;
     END IF;
 
-    UPDATE jq.jobs j SET
-        state = v_state,
-        last_error = v_error,
-        run_at = CASE WHEN v_state = 'scheduled' THEN v_now + v_delay
-                      WHEN v_state = 'ready' THEN v_now ELSE j.run_at END,
-        finished_at = CASE WHEN v_state IN ('dead', 'cancelled') THEN v_now END
-    WHERE j.id = fail.id AND j.lease_token = fail.lease_token AND j.state::text = 'running';
-
+    -- The execution is recorded from the update's RETURNING: a job that went dead or cancelled
+    -- has left the hot table by the end of the update (sql/history.sql), and a read of jq.jobs
+    -- would have to look through every history table for it.
+    WITH ended AS (
+        UPDATE ONLY jq.jobs j SET
+            state = v_state,
+            last_error = v_error,
+            run_at = CASE WHEN v_state = 'scheduled' THEN v_now + v_delay
+                          WHEN v_state = 'ready' THEN v_now ELSE j.run_at END,
+            finished_at = CASE WHEN v_state IN ('dead', 'cancelled') THEN v_now END
+        WHERE j.id = fail.id AND j.lease_token = fail.lease_token AND j.state::text = 'running'
+        RETURNING j.id, j.claims, j.attempt, j.started_at, j.lease_expires_at, j.queue, j.worker
+    )
     INSERT INTO jq.execution_log (job_id, seq, attempt, outcome, started_at, lease_expires_at,
                                finished_at, queue, worker, error)
-    SELECT j.id, j.claims, j.attempt,
+    SELECT e.id, e.claims, e.attempt,
            CASE WHEN v_state = 'cancelled' THEN 'cancelled' ELSE 'failed' END::jq.execution_outcome,
-           j.started_at, j.lease_expires_at, v_now, j.queue, j.worker, v_error
-    FROM jq.jobs j WHERE j.id = fail.id
-      AND jq._note_failed(j.queue, v_state);
+           e.started_at, e.lease_expires_at, v_now, e.queue, e.worker, v_error
+    FROM ended e WHERE jq._note_failed(e.queue, v_state);
     -- A retrying job keeps its key's slot (it stays the key's head); a finished one frees it.
     IF v_job.concurrency_key IS NOT NULL AND v_state IN ('dead', 'cancelled') THEN
         PERFORM jq._key_fill(v_job.queue, v_job.concurrency_key, 1);
@@ -307,7 +333,7 @@ BEGIN
             USING ERRCODE = '54000';
     END IF;
     -- Bounded by the queue's max_lease (a lease of years pins the job and its slots), read once.
-    UPDATE jq.jobs j SET (lease_expires_at, lease) = (
+    UPDATE ONLY jq.jobs j SET (lease_expires_at, lease) = (
         -- Never past the attempt's wall timeout (NULL: none), when maintenance ends it as failed.
         SELECT LEAST(pg_catalog.clock_timestamp() + b.lease, j.started_at + j.timeout), b.lease
         FROM (SELECT LEAST(coalesce(heartbeat.extend, j.lease),
@@ -334,7 +360,7 @@ SET jit = off
 AS $$
 BEGIN
     WITH back AS (
-        UPDATE jq.jobs j SET
+        UPDATE ONLY jq.jobs j SET
             state = CASE WHEN j.cancel_requested THEN 'cancelled' ELSE 'ready' END::jq.job_state,
             attempt = j.attempt - 1,
             finished_at = CASE WHEN j.cancel_requested THEN pg_catalog.clock_timestamp() END
@@ -383,7 +409,7 @@ BEGIN
     -- attempt is refunded; the job keeps its key slot (it is still the key's head) unless a
     -- cancellation was requested, which ends it as cancelled, as jq.release does.
     WITH back AS (
-        UPDATE jq.jobs j SET
+        UPDATE ONLY jq.jobs j SET
             state = CASE WHEN j.cancel_requested THEN 'cancelled'
                          WHEN snooze.delay > interval '0' THEN 'scheduled'
                          ELSE 'ready' END::jq.job_state,

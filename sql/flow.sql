@@ -51,13 +51,13 @@ BEGIN
             -- the key waits for the next pass (robustness/held_locks.rs,
             -- reaping_skips_a_key_whose_next_blocked_job_another_transaction_holds).
             v_head := ARRAY(
-                SELECT b.id FROM jq.jobs b
+                SELECT b.id FROM ONLY jq.jobs b
                 WHERE b.queue = _key_try_lock.queue AND b.concurrency_key = _key_try_lock.concurrency_key
                   AND b.state = 'blocked'
                 ORDER BY b.run_at, b.id
                 LIMIT coalesce((SELECT t.key_concurrency FROM jq.queues t WHERE t.name = _key_try_lock.queue), 1));
             RETURN pg_catalog.cardinality(v_head) = 0
-                OR pg_catalog.cardinality(ARRAY(SELECT b.id FROM jq.jobs b WHERE b.id = ANY (v_head)
+                OR pg_catalog.cardinality(ARRAY(SELECT b.id FROM ONLY jq.jobs b WHERE b.id = ANY (v_head)
                                                 FOR UPDATE SKIP LOCKED)) = pg_catalog.cardinality(v_head);
         END IF;
         IF EXISTS (SELECT FROM jq.key_slots s WHERE s.queue = _key_try_lock.queue
@@ -120,9 +120,9 @@ BEGIN
     FOR i IN 1..3 LOOP
         EXIT WHEN v_used >= v_k;
         WITH moved AS (
-            UPDATE jq.jobs j SET state = 'ready'
+            UPDATE ONLY jq.jobs j SET state = 'ready'
             WHERE j.id = ANY (ARRAY(
-                SELECT b.id FROM jq.jobs b
+                SELECT b.id FROM ONLY jq.jobs b
                 WHERE b.queue = _key_fill.queue AND b.concurrency_key = _key_fill.concurrency_key
                   AND b.state = 'blocked'
                 ORDER BY b.run_at, b.id

@@ -186,7 +186,7 @@ BEGIN
             USING ERRCODE = '22023', HINT = 'Privileges: enqueue, work, admin.';
     END IF;
     -- Before the queue row and the catalogs' pg_proc rows (GRANT EXECUTE below), as jq.drop_queue.
-    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;
+    LOCK TABLE ONLY jq.jobs IN ROW EXCLUSIVE MODE;
     -- Then one grant or revoke at a time (self-conflicting; plain reads of the grants, as every
     -- authorization does, go on): two of them both run GRANT/REVOKE EXECUTE on the same pg_proc
     -- rows (or GRANT jq_producer TO the same role), and the second failed with XX000 "tuple
@@ -251,7 +251,7 @@ BEGIN
     END IF;
     -- Before the grant row (which jq.drop_queue deletes) and pg_proc's rows, as jq.drop_queue;
     -- then one grant or revoke at a time (see jq.grant).
-    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;
+    LOCK TABLE ONLY jq.jobs IN ROW EXCLUSIVE MODE;
     LOCK TABLE jq.queue_grants IN SHARE ROW EXCLUSIVE MODE;
     -- Compared under the column's collation: a caller's nondeterministic one (say, case
     -- insensitive) would otherwise also revoke the grant on a queue differing only in case.
@@ -347,6 +347,10 @@ COMMENT ON FUNCTION jq._ticket() IS
 'Internal: a caller ticket (bigint, 64 random bits) for the current role, kept in this backend '
 'until jq._redeem uses it. The default of every caller_ticket parameter; never pass one '
 'yourself. See src/security.rs and docs/security.md.';
+COMMENT ON FUNCTION jq._in_transaction_block() IS
+'Internal: whether the calling statement runs inside an explicit transaction block (BEGIN ... '
+'COMMIT) rather than in a transaction of its own; maintenance truncates history tables only '
+'outside one (jq._truncate_history; src/xact.rs).';
 COMMENT ON FUNCTION jq._lease_token() IS
 'Internal: a new lease token (uuid), a random version-4 UUID as gen_random_uuid makes it (RFC '
 '9562, section 5.4), from CSPRNG bits this backend draws 1 KiB at a time (src/random.rs). Set '

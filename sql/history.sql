@@ -42,3 +42,191 @@ COMMENT ON FUNCTION jq._executions_insert() IS
 'never inserts into the view.';
 CREATE OR REPLACE TRIGGER executions_insert INSTEAD OF INSERT ON jq.executions
     FOR EACH ROW EXECUTE FUNCTION jq._executions_insert();
+
+-- Where finished jobs go (sql/schema.sql, "Finished jobs leave the hot table"). A job that
+-- finishes (completed, dead, cancelled) is moved out of the hot table by this trigger, in the
+-- statement that finished it: deleted from ONLY jq.jobs and inserted as it is into the current
+-- table of its ring. Every path that finishes a job (jq.complete, jq.fail, jq.cancel, the
+-- reaper, a restore of an old dump) therefore leaves no finished row in the hot table
+-- (pg_test/tests/history.rs, every_way_a_job_finishes_moves_it_out_of_the_hot_table).
+-- Trigger functions run with the caller's search_path (the hot calls set none): every name is
+-- schema-qualified, operators too.
+CREATE OR REPLACE FUNCTION jq._archive(jobs jq.jobs[]) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_done  integer;  -- the current table of each ring that gets rows, else NULL
+    v_dead  integer;
+BEGIN
+    SELECT CASE WHEN pg_catalog.bool_or(u.state OPERATOR(pg_catalog.<>) 'dead')
+                THEN coalesce((SELECT r.current FROM jq.history_rings r WHERE r.ring OPERATOR(pg_catalog.=) 'done'), 0) END,
+           CASE WHEN pg_catalog.bool_or(u.state OPERATOR(pg_catalog.=) 'dead')
+                THEN coalesce((SELECT r.current FROM jq.history_rings r WHERE r.ring OPERATOR(pg_catalog.=) 'dead'), 0) END
+    INTO v_done, v_dead FROM pg_catalog.unnest(jobs) u;
+    -- IF chains with qualified operators, not CASE v WHEN n (which compares with the caller's =).
+    IF v_done OPERATOR(pg_catalog.=) 0 THEN
+        INSERT INTO jq.jobs_done_0 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.<>) 'dead';
+    ELSIF v_done OPERATOR(pg_catalog.=) 1 THEN
+        INSERT INTO jq.jobs_done_1 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.<>) 'dead';
+    ELSIF v_done OPERATOR(pg_catalog.=) 2 THEN
+        INSERT INTO jq.jobs_done_2 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.<>) 'dead';
+    ELSIF v_done OPERATOR(pg_catalog.=) 3 THEN
+        INSERT INTO jq.jobs_done_3 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.<>) 'dead';
+    ELSIF v_done OPERATOR(pg_catalog.=) 4 THEN
+        INSERT INTO jq.jobs_done_4 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.<>) 'dead';
+    ELSIF v_done OPERATOR(pg_catalog.=) 5 THEN
+        INSERT INTO jq.jobs_done_5 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.<>) 'dead';
+    ELSIF v_done OPERATOR(pg_catalog.=) 6 THEN
+        INSERT INTO jq.jobs_done_6 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.<>) 'dead';
+    ELSIF v_done OPERATOR(pg_catalog.=) 7 THEN
+        INSERT INTO jq.jobs_done_7 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.<>) 'dead';
+    END IF;
+    IF v_dead OPERATOR(pg_catalog.=) 0 THEN
+        INSERT INTO jq.jobs_dead_0 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.=) 'dead';
+    ELSIF v_dead OPERATOR(pg_catalog.=) 1 THEN
+        INSERT INTO jq.jobs_dead_1 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.=) 'dead';
+    ELSIF v_dead OPERATOR(pg_catalog.=) 2 THEN
+        INSERT INTO jq.jobs_dead_2 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.=) 'dead';
+    ELSIF v_dead OPERATOR(pg_catalog.=) 3 THEN
+        INSERT INTO jq.jobs_dead_3 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.=) 'dead';
+    ELSIF v_dead OPERATOR(pg_catalog.=) 4 THEN
+        INSERT INTO jq.jobs_dead_4 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.=) 'dead';
+    ELSIF v_dead OPERATOR(pg_catalog.=) 5 THEN
+        INSERT INTO jq.jobs_dead_5 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.=) 'dead';
+    ELSIF v_dead OPERATOR(pg_catalog.=) 6 THEN
+        INSERT INTO jq.jobs_dead_6 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.=) 'dead';
+    ELSIF v_dead OPERATOR(pg_catalog.=) 7 THEN
+        INSERT INTO jq.jobs_dead_7 SELECT u.* FROM pg_catalog.unnest(jobs) u WHERE u.state OPERATOR(pg_catalog.=) 'dead';
+    END IF;
+    RETURN coalesce(pg_catalog.cardinality(jobs), 0);
+END $$;
+COMMENT ON FUNCTION jq._archive(jq.jobs[]) IS
+'Internal: inserts finished job rows (NULL: none) into the current table of their ring (dead: '
+'jq.jobs_dead_N, completed and cancelled: jq.jobs_done_N; N = jq.history_rings.current). Called '
+'by jq._retire_job and by jq.complete / jq.complete_many, which delete the rows from the hot table. '
+'Returns how many rows it got.';
+
+CREATE OR REPLACE FUNCTION jq._retire_job() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM ONLY jq.jobs j WHERE j.id OPERATOR(pg_catalog.=) NEW.id;
+    PERFORM jq._archive(ARRAY[NEW]);
+    RETURN NULL;
+END $$;
+COMMENT ON FUNCTION jq._retire_job() IS
+'Internal: AFTER INSERT OR UPDATE trigger of jq.jobs for rows that are finished (completed, dead, '
+'cancelled): moves the row from the hot table to the history (jq._archive). jq.complete and '
+'jq.complete_many move their rows themselves (a delete, not an update and then a delete).';
+CREATE OR REPLACE TRIGGER jobs_retire AFTER INSERT OR UPDATE ON jq.jobs
+    FOR EACH ROW WHEN (NEW.state IN ('completed', 'dead', 'cancelled'))
+    EXECUTE FUNCTION jq._retire_job();
+
+-- How long a ring keeps a finished job: the longest retention of its state over all queues
+-- (done: retention, but at least min(history_retention, 5 minutes), as jq.queue_stats counts the
+-- last 5 minutes of completions from the job rows; dead: dead_retention).
+CREATE OR REPLACE FUNCTION jq._ring_retention(ring text) RETURNS interval
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(max(CASE WHEN ring = 'dead' THEN q.dead_retention
+                             ELSE pg_catalog.interval_larger(q.retention,
+                                      pg_catalog.interval_smaller(q.history_retention, interval '5 minutes')) END),
+                    interval '0')
+    FROM jq.queues q
+$$;
+COMMENT ON FUNCTION jq._ring_retention(text) IS
+'Internal: the longest retention (interval) of the jobs of ring (done or dead) over all queues.';
+
+-- A history table is emptied only when every job in it is past its own queue's retention (a
+-- job whose queue is gone counts as past it: jq.drop_queue deletes a queue's jobs). The check
+-- runs again after the table is locked ACCESS EXCLUSIVE (NOWAIT: a reader or writer holding it
+-- leaves it for the next pass), in READ COMMITTED, so its snapshot postdates every write the
+-- lock waited out: TRUNCATE ignores snapshots and must not take a job that is still retained
+-- (pg_test/tests/history.rs, a_history_table_is_truncated_only_when_every_job_is_past_retention).
+CREATE OR REPLACE FUNCTION jq._history_retained(tbl text, ring text, now timestamptz) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_retained boolean;
+BEGIN
+    EXECUTE pg_catalog.format(
+        'SELECT EXISTS (SELECT 1 FROM jq.queues q WHERE EXISTS ('
+        '    SELECT 1 FROM jq.%I f WHERE f.queue = q.name AND f.finished_at >= $1 - %s))',
+        tbl,
+        CASE WHEN ring = 'dead' THEN 'q.dead_retention'
+             ELSE 'pg_catalog.interval_larger(q.retention, pg_catalog.interval_smaller(q.history_retention, interval ''5 minutes''))' END)
+    INTO v_retained USING now;
+    RETURN v_retained;
+END $$;
+COMMENT ON FUNCTION jq._history_retained(text, text, timestamptz) IS
+'Internal: whether history table jq.<tbl> of ring (done or dead) holds a job still within its '
+'queue''s retention at now.';
+
+CREATE OR REPLACE FUNCTION jq._truncate_history(now timestamptz) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_ring  text;
+    v_slot  integer;
+    v_table text;
+    v_rows  integer;
+    v_empty boolean;
+    v_total integer := 0;
+BEGIN
+    -- Under REPEATABLE READ or SERIALIZABLE the snapshot predates the lock: the check could miss
+    -- a retained job committed in between, so nothing is truncated then. Nor inside a
+    -- transaction block: a truncated table stays locked until the transaction ends, and every
+    -- reader of jq.jobs would wait for a pass left open (the background worker, pg_cron and an
+    -- autocommit jq.tick() run each pass as a transaction of its own).
+    IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' OR jq._in_transaction_block() THEN
+        RETURN 0;
+    END IF;
+    FOREACH v_ring IN ARRAY ARRAY['done', 'dead'] LOOP
+        FOR v_slot IN 0..7 LOOP
+            -- Never the current table: the completions writing into it would wait for the lock.
+            CONTINUE WHEN v_slot = coalesce((SELECT h.current FROM jq.history_rings h WHERE h.ring = v_ring), 0);
+            v_table := pg_catalog.format('jobs_%s_%s', v_ring, v_slot);
+            EXECUTE pg_catalog.format('SELECT NOT EXISTS (SELECT 1 FROM jq.%I)', v_table) INTO STRICT v_empty;
+            CONTINUE WHEN v_empty OR jq._history_retained(v_table, v_ring, _truncate_history.now);
+            BEGIN
+                EXECUTE pg_catalog.format('LOCK TABLE jq.%I IN ACCESS EXCLUSIVE MODE NOWAIT', v_table);
+                CONTINUE WHEN jq._history_retained(v_table, v_ring, _truncate_history.now);
+                EXECUTE pg_catalog.format('SELECT count(*) FROM jq.%I', v_table) INTO STRICT v_rows;
+                EXECUTE pg_catalog.format('TRUNCATE jq.%I', v_table);
+                v_total := v_total + v_rows;
+            EXCEPTION WHEN lock_not_available THEN
+                NULL;  -- held by a reader or writer: the next pass
+            END;
+        END LOOP;
+    END LOOP;
+    RETURN v_total;
+END $$;
+COMMENT ON FUNCTION jq._truncate_history(timestamptz) IS
+'Maintenance (jq._prune): empties with TRUNCATE every history table (jq.jobs_done_N, '
+'jq.jobs_dead_N) but the current one of its ring whose jobs are all past their queue''s '
+'retention at now; returns how many jobs went. Never waits for a lock (a table in use is left '
+'for the next pass); truncates nothing outside READ COMMITTED or inside a transaction block.';
+
+-- A ring moves on to its next table once the current one has been written for a sixth of the
+-- ring's retention (at least a minute) and the next one is empty: eight tables then hold the
+-- retention with room to spare, and each is emptied whole. If the next table still holds
+-- retained jobs (a queue's retention was raised), the current one is written on, and covers
+-- a longer span: nothing is lost, it is only emptied later.
+CREATE OR REPLACE FUNCTION jq._rotate_history(now timestamptz) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    r      record;
+    v_next integer;
+    v_empty boolean;
+BEGIN
+    FOR r IN SELECT h.ring, h.current, h.since FROM jq.history_rings h ORDER BY h.ring FOR UPDATE SKIP LOCKED LOOP
+        CONTINUE WHEN _rotate_history.now - r.since
+                      < pg_catalog.interval_larger(jq._ring_retention(r.ring) / 6, interval '1 minute');
+        v_next := (r.current + 1) % 8;
+        EXECUTE pg_catalog.format('SELECT NOT EXISTS (SELECT 1 FROM jq.%I)',
+                                  pg_catalog.format('jobs_%s_%s', r.ring, v_next)) INTO STRICT v_empty;
+        CONTINUE WHEN NOT v_empty;
+        UPDATE jq.history_rings h
+        SET current = v_next, since = LEAST(_rotate_history.now, pg_catalog.clock_timestamp())
+        WHERE h.ring = r.ring;
+    END LOOP;
+END $$;
+COMMENT ON FUNCTION jq._rotate_history(timestamptz) IS
+'Maintenance (jq._prune): moves each history ring (jq.history_rings) on to its next table when '
+'the current one has been written for a sixth of the ring''s retention (at least 1 minute) and '
+'the next one is empty. Skips a ring row another session holds.';

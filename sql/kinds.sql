@@ -534,7 +534,7 @@ BEGIN
     END IF;
     -- jq.jobs before the queue row, the order jq.drop_queue takes them in (no deadlock); the
     -- queue row locked, so a concurrent jq.drop_kind cannot clear has_kinds under this kind.
-    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;
+    LOCK TABLE ONLY jq.jobs IN ROW EXCLUSIVE MODE;
     UPDATE jq.queues t SET has_kinds = true WHERE t.name = alter_kind.queue;
     IF NOT FOUND THEN
         PERFORM jq._unknown_queue(alter_kind.queue);
@@ -592,7 +592,7 @@ DECLARE
 BEGIN
     PERFORM jq._authorize_queue(drop_kind.caller_ticket, drop_kind.queue, 'admin');
     PERFORM jq._check_kind_options(drop_kind.kind, NULL, NULL, NULL, NULL, NULL);
-    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;  -- before the queue row, as jq.drop_queue
+    LOCK TABLE ONLY jq.jobs IN ROW EXCLUSIVE MODE;  -- before the queue row, as jq.drop_queue
     PERFORM 1 FROM jq.queues t WHERE t.name = drop_kind.queue FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         PERFORM jq._unknown_queue(drop_kind.queue);

@@ -29,9 +29,17 @@ COMMENT ON FUNCTION jq._note_promoted(text, jq.job_state, integer, timestamptz) 
 'Internal: a scheduled job of queue became due in state (at priority, run_at): when ready, wakes '
 'claims at commit and moves the claim-start hint back to it. Always true. Inlined.';
 
+-- Its selection walks jobs_scheduled_idx in due order, one batch at a time: when most live jobs
+-- are scheduled (finished jobs are out of the hot table) the planner costed a sort of every due
+-- job cheaper, which a backlog after an outage makes every pass repeat. Sorts are off for it;
+-- its statements have the index order, so no chosen plan is a disabled one
+-- (pg_test/tests/plans/maintenance.rs).
 CREATE OR REPLACE FUNCTION jq._promote(now timestamptz, batch integer DEFAULT 5000, budget integer DEFAULT NULL)
 RETURNS integer
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_sort = off
+SET jit = off
+AS $$
 DECLARE
     v_count integer := 0;
     v_read  integer := 0;   -- due rows picked, moved or left for their key's next pass
@@ -44,10 +52,10 @@ BEGIN
     -- In passes of batch, due order, until a pass picks fewer or budget went (budget NULL: one
     -- pass). Each pass starts past the key the previous one reached: the entries of the rows
     -- this transaction already moved stay in jobs_scheduled_idx until vacuum, and a pass from
-    -- the head would walk them all again (see jq._prune_jobs).
+    -- the head would walk them all again.
     LOOP
     v_ids := ARRAY(
-            SELECT d.id FROM jq.jobs d
+            SELECT d.id FROM ONLY jq.jobs d
             WHERE d.state = 'scheduled' AND (d.run_at, d.id) > (v_at, v_id) AND d.run_at <= _promote.now
               AND (d.concurrency_key IS NULL OR NOT (d.queue || E'\x1f' || d.concurrency_key = ANY (v_busy)))
             ORDER BY d.run_at, d.id
@@ -62,7 +70,7 @@ BEGIN
     -- another transaction holds stays scheduled for the next pass, and the other keys and queues
     -- are promoted now (pg_test/tests/robustness/held_locks.rs).
     WITH moved AS (
-        UPDATE jq.jobs j SET state = CASE WHEN j.concurrency_key IS NULL OR j.claims > 0 THEN 'ready'
+        UPDATE ONLY jq.jobs j SET state = CASE WHEN j.concurrency_key IS NULL OR j.claims > 0 THEN 'ready'
                                           ELSE 'blocked' END::jq.job_state
         WHERE j.id = ANY (v_ids) AND j.state::text = 'scheduled' AND j.run_at <= _promote.now
           AND (j.concurrency_key IS NULL OR j.claims > 0 OR jq._key_try_lock(j.queue, j.concurrency_key))
@@ -81,7 +89,7 @@ BEGIN
         -- due jobs are reached (robustness/held_locks.rs,
         -- a_held_key_with_a_long_backlog_delays_no_other_queue).
         v_busy := v_busy || ARRAY(
-            SELECT DISTINCT j.queue || E'\x1f' || j.concurrency_key FROM jq.jobs j
+            SELECT DISTINCT j.queue || E'\x1f' || j.concurrency_key FROM ONLY jq.jobs j
             WHERE j.id = ANY (v_ids) AND j.state::text = 'scheduled'
               AND j.concurrency_key IS NOT NULL AND j.claims = 0);
     END IF;
@@ -93,7 +101,7 @@ BEGIN
     -- held by another transaction cannot make one pass read without end.
     EXIT WHEN pg_catalog.cardinality(v_ids) < _promote.batch OR _promote.budget IS NULL
               OR v_count >= _promote.budget OR v_read >= 2 * _promote.budget;
-    SELECT d.run_at, d.id INTO v_at, v_id FROM jq.jobs d WHERE d.id = v_ids[pg_catalog.cardinality(v_ids)];
+    SELECT d.run_at, d.id INTO v_at, v_id FROM ONLY jq.jobs d WHERE d.id = v_ids[pg_catalog.cardinality(v_ids)];
     END LOOP;
     RETURN v_count;
 END $$;
@@ -123,7 +131,7 @@ BEGIN
     -- (capped at the integer range); next_age_at = when it next rises. Stored in priority, so
     -- the claim and its index are the same for every queue. A queue whose aging was turned off
     -- gets its jobs' base priority back. Bounded batch, picked like promotion.
-    UPDATE jq.jobs j SET
+    UPDATE ONLY jq.jobs j SET
         priority = CASE WHEN q.priority_aging IS NULL THEN j.base_priority
                         ELSE LEAST(j.base_priority::bigint
                                    + jq._age_steps(_age.now, j.run_at, q.priority_aging),
@@ -140,7 +148,7 @@ BEGIN
     FROM jq.queues q
     WHERE q.name = j.queue
       AND j.id = ANY (ARRAY(
-          SELECT x.id FROM jq.jobs x
+          SELECT x.id FROM ONLY jq.jobs x
           WHERE x.state = 'ready' AND x.next_age_at <= _age.now
           ORDER BY x.next_age_at
           LIMIT _age.batch
@@ -168,7 +176,7 @@ DECLARE
     v_dead bigint[];  -- the jobs that went dead: their kinds' on_dead hooks run after
 BEGIN
     WITH back AS (
-        UPDATE jq.jobs j SET
+        UPDATE ONLY jq.jobs j SET
             state = CASE
                 WHEN j.cancel_requested THEN 'cancelled'
                 WHEN j.lease_expiries + 1 > coalesce(
@@ -278,14 +286,14 @@ BEGIN
                    extract(epoch FROM coalesce(k.backoff_max, q.backoff_max, interval '1 hour'))::float8,
                    j.attempt, coalesce(k.jitter, q.jitter, 'full')::text, pg_catalog.random())
                * interval '1 second' AS delay
-        FROM jq.jobs j
+        FROM ONLY jq.jobs j
         LEFT JOIN jq.queues q ON q.name = j.queue
         LEFT JOIN jq.kinds k ON k.queue = j.queue AND k.kind = j.kind
         WHERE j.id = ANY (_time_out.ids) AND j.state::text = 'running'
           AND jq._overdue(j.timeout, j.started_at, j.lease_expires_at)
           AND j.lease_expires_at < _time_out.now
     ), ended AS (
-        UPDATE jq.jobs j SET
+        UPDATE ONLY jq.jobs j SET
             state = CASE WHEN d.verdict = 'scheduled' AND d.delay <= interval '0' THEN 'ready'
                          ELSE d.verdict END::jq.job_state,
             last_error = pg_catalog.format('timed out after %s (the wall timeout of kind %s; ended by maintenance)',
@@ -349,7 +357,7 @@ BEGIN
     -- rows of that same expiry already reaped are read again, and skipped).
     LOOP
     v_ids := ARRAY(
-            SELECT x.id FROM jq.jobs x
+            SELECT x.id FROM ONLY jq.jobs x
             WHERE x.state = 'running' AND x.lease_expires_at >= v_at AND x.lease_expires_at < _reap.now
             ORDER BY x.lease_expires_at
             LIMIT _reap.batch
@@ -357,7 +365,7 @@ BEGIN
     EXIT WHEN pg_catalog.cardinality(v_ids) = 0;
     -- Attempts over their wall timeout fail (charged); the other expired leases are refunded.
     v_n := jq._time_out(v_ids, _reap.now, _reap.defer_hooks)
-         + jq._end_leases(ARRAY(SELECT x.id FROM jq.jobs x
+         + jq._end_leases(ARRAY(SELECT x.id FROM ONLY jq.jobs x
                                 WHERE x.id = ANY (v_ids) AND x.state::text = 'running'
                                   AND NOT jq._overdue(x.timeout, x.started_at, x.lease_expires_at)),
                           _reap.now, _reap.now, false, NULL, _reap.defer_hooks);
@@ -365,6 +373,7 @@ BEGIN
     v_read := v_read + pg_catalog.cardinality(v_ids);
     EXIT WHEN pg_catalog.cardinality(v_ids) < _reap.batch OR _reap.budget IS NULL
               OR v_count >= _reap.budget OR v_read >= 2 * _reap.budget;
+    -- jq.jobs, not ONLY: a job this pass sent to dead or cancelled is in the history now.
     SELECT x.lease_expires_at INTO v_at FROM jq.jobs x WHERE x.id = v_ids[pg_catalog.cardinality(v_ids)];
     END LOOP;
     RETURN v_count;
@@ -382,128 +391,19 @@ COMMENT ON FUNCTION jq._reap(timestamptz, integer, integer, boolean) IS
 'that would end while another transaction holds their key''s slot row (jq._key_try_lock), are left '
 'for the next pass. Safe to run concurrently; a job completed meanwhile is skipped. The on_dead hooks of jobs it makes dead run in this transaction, or, with defer_hooks, are queued for the hooks duty (jq._on_dead).';
 
--- jq._prune_jobs deletes in passes, each past the (finished_at, id) key the previous one
--- reached, which only an Index Scan of jobs_finished_idx / jobs_dead_idx in key order keeps
--- linear. When fewer rows are estimated past retention than a batch (stale statistics, a queue
--- that just grew), the planner sorted a bitmap scan of the whole range instead, which every pass
--- then reads again. Sorts and bitmap scans are off for it: its two selections have the index
--- order, so no chosen plan is a disabled one (whose cost would also make PostgreSQL JIT-compile
--- it; JIT is off too, as for every function with settings), and it calls no other function.
--- pg_test/tests/plans/maintenance.rs, maintenance_and_idempotency_selections_use_their_partial_indexes.
-CREATE OR REPLACE FUNCTION jq._prune_jobs(queue text, finished_before timestamptz, dead_before timestamptz,
-                               batch integer, budget integer) RETURNS integer
-LANGUAGE plpgsql
-SET enable_sort = off
-SET enable_bitmapscan = off
-SET jit = off
-AS $$
-DECLARE
-    v_total integer := 0;
-    v_count integer;
-    v_at    timestamptz;  -- the (finished_at, id) key the last pass reached
-    v_id    bigint;
-BEGIN
-    -- Its own function (it kept sequential scans off while the rest of jq._prune could not;
-    -- jq's planner hook now keeps its plans index plans, src/planner.rs).
-    -- Oldest first, in passes of batch: completed and cancelled jobs until a pass deletes fewer
-    -- than batch or budget went (budget NULL: one pass), then dead jobs alike. Each pass starts
-    -- past the (finished_at, id) key the previous one reached: the index entries of the rows
-    -- this transaction already deleted stay in jobs_finished_idx until vacuum, and this
-    -- transaction cannot mark them dead, so a pass from the start of the range walked them
-    -- all again, a heap visit each: n passes cost n(n-1)/2 batches of visits, and under a
-    -- steady load the prune duty fell behind (jq.jobs grew without bound; pg_test/tests/
-    -- robustness/maintenance.rs, negative control prune_from_start).
-    v_at := '-infinity';
-    v_id := 0;
-    LOOP
-        WITH gone AS (
-            DELETE FROM jq.jobs j WHERE j.id = ANY (ARRAY(
-                SELECT f.id FROM jq.jobs f
-                WHERE f.queue = _prune_jobs.queue AND f.state IN ('completed', 'cancelled')
-                  AND (f.finished_at, f.id) > (v_at, v_id) AND f.finished_at < _prune_jobs.finished_before
-                ORDER BY f.finished_at, f.id
-                LIMIT _prune_jobs.batch FOR UPDATE SKIP LOCKED))
-            RETURNING j.finished_at, j.id)
-        SELECT count(*), (pg_catalog.array_agg(g.finished_at ORDER BY g.finished_at DESC, g.id DESC))[1],
-               (pg_catalog.array_agg(g.id ORDER BY g.finished_at DESC, g.id DESC))[1]
-        INTO v_count, v_at, v_id FROM gone g;
-        v_total := v_total + v_count;
-        EXIT WHEN v_count = 0 OR v_count < _prune_jobs.batch OR _prune_jobs.budget IS NULL
-                  OR v_total >= _prune_jobs.budget;
-    END LOOP;
-    -- The same loop for dead jobs: a statement of its own, whose constant state predicate
-    -- matches jobs_dead_idx (one statement with the state as a parameter would match neither).
-    v_at := '-infinity';
-    v_id := 0;
-    LOOP
-        WITH gone AS (
-            DELETE FROM jq.jobs j WHERE j.id = ANY (ARRAY(
-                SELECT f.id FROM jq.jobs f
-                WHERE f.queue = _prune_jobs.queue AND f.state = 'dead'
-                  AND (f.finished_at, f.id) > (v_at, v_id) AND f.finished_at < _prune_jobs.dead_before
-                ORDER BY f.finished_at, f.id
-                LIMIT _prune_jobs.batch FOR UPDATE SKIP LOCKED))
-            RETURNING j.finished_at, j.id)
-        SELECT count(*), (pg_catalog.array_agg(g.finished_at ORDER BY g.finished_at DESC, g.id DESC))[1],
-               (pg_catalog.array_agg(g.id ORDER BY g.finished_at DESC, g.id DESC))[1]
-        INTO v_count, v_at, v_id FROM gone g;
-        v_total := v_total + v_count;
-        EXIT WHEN v_count = 0 OR v_count < _prune_jobs.batch OR _prune_jobs.budget IS NULL
-                  OR v_total >= _prune_jobs.budget;
-    END LOOP;
-    RETURN v_total;
-END $$;
-COMMENT ON FUNCTION jq._prune_jobs(text, timestamptz, timestamptz, integer, integer) IS
-'Internal (jq._prune): deletes the completed and cancelled jobs of queue finished before '
-'finished_before, oldest first, in passes of batch until a pass deletes fewer than batch or budget '
-'rows went (budget NULL: one pass), then the dead jobs finished before dead_before alike (budget '
-'counts both; dead jobs always get at least one pass); returns how many. Each pass starts past '
-'the last one''s (finished_at, id) key. Skips rows another session has locked.';
-
 CREATE OR REPLACE FUNCTION jq._prune(now timestamptz, batch integer DEFAULT 5000, budget integer DEFAULT NULL)
 RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
-    q       record;
     v_total integer := 0;
     v_count integer;
     v_hist  integer := 0;
-    v_more  text[] := '{}';  -- queues whose first pass was full
 BEGIN
-    -- Jobs, in two rounds. First one pass (of each kind) per queue, so a backlog in one queue
-    -- never holds up the others; then what is left of the budget, shared among the queues whose
-    -- pass was full: each in turn gets the rest divided by the queues still to come (at least
-    -- one more pass), so one busy queue among idle ones gets nearly all of it and the duty stays
-    -- near budget however many queues have a backlog. The second round of a queue starts from
-    -- the head again and reads its first pass's entries once more (see jq._prune_jobs).
-    -- A completed job is the record of its execution (sql/schema.sql), so finished jobs stay at
-    -- least min(history_retention, 5 minutes): jq.queue_stats counts the last 5 minutes of
-    -- completions from them, as it counts the other outcomes from the history.
-    FOR q IN SELECT t.name,
-                    pg_catalog.interval_larger(t.retention,
-                        pg_catalog.interval_smaller(t.history_retention, interval '5 minutes')) AS retention,
-                    t.dead_retention
-             FROM jq.queues t
-    LOOP
-        v_count := jq._prune_jobs(q.name, _prune.now - q.retention, _prune.now - q.dead_retention,
-                                  _prune.batch, NULL);
-        v_total := v_total + v_count;
-        IF v_count >= _prune.batch AND _prune.budget IS NOT NULL THEN
-            v_more := v_more || q.name;
-        END IF;
-    END LOOP;
-    FOR q IN SELECT t.name,
-                    pg_catalog.interval_larger(t.retention,
-                        pg_catalog.interval_smaller(t.history_retention, interval '5 minutes')) AS retention,
-                    t.dead_retention,
-                    pg_catalog.count(*) OVER () - pg_catalog.row_number() OVER (ORDER BY t.name) + 1 AS still
-             FROM jq.queues t WHERE t.name = ANY (v_more) ORDER BY t.name
-    LOOP
-        v_total := v_total + jq._prune_jobs(q.name, _prune.now - q.retention, _prune.now - q.dead_retention,
-                                            _prune.batch,
-                                            pg_catalog.int4larger(_prune.batch,
-                                                (_prune.budget - v_total) / q.still::integer));
-    END LOOP;
+    -- Finished jobs: the rings move on, then whole history tables are emptied by TRUNCATE once
+    -- every job in them is past its queue's retention (sql/history.sql). No row deletes, so no
+    -- batches and nothing for vacuum; a table in use is left for the next pass.
+    PERFORM jq._rotate_history(_prune.now);
+    v_total := jq._truncate_history(_prune.now);
     -- History in one pass over all queues: the BRIN index narrows the scan to rows older than
     -- the shortest history_retention, each row is then held to its own queue's retention, and
     -- rows of queues that no longer exist (written by a late worker after jq.drop_queue) go.
@@ -555,15 +455,13 @@ BEGIN
     RETURN v_total + v_count;
 END $$;
 COMMENT ON FUNCTION jq._prune(timestamptz, integer, integer) IS
-'Maintenance: per queue, deletes the completed and cancelled jobs finished more than the '
-'queue''s retention before now (but at least min(history_retention, 5 minutes): a completed job '
-'is the record of its execution, which jq.queue_stats counts over 5 minutes) and the dead jobs '
-'past dead_retention, oldest first, in passes of batch rows (jq._prune_jobs): one pass of each '
-'kind per queue, then, with a budget, the rest of budget shared among the queues whose pass was '
-'full, each in turn getting the rest divided by the queues still to come (at least one more '
-'pass); then jq.execution_log rows past their queue''s history_retention, or of queues that no '
+'Maintenance: empties with TRUNCATE each history table of finished jobs whose jobs are all past '
+'their queue''s retention at now (completed and cancelled: retention, but at least '
+'min(history_retention, 5 minutes), as jq.queue_stats counts 5 minutes of completions; dead: '
+'dead_retention) and moves the history rings on (jq._truncate_history, jq._rotate_history); '
+'then jq.execution_log rows past their queue''s history_retention, or of queues that no '
 'longer exist (history outlives its jobs), in passes of batch until a pass deletes fewer or '
-'budget went. budget NULL (the default): one pass each. Then jq.queue_grants rows of dropped roles; and disables (created_by NULL, '
+'budget went (budget NULL, the default: one pass). Then jq.queue_grants rows of dropped roles; and disables (created_by NULL, '
 'last_error set) schedules whose creator was dropped. Returns how many rows it deleted or disabled. Safe to run concurrently: it '
 'skips rows another session has locked, and the grants while a jq.grant or jq.revoke is open; it never waits for a lock.';
 
@@ -580,7 +478,7 @@ BEGIN
     -- takes the table ACCESS EXCLUSIVE for a moment when it truncates empty pages at its end (and
     -- gives way to a waiter), which failed a pass of the background worker under load.
     PERFORM pg_catalog.set_config('lock_timeout', '200ms', true);
-    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;
+    LOCK TABLE ONLY jq.jobs IN ROW EXCLUSIVE MODE;
     PERFORM pg_catalog.set_config('lock_timeout', v_timeout, true);
     CASE _maintain.duty
     WHEN 'promote' THEN
@@ -603,11 +501,8 @@ BEGIN
     WHEN 'cron' THEN
         v_total := jq.cron_tick(_maintain.now);
     WHEN 'prune' THEN
-        -- In passes of 5,000, each from where the last one ended: one per queue, then the rest of
-        -- 100,000 shared among the queues with more (jq._prune). One pass per tick would cap
-        -- what a queue can finish per second, with a finite retention, at 5,000 jobs per tick:
-        -- above that its finished jobs pile up without bound (pg_test/tests/robustness/maintenance.rs,
-        -- negative control prune_one_batch).
+        -- Finished jobs by whole history tables; execution rows in passes of 5,000 up to
+        -- 100,000 (jq._prune).
         v_total := jq._prune(_maintain.now, 5000, 100000);
         -- Workers stopped or silent past jq.worker_retention() (sql/fleet.sql), counted.
         v_total := v_total + jq._prune_workers(_maintain.now, 1000);
@@ -620,7 +515,7 @@ COMMENT ON FUNCTION jq._maintain(text, timestamptz) IS
 'Maintenance: runs one duty at now and returns its count: promote (due scheduled jobs to ready, '
 'up to 50,000 in batches of 5,000; then one priority-aging batch, jq._age, not counted), reap (expired leases and wall timeouts, up to 10,000 in batches of 1,000; reap_deferring_hooks: the same with the on_dead hooks queued instead of called), hooks (up to 100 due on_dead hook calls, jq._retry_hooks), '
 'cron (jq.cron_tick: due cron schedules), prune (jq._prune with batch 5,000 and budget 100,000: '
-'a pass per queue, then the rest of 100,000 shared among the queues with more; then up to 1,000 '
+'history tables of finished jobs past retention truncated, execution rows deleted; then up to 1,000 '
 'workers past jq.worker_retention(), jq._prune_workers). jq.tick() runs all '
 'four and then hooks; the background worker runs each in its own transaction through jq._maintain_guarded '
 '(its reap with the hooks queued), and the hooks one call per transaction. '
@@ -664,8 +559,8 @@ END $$;
 COMMENT ON FUNCTION jq.tick() IS
 'One maintenance pass at now(), in the caller''s transaction: promote due scheduled jobs (up to '
 '50,000), reap expired leases (up to 10,000), fire due cron schedules (jq.cron_tick), prune past '
-'retention (passes of up to 5,000 jobs, oldest first: one per queue, then the rest of 100,000 '
-'shared among the queues with more; execution rows until a pass prunes fewer or 100,000 went), then '
+'retention (history tables of finished jobs whose jobs are all past retention, by TRUNCATE; '
+'execution rows until a pass prunes fewer or 100,000 went), then '
 'call up to 100 due on_dead hooks (not counted); returns the counts. Safe to run from several sessions at once and beside the background worker. With jq '
 'in shared_preload_libraries the background worker does this every jq.tick_interval; otherwise '
 'call it about once a second, from pg_cron or any client (see README).';
@@ -729,19 +624,19 @@ SELECT t.name AS queue,
 FROM jq.queues t
 CROSS JOIN LATERAL (
     SELECT count(*) AS claimable, pg_catalog.now() - min(j.run_at) AS oldest_claimable_age
-    FROM jq.jobs j  -- jobs_claim_idx's key (sql/schema.sql); index-only
+    FROM ONLY jq.jobs j  -- jobs_claim_idx's key (sql/schema.sql); index-only
     WHERE pg_catalog.hashtextextended(j.queue, 0) = pg_catalog.hashtextextended(t.name, 0) AND j.state = 'ready') c
 CROSS JOIN LATERAL (
-    SELECT count(*) AS scheduled FROM jq.jobs j WHERE j.queue = t.name AND j.state = 'scheduled') s
+    SELECT count(*) AS scheduled FROM ONLY jq.jobs j WHERE j.queue = t.name AND j.state = 'scheduled') s
 CROSS JOIN LATERAL (
-    SELECT count(*) AS running FROM jq.jobs j WHERE j.queue = t.name AND j.state = 'running') r
+    SELECT count(*) AS running FROM ONLY jq.jobs j WHERE j.queue = t.name AND j.state = 'running') r
 CROSS JOIN LATERAL (
     SELECT count(*) FILTER (WHERE j.state = 'dead') AS dead,
            count(*) FILTER (WHERE j.state = 'completed') AS completed,
            count(*) FILTER (WHERE j.state = 'cancelled') AS cancelled
     FROM jq.jobs j WHERE j.queue = t.name AND j.state IN ('completed', 'dead', 'cancelled')) f
 CROSS JOIN LATERAL (
-    SELECT count(*) AS blocked FROM jq.jobs j WHERE j.queue = t.name AND j.state = 'blocked') b
+    SELECT count(*) AS blocked FROM ONLY jq.jobs j WHERE j.queue = t.name AND j.state = 'blocked') b
 -- Recent history. Completions are the completed job rows (jobs_finished_idx); the other
 -- outcomes are in jq.execution_log, whose BRIN index on finished_at limits the scan to the last
 -- 15 minutes.
@@ -762,7 +657,7 @@ CROSS JOIN LATERAL (
 CROSS JOIN LATERAL (
     SELECT pg_catalog.percentile_cont(0.95) WITHIN GROUP (ORDER BY x.wait) AS wait_p95_5m
     FROM (SELECT j.started_at - j.run_at AS wait
-          FROM jq.jobs j
+          FROM ONLY jq.jobs j
           WHERE j.queue = t.name AND j.state = 'running'
             AND j.started_at > pg_catalog.now() - interval '5 minutes'
           UNION ALL

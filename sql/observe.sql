@@ -45,12 +45,12 @@ SET search_path = pg_catalog, jq, pg_temp
 SET jit = off
 AS $$
     WITH RECURSIVE p(priority, run_at) AS (
-        (SELECT j.priority, j.run_at FROM jq.jobs j
+        (SELECT j.priority, j.run_at FROM ONLY jq.jobs j
          WHERE hashtextextended(j.queue, 0) = hashtextextended(_oldest_claimable.queue, 0) AND j.state = 'ready'
          ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1)
         UNION ALL
         SELECT n.priority, n.run_at FROM p CROSS JOIN LATERAL (
-            SELECT j.priority, j.run_at FROM jq.jobs j
+            SELECT j.priority, j.run_at FROM ONLY jq.jobs j
             WHERE hashtextextended(j.queue, 0) = hashtextextended(_oldest_claimable.queue, 0) AND j.state = 'ready'
               AND j.priority < p.priority
             ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1) n
@@ -84,23 +84,23 @@ BEGIN
     -- entries (beyond that a queue's count is a lower bound).
     SELECT coalesce(jsonb_object_agg(x.queue, x.n), '{}') INTO v_sched FROM (
         SELECT s.queue, count(*) AS n FROM (
-            SELECT j.queue FROM jq.jobs j WHERE j.state = 'scheduled'
+            SELECT j.queue FROM ONLY jq.jobs j WHERE j.state = 'scheduled'
             ORDER BY j.run_at, j.id LIMIT 100 * v_cap::bigint) s
         GROUP BY s.queue) x;
     RETURN QUERY
     -- Each count reads at most v_cap + 1 entries of its state's index, in the index's order (the
     -- ORDER BY keeps the planner from a sequential scan that would filter the whole table).
     SELECT t.name,
-           (SELECT count(*) FROM (SELECT 1 FROM jq.jobs j  -- jobs_claim_idx
+           (SELECT count(*) FROM (SELECT 1 FROM ONLY jq.jobs j  -- jobs_claim_idx
                                   WHERE hashtextextended(j.queue, 0) = hashtextextended(t.name, 0)
                                     AND j.state = 'ready'
                                   ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_cap + 1) x),
            -- jobs_scheduled_idx has no queue column: counted once for all queues (below).
            least(coalesce((v_sched ->> t.name)::bigint, 0), v_cap + 1),
-           (SELECT count(*) FROM (SELECT 1 FROM jq.jobs j  -- jobs_running_idx
+           (SELECT count(*) FROM (SELECT 1 FROM ONLY jq.jobs j  -- jobs_running_idx
                                   WHERE j.queue = t.name AND j.state = 'running'
                                   ORDER BY j.lease_expires_at LIMIT v_cap + 1) x),
-           (SELECT count(*) FROM (SELECT 1 FROM jq.jobs j  -- jobs_blocked_idx
+           (SELECT count(*) FROM (SELECT 1 FROM ONLY jq.jobs j  -- jobs_blocked_idx
                                   WHERE j.queue = t.name AND j.state = 'blocked'
                                   ORDER BY j.concurrency_key, j.run_at, j.id LIMIT v_cap + 1) x),
            (SELECT count(*) FROM (SELECT 1 FROM jq.jobs j  -- jobs_dead_idx
@@ -534,7 +534,7 @@ BEGIN
     PERFORM jq._authorize_queue(cancel_dead.caller_ticket, cancel_dead.queue, 'admin');
     -- Fenced on state = 'dead' (the rows are locked by the batch, so it still holds). A dead job
     -- holds no slot of its key, and its jq.await callers were answered when it died.
-    UPDATE jq.jobs j SET state = 'cancelled', finished_at = clock_timestamp()
+    UPDATE ONLY jq.jobs j SET state = 'cancelled', finished_at = clock_timestamp()
     WHERE j.id = ANY (jq._dead_batch(cancel_dead.queue, cancel_dead.kind, cancel_dead.key,
                                      cancel_dead.error, cancel_dead.n))
       AND j.state = 'dead';

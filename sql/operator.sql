@@ -17,10 +17,10 @@ BEGIN
     -- Two fenced updates; the loop covers a job moving between them (claimed, or reaped back).
     FOR i IN 1..3 LOOP
         SELECT j.state, j.claims, j.queue, j.concurrency_key INTO v_job
-        FROM jq.jobs j WHERE j.id = cancel.id AND j.state IN ('scheduled', 'blocked', 'ready')
+        FROM ONLY jq.jobs j WHERE j.id = cancel.id AND j.state IN ('scheduled', 'blocked', 'ready')
         FOR UPDATE;
         IF FOUND THEN
-            UPDATE jq.jobs j SET state = 'cancelled', finished_at = pg_catalog.clock_timestamp()
+            UPDATE ONLY jq.jobs j SET state = 'cancelled', finished_at = pg_catalog.clock_timestamp()
             WHERE j.id = cancel.id;
             PERFORM jq._wake_awaiters(v_job.queue);  -- its jq.await callers, at commit
             -- A ready job, or one scheduled again after a claim, held a slot of its key.
@@ -30,12 +30,12 @@ BEGIN
             END IF;
             RETURN true;
         END IF;
-        UPDATE jq.jobs j SET cancel_requested = true
+        UPDATE ONLY jq.jobs j SET cancel_requested = true
         WHERE j.id = cancel.id AND j.state::text = 'running';
         IF FOUND THEN
             RETURN true;
         END IF;
-        IF NOT EXISTS (SELECT 1 FROM jq.jobs j WHERE j.id = cancel.id
+        IF NOT EXISTS (SELECT 1 FROM ONLY jq.jobs j WHERE j.id = cancel.id
                        AND j.state IN ('scheduled', 'blocked', 'ready', 'running')) THEN
             RETURN false;
         END IF;
@@ -68,25 +68,31 @@ SET search_path = pg_catalog, jq, pg_temp
 SET jit = off
 AS $$
 DECLARE
-    v_queue text;
-    v_key   text;
+    v_job jq.jobs;
 BEGIN
     IF NOT jq._authorize_job(retry.caller_ticket, retry.id) THEN
         RETURN false;
     END IF;
-    -- A job with a concurrency key goes through its key (blocked, then jq._key_fill).
-    UPDATE jq.jobs j SET
-        state = CASE WHEN j.concurrency_key IS NULL THEN 'ready' ELSE 'blocked' END::jq.job_state,
-        attempt = 0, lease_expiries = 0, cancel_requested = false,
-        run_at = pg_catalog.now(), finished_at = NULL
-    WHERE j.id = retry.id AND j.state IN ('dead', 'cancelled')
-      AND jq._note_retried(j.queue, j.concurrency_key)
-    RETURNING j.queue, j.concurrency_key INTO v_queue, v_key;
+    -- A finished job lives in the history (sql/schema.sql): it is taken out of it and inserted
+    -- into the hot table again. The delete is the fence: of two retries of one job, the second
+    -- finds it gone and returns false (pg_test/tests/history.rs,
+    -- a_retried_dead_job_comes_back_to_the_hot_table_once).
+    DELETE FROM jq.jobs j WHERE j.id = retry.id AND j.state IN ('dead', 'cancelled')
+    RETURNING j.* INTO v_job;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    IF v_key IS NOT NULL THEN
-        PERFORM jq._key_fill(v_queue, v_key, 0);
+    -- A job with a concurrency key goes through its key (blocked, then jq._key_fill).
+    v_job.state := CASE WHEN v_job.concurrency_key IS NULL THEN 'ready' ELSE 'blocked' END;
+    v_job.attempt := 0;
+    v_job.lease_expiries := 0;
+    v_job.cancel_requested := false;
+    v_job.run_at := pg_catalog.now();
+    v_job.finished_at := NULL;
+    INSERT INTO jq.jobs SELECT v_job.*;
+    PERFORM jq._note_retried(v_job.queue, v_job.concurrency_key);
+    IF v_job.concurrency_key IS NOT NULL THEN
+        PERFORM jq._key_fill(v_job.queue, v_job.concurrency_key, 0);
     END IF;
     -- No longer dead: its kind's on_dead hook, if still pending, is not called again (it runs
     -- anew if the job dies again; sql/kinds.sql).
@@ -119,7 +125,7 @@ BEGIN
     END IF;
     -- The job row first (waiting for a worker's call in flight: the operator owns this outcome),
     -- then its key's slot row in jq._end_leases, the order every job end takes them in.
-    PERFORM FROM jq.jobs j
+    PERFORM FROM ONLY jq.jobs j
     WHERE j.id = expire_lease.id AND j.state = 'running'
       AND (expire_lease.lease_token IS NULL OR j.lease_token = expire_lease.lease_token)
     FOR UPDATE;

@@ -246,7 +246,7 @@ BEGIN
     IF alter_queue.max_lease IS NOT NULL AND alter_queue.max_lease <> interval '0' THEN
         PERFORM jq._check_interval('max_lease', alter_queue.max_lease, false);
     END IF;
-    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;  -- before the queue row, as jq.drop_queue
+    LOCK TABLE ONLY jq.jobs IN ROW EXCLUSIVE MODE;  -- before the queue row, as jq.drop_queue
     UPDATE jq.queues t SET
         max_attempts       = coalesce(alter_queue.max_attempts, t.max_attempts),
         lease              = coalesce(alter_queue.lease, t.lease),
@@ -397,12 +397,12 @@ BEGIN
         PERFORM jq._unknown_queue(drop_queue.name);  -- dropped meanwhile
     END IF;
     IF NOT coalesce(drop_queue.force, false) AND (
-           EXISTS (SELECT 1 FROM jq.jobs j  -- jobs_claim_idx's key (sql/schema.sql)
+           EXISTS (SELECT 1 FROM ONLY jq.jobs j  -- jobs_claim_idx's key (sql/schema.sql)
                    WHERE pg_catalog.hashtextextended(j.queue, 0) = pg_catalog.hashtextextended(drop_queue.name, 0)
                      AND j.state = 'ready')
-        OR EXISTS (SELECT 1 FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'running')
-        OR EXISTS (SELECT 1 FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'scheduled')
-        OR EXISTS (SELECT 1 FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'blocked'))
+        OR EXISTS (SELECT 1 FROM ONLY jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'running')
+        OR EXISTS (SELECT 1 FROM ONLY jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'scheduled')
+        OR EXISTS (SELECT 1 FROM ONLY jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'blocked'))
     THEN
         RAISE EXCEPTION 'queue "%" still has ready, scheduled or running jobs', drop_queue.name
             USING ERRCODE = '55006',
@@ -420,14 +420,14 @@ BEGIN
         END IF;
         DELETE FROM jq.schedules s WHERE s.queue = drop_queue.name;
     END IF;
-    DELETE FROM jq.jobs j
+    DELETE FROM ONLY jq.jobs j
     WHERE pg_catalog.hashtextextended(j.queue, 0) = pg_catalog.hashtextextended(drop_queue.name, 0) AND j.state = 'ready';
     GET DIAGNOSTICS v_count = ROW_COUNT; v_jobs := v_jobs + v_count;
-    DELETE FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'running';
+    DELETE FROM ONLY jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'running';
     GET DIAGNOSTICS v_count = ROW_COUNT; v_jobs := v_jobs + v_count;
-    DELETE FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'scheduled';
+    DELETE FROM ONLY jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'scheduled';
     GET DIAGNOSTICS v_count = ROW_COUNT; v_jobs := v_jobs + v_count;
-    DELETE FROM jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'blocked';
+    DELETE FROM ONLY jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'blocked';
     GET DIAGNOSTICS v_count = ROW_COUNT; v_jobs := v_jobs + v_count;
     DELETE FROM jq.key_slots s WHERE s.queue = drop_queue.name;
     -- Its kinds and their pending exhaustion hooks go with it (sql/kinds.sql).
@@ -470,7 +470,7 @@ AS $$
 BEGIN
     PERFORM jq._authorize_queue(pause.caller_ticket, pause.name, 'admin');
     -- jq.jobs before the queue row, the order jq.drop_queue takes them in (no deadlock).
-    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;
+    LOCK TABLE ONLY jq.jobs IN ROW EXCLUSIVE MODE;
     UPDATE jq.queues t SET paused = true WHERE t.name = pause.name;
     IF NOT FOUND THEN
         PERFORM jq._unknown_queue(pause.name);
@@ -490,7 +490,7 @@ AS $$
 BEGIN
     PERFORM jq._authorize_queue(resume.caller_ticket, resume.name, 'admin');
     -- jq.jobs before the queue row, the order jq.drop_queue takes them in (no deadlock).
-    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;
+    LOCK TABLE ONLY jq.jobs IN ROW EXCLUSIVE MODE;
     UPDATE jq.queues t SET paused = false
     WHERE t.name = resume.name AND jq._wake_n(t.name, 2147483647);  -- every waiter may find work
     IF NOT FOUND THEN

@@ -160,7 +160,11 @@ COMMENT ON TABLE jq.jobs IS
 '(run_at, id) order (docs/flow-control.md). base_priority / next_age_at: set only in queues with '
 'priority_aging: the priority given at enqueue, and when the aging pass next raises priority. '
 'progress: the latest progress a worker reported with jq.heartbeat (any JSON), kept across '
-'retries and expired leases so the next attempt can resume from it; NULL until reported.';
+'retries and expired leases so the next attempt can resume from it; NULL until reported. '
+'The table itself holds the live jobs (scheduled, blocked, ready, running); a job that finishes '
+'moves to one of its history tables (jq.jobs_done_N, jq.jobs_dead_N, which inherit from it), so '
+'SELECT ... FROM jq.jobs finds every job within retention and FROM ONLY jq.jobs the live ones '
+'(docs/semantics.md, "Where finished jobs live").';
 
 -- Claim: WHERE hashtextextended(queue, 0) = hashtextextended($1, 0) AND state = 'ready'
 -- ORDER BY priority DESC, run_at, id LIMIT n.
@@ -216,6 +220,70 @@ CREATE INDEX jobs_finished_idx ON jq.jobs (queue, finished_at, id)
     WHERE state IN ('completed', 'cancelled');
 CREATE INDEX jobs_dead_idx ON jq.jobs (queue, finished_at, id)
     WHERE state = 'dead';
+
+-- Finished jobs leave the hot table. jq.jobs itself holds the live jobs (scheduled, blocked,
+-- ready, running); a job that finishes is moved, in the statement that finishes it, into a
+-- history table that inherits from jq.jobs (jq._retire_job, sql/history.sql). So a query of
+-- jq.jobs still finds every job of its retention, live or finished ("what happened to job N"),
+-- while the claim, the reaper and every other hot path read `ONLY jq.jobs`: a table of live
+-- jobs, whose size and dead tuples do not grow with the history (docs/semantics.md, "Where
+-- finished jobs live").
+--
+-- The history is two rings of eight tables each: jq.jobs_done_0..7 (completed and cancelled
+-- jobs, kept for their queue's retention) and jq.jobs_dead_0..7 (dead jobs, dead_retention).
+-- Each ring writes into its current table (jq.history_rings.current). Maintenance moves a ring
+-- on to its next table once that one is empty and the current one has been written for a
+-- ring's span / 6 (jq._rotate_history), and empties a table with TRUNCATE, never row deletes,
+-- once every job in it is past its queue's retention (jq._truncate_history). TRUNCATE frees the
+-- table's storage at once, whatever snapshot another session holds, and leaves nothing for
+-- vacuum. The tables exist from CREATE EXTENSION on (no DDL at run time), so pg_dump
+-- dumps them like any other table of jq's.
+-- Their CHECK constraints let the planner skip a ring whose state a query excludes
+-- (constraint_exclusion = partition, the default): jq.jobs WHERE state = 'dead' reads the
+-- parent and the dead ring only. The hot table itself keeps no CHECK (see above).
+CREATE TABLE jq.history_rings (
+    ring    text PRIMARY KEY CHECK (ring IN ('done', 'dead')),
+    current integer NOT NULL CHECK (current BETWEEN 0 AND 7),
+    since   timestamptz NOT NULL
+);
+COMMENT ON TABLE jq.history_rings IS
+'The two rings of history tables that finished jobs move to: done (jq.jobs_done_0..7: completed '
+'and cancelled jobs) and dead (jq.jobs_dead_0..7). current: the table a finishing job is written '
+'to; since: when it became current. Written only by maintenance (jq._rotate_history).';
+INSERT INTO jq.history_rings (ring, current, since) VALUES ('done', 0, now()), ('dead', 0, now());
+-- Not registered for pg_dump: it times the rotation, and CREATE EXTENSION writes its rows. A
+-- restore starts both rings at table 0 again, which is correct whatever the restored tables
+-- hold: a table is emptied only once every job in it is past retention.
+
+DO $$
+DECLARE
+    v_ring  text;
+    v_slot  integer;
+    v_table text;
+BEGIN
+    FOREACH v_ring IN ARRAY ARRAY['done', 'dead'] LOOP
+        FOR v_slot IN 0..7 LOOP
+            v_table := pg_catalog.format('jobs_%s_%s', v_ring, v_slot);
+            EXECUTE pg_catalog.format(
+                'CREATE TABLE jq.%I (CONSTRAINT %I CHECK (%s)) INHERITS (jq.jobs)',
+                v_table, v_table || '_state',
+                CASE v_ring WHEN 'done' THEN $c$state IN ('completed', 'cancelled')$c$
+                            ELSE $c$state = 'dead'$c$ END);
+            -- By id: "what happened to job N". By (queue, finished_at, id): the dashboard's
+            -- lists and counts, jq.queue_stats and the retention check of jq._truncate_history.
+            EXECUTE pg_catalog.format('CREATE INDEX %I ON jq.%I (id)', v_table || '_id_idx', v_table);
+            EXECUTE pg_catalog.format('CREATE INDEX %I ON jq.%I (queue, finished_at, id)',
+                                      v_table || '_queue_idx', v_table);
+            EXECUTE pg_catalog.format('COMMENT ON TABLE jq.%I IS %L', v_table,
+                pg_catalog.format('History of jq.jobs, ring %s, table %s: finished jobs (%s), '
+                                  'moved here when they finished; emptied by TRUNCATE once all are '
+                                  'past their retention (docs/semantics.md). Read it through jq.jobs.',
+                                  v_ring, v_slot,
+                                  CASE v_ring WHEN 'done' THEN 'completed, cancelled' ELSE 'dead' END));
+            PERFORM pg_catalog.pg_extension_config_dump(pg_catalog.format('jq.%I', v_table)::regclass, '');
+        END LOOP;
+    END LOOP;
+END $$;
 
 -- Execution history. A completed execution is recorded in its job row, which keeps everything
 -- the execution was (claims is its seq; attempt, started_at, lease_expires_at, worker and

@@ -1,4 +1,4 @@
-//! Plans of `jq.jobs` made while it is small stay index paths after it grows.
+//! Plans of `jq.jobs` (and its history tables) made while it is small stay index paths after it grows.
 //!
 //! A job table swings from a few rows to millions and back within minutes, and a plan is kept
 //! far longer: plpgsql caches each statement's plan for the life of the connection (until
@@ -42,7 +42,9 @@ pub fn init() {
     }
 }
 
-/// Whether `relid` is `jq.jobs`: syscache lookups by OID and name, no catalog scan.
+/// Whether `relid` is `jq.jobs` or one of its history tables (`jq.jobs_done_N`,
+/// `jq.jobs_dead_N`, sql/schema.sql), which swing from empty to millions of rows as well:
+/// syscache lookups by OID and name, no catalog scan.
 fn is_jobs(relid: pg_sys::Oid) -> bool {
     // SAFETY: catalog lookups inside the planner's transaction; missing_ok.
     unsafe {
@@ -54,7 +56,8 @@ fn is_jobs(relid: pg_sys::Oid) -> bool {
         if name.is_null() {
             return false;
         }
-        let jobs = std::ffi::CStr::from_ptr(name) == c"jobs";
+        let bytes = std::ffi::CStr::from_ptr(name).to_bytes();
+        let jobs = bytes == b"jobs" || bytes.starts_with(b"jobs_done_") || bytes.starts_with(b"jobs_dead_");
         pg_sys::pfree(name.cast());
         jobs
     }

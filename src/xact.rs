@@ -64,3 +64,17 @@ unsafe extern "C-unwind" fn subxact_callback(
         wakeup::at_subxact_abort();
     }
 }
+
+/// Whether the calling statement runs inside an explicit transaction block (`BEGIN` … `COMMIT`,
+/// or a function called from one), rather than alone in its own transaction. A subtransaction
+/// (a plpgsql block with an EXCEPTION clause) counts as a block too: the background worker
+/// runs the truncation outside `jq._maintain_guarded` for that reason (src/bgworker/worker.rs). Maintenance
+/// truncates history tables only outside one (sql/history.sql, jq._truncate_history): a
+/// truncated table stays locked until its transaction ends, and a pass left open in a
+/// transaction block would hold readers of `jq.jobs` that long
+/// (pg_test/tests/history.rs, a_maintenance_pass_in_an_open_transaction_truncates_nothing).
+#[pg_extern(create_or_replace, volatile, parallel_unsafe)]
+fn _in_transaction_block() -> bool {
+    // SAFETY: reads the backend's transaction state; always valid inside a transaction.
+    unsafe { pg_sys::IsTransactionBlock() }
+}

@@ -73,8 +73,8 @@ fn the_four_claim_statements_set_and_return_the_same_columns() {
     let mut copies: Vec<(&str, String, String)> = Vec::new();
     for f in [CLAIM, CLAIM_BATCH] {
         let b = body(&mut c, f);
-        for (i, _) in b.match_indices("UPDATE jq.jobs j SET ") {
-            let rest = &b[i + "UPDATE jq.jobs j SET ".len()..];
+        for (i, _) in b.match_indices("UPDATE ONLY jq.jobs j SET ") {
+            let rest = &b[i + "UPDATE ONLY jq.jobs j SET ".len()..];
             let set = rest[..rest.find(" FROM jq.queues q ").expect("FROM after SET")].to_string();
             let ret = &rest[rest.find(" RETURNING ").expect("RETURNING") + " RETURNING ".len()..];
             let returning = if f == CLAIM {

@@ -66,16 +66,17 @@ fn claim_and_complete_one(old: bool, queue: &str, enqueue_args: &str) -> (TestDb
 }
 
 /// One job with a 1,000-byte payload and a 40-character kind is claimed and completed; the
-/// claim's update record must stay under 170 bytes and the completion's under 100, whatever
-/// the payload. The row itself is over 1,100 bytes, so neither record may carry the payload,
-/// the kind or the queue name, nor the claim's columns for the completion.
+/// claim's update record must stay under 170 bytes, whatever the payload: the row itself is
+/// over 1,100 bytes, so the record may not carry the payload, the kind or the queue name. The
+/// completion updates no row: it deletes the job from the hot table and inserts it into the
+/// history (sql/history.sql; a_completion_moves_the_job_row_and_writes_no_execution_row).
 ///
 /// Seen failing (negative control): `JQ_TEST_BREAK=wal_old_layout` runs the same steps on a
 /// 0.1.0 install, whose jq.jobs has the old column order (state fourth, the claim's columns
-/// spread between the enqueue-only ones): "the claim logged 194 bytes for the row"; its
-/// completion logged 173 bytes, against 155 and 88 with 0.2.0's order.
+/// spread between the enqueue-only ones): "the claim logged 194 bytes for the row", against
+/// 155 with 0.2.0's order.
 #[test]
-fn claim_and_completion_log_only_the_columns_they_write() {
+fn the_claim_logs_only_the_columns_it_writes() {
     let _one = WAL_READERS.lock().unwrap_or_else(|e| e.into_inner());
     let (_db, mut c, _, [before_claim, before_complete, after]) = claim_and_complete_one(
         jq_pg_test::broken("wal_old_layout"),
@@ -87,9 +88,7 @@ fn claim_and_completion_log_only_the_columns_they_write() {
     let complete_updates = heap_updates(&mut c, &before_complete, &after);
     eprintln!("heap update records: claim {claim_updates:?}, completion {complete_updates:?} bytes");
     assert_eq!(claim_updates.len(), 1, "the claim updates the job's row once");
-    assert_eq!(complete_updates.len(), 1, "the completion updates the job's row once");
     assert!(claim_updates[0] < 170, "the claim logged {} bytes for the row", claim_updates[0]);
-    assert!(complete_updates[0] < 100, "the completion logged {} bytes for the row", complete_updates[0]);
 }
 
 /// WAL records of one resource manager whose type starts with `kind` (INSERT also matches
@@ -104,24 +103,31 @@ fn records(c: &mut Client, from: &str, to: &str, rmgr: &str, kind: &str) -> i64 
     .get(0)
 }
 
-/// A completion writes the job's row and nothing else: no history row (a completed execution
-/// is its job row; jq.executions shows it from there), so its WAL is one heap update and the
-/// at most two index entries for the new row version (primary key, jobs_finished_idx). The execution
-/// still appears in jq.executions with its seq, attempt and worker.
+/// A completion moves the job's row and writes nothing else: one heap delete (the hot table),
+/// one heap insert (the row, completed, into the history: sql/history.sql) with its two index
+/// entries (id; queue, finished_at, id), no update and no execution row (a completed execution
+/// is its job row; jq.executions shows it from there). The execution still appears in
+/// jq.executions with its seq, attempt and worker.
 ///
 /// Seen failing (negative control): `JQ_TEST_BREAK=completion_history` runs the same steps on a
-/// 0.1.0 install, whose jq.complete inserts an execution row: "the completion logged 1 heap
-/// inserts".
+/// 0.1.0 install, whose jq.complete updates the row in place and inserts an execution row:
+/// "the completion logged 0 heap deletes".
 #[test]
-fn a_completion_writes_no_history_row() {
+fn a_completion_moves_the_job_row_and_writes_no_execution_row() {
     let _one = WAL_READERS.lock().unwrap_or_else(|e| e.into_inner());
     let (_db, mut c, job, [_, before, after]) =
         claim_and_complete_one(jq_pg_test::broken("completion_history"), "walh", "'{}'");
+    let deletes = records(&mut c, &before, &after, "Heap", "DELETE");
     let inserts = records(&mut c, &before, &after, "Heap", "INSERT");
+    let updates = heap_updates(&mut c, &before, &after).len();
     let leaves = records(&mut c, &before, &after, "Btree", "INSERT_LEAF");
-    eprintln!("completion: {inserts} heap inserts, {leaves} index entries");
-    assert_eq!(inserts, 0, "the completion logged {inserts} heap inserts");
-    assert!(leaves <= 2, "{leaves} index entries; expected those of the primary key and jobs_finished_idx");
+    eprintln!("completion: {deletes} heap deletes, {inserts} heap inserts, {updates} updates, {leaves} index entries");
+    assert_eq!(deletes, 1, "the completion logged {deletes} heap deletes");
+    assert_eq!(inserts, 1, "the completion logged {inserts} heap inserts");
+    assert_eq!(updates, 0, "the completion logged {updates} heap updates");
+    assert!(leaves <= 2, "{leaves} index entries; expected those of the history table's two indexes");
+    let logged: i64 = c.query_one("SELECT count(*) FROM jq.execution_log WHERE job_id = $1", &[&job.id]).unwrap().get(0);
+    assert_eq!(logged, 0, "the completion wrote an execution row");
     let history: (i32, i32, String, String) = {
         let r = c
             .query_one("SELECT seq::int4, attempt, outcome::text, worker FROM jq.executions WHERE job_id = $1",

@@ -84,6 +84,29 @@ fn run_duty(duty: &str) -> Duty {
     }
 }
 
+/// Empties the history tables of finished jobs whose jobs are all past retention
+/// (`jq._truncate_history`), in a transaction of its own: inside the prune duty, run in
+/// `jq._maintain_guarded`'s exception block (a subtransaction), it counts as a transaction block
+/// and truncates nothing (src/xact.rs, `_in_transaction_block`). Checked by
+/// `the_worker_truncates_history_tables_past_retention` in pg_test/tests/bgworker/duties.rs.
+fn truncate_history() -> Duty {
+    let r = in_transaction(|| -> Result<Option<i64>, pgrx::spi::Error> {
+        // A database still on a version without history tables: nothing to do.
+        let known = Spi::get_one::<bool>(
+            "SELECT pg_catalog.to_regprocedure('jq._truncate_history(timestamptz)') IS NOT NULL",
+        )?;
+        if known != Some(true) {
+            return Ok(Some(0));
+        }
+        Spi::get_one::<i64>("SELECT jq._truncate_history(pg_catalog.now())::bigint")
+    });
+    match r {
+        Ok(Ok(done)) => Duty { done: done.unwrap_or(0), error: None },
+        Ok(Err(e)) => Duty { done: 0, error: Some(e.to_string()) },
+        Err(msg) => Duty { done: 0, error: Some(msg) },
+    }
+}
+
 /// Whether jq (recent enough for this library) is installed in the connected database.
 pub fn extension_ready() -> Result<bool, String> {
     in_transaction(|| {
@@ -212,6 +235,11 @@ fn run_pass() -> Option<([i64; 5], Option<String>)> {
         if BackgroundWorker::sigterm_received() {
             return None;
         }
+    }
+    let t = truncate_history();
+    counts[3] += t.done;
+    if let Some(e) = t.error {
+        error = Some(format!("prune: {e}"));
     }
     let h = super::hooks::run_hooks();
     if let Some(e) = h.error {

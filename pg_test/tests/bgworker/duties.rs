@@ -139,35 +139,62 @@ fn a_cron_schedule_fires_with_no_client_ticking() {
 }
 
 /// The worker sends its table statistics: autovacuum decides when to vacuum jq.jobs from the
-/// rows counted dead there, and at load the worker's prune deletes a job row for every job
-/// finished. Seen failing without the worker's pgstat_report_stat call (src/bgworker/worker.rs): n_tup_del of jq.jobs stayed 0 after the worker had pruned all 500 jobs;
-/// the statistics were sent only when the worker exited.
+/// rows counted dead there, and at load the worker's promotions and reaps leave a dead row
+/// version for every job they move. Seen failing without the worker's pgstat_report_stat call
+/// (src/bgworker/worker.rs), when this test counted the worker's prune deletes (finished jobs
+/// now leave jq.jobs in the completing session): n_tup_del stayed 0 after the worker had pruned
+/// all 500 jobs; the statistics were sent only when the worker exited. The promotions counted
+/// here go out by the same call.
 #[test]
-fn the_workers_deletes_reach_the_statistics_autovacuum_reads() {
+fn the_workers_updates_reach_the_statistics_autovacuum_reads() {
     let db = TestDb::new("bgw_stats");
     let mut c = db.connect();
     served(&db, Duration::from_secs(5));
     c.batch_execute(
-        "SELECT jq.create_queue('s', retention => '0', history_retention => '0');
-         SELECT count(*) FROM jq.enqueue_many('s', (SELECT jsonb_agg('{}'::jsonb) FROM generate_series(1, 500)));
-         SELECT count(*) FROM (SELECT array_agg(id) AS i, array_agg(lease_token) AS t FROM jq.claim('s', 'w', 500)) x,
-                jq.complete_many(x.i, x.t);",
+        "SELECT jq.create_queue('s');
+         SELECT count(*) FROM jq.enqueue_many('s', (SELECT jsonb_agg('{}'::jsonb) FROM generate_series(1, 500)),
+                                               delay => '1 second');",
     )
     .unwrap();
-    let mut left = -1i64;
+    let mut ready = -1i64;
     eventually(Duration::from_secs(10), || {
-        left = c.query_one("SELECT count(*) FROM jq.jobs", &[]).unwrap().get(0);
-        left == 0
+        ready = c.query_one("SELECT count(*) FROM ONLY jq.jobs WHERE state = 'ready'", &[]).unwrap().get(0);
+        ready == 500
     })
-    .unwrap_or_else(|| panic!("the worker did not prune the 500 completed jobs: {left} left"));
-    // This session deleted nothing: every delete counted is the worker's.
-    let mut deleted = 0i64;
+    .unwrap_or_else(|| panic!("the worker did not promote the 500 delayed jobs: {ready} ready"));
+    // This session updated nothing: every update counted is the worker's.
+    let mut updated = 0i64;
     let sent = eventually(Duration::from_secs(5), || {
-        deleted = c
-            .query_one("SELECT n_tup_del FROM pg_catalog.pg_stat_user_tables WHERE relid = 'jq.jobs'::regclass", &[])
+        updated = c
+            .query_one("SELECT n_tup_upd FROM pg_catalog.pg_stat_user_tables WHERE relid = 'jq.jobs'::regclass", &[])
             .unwrap()
             .get(0);
-        deleted >= 500
+        updated >= 500
     });
-    assert!(sent.is_some(), "n_tup_del of jq.jobs is {deleted} 5 s after the worker pruned 500 jobs");
+    assert!(sent.is_some(), "n_tup_upd of jq.jobs is {updated} 5 s after the worker promoted 500 jobs");
+}
+
+/// The worker retires finished jobs with no client calling anything: once its history ring has
+/// moved on, a history table whose jobs are all past retention is truncated by the worker's
+/// next pass. Seen failing before the worker ran the truncation in a transaction of its own
+/// (src/bgworker/worker.rs, truncate_history): inside the guarded prune duty's subtransaction
+/// jq._truncate_history saw a transaction block and truncated nothing; the job stayed.
+#[test]
+fn the_worker_truncates_history_tables_past_retention() {
+    let db = TestDb::new("bgw_history");
+    let mut c = db.connect();
+    served(&db, Duration::from_secs(5));
+    c.batch_execute("SELECT jq.create_queue('h', retention => '0', history_retention => '0')").unwrap();
+    let id: i64 = c.query_one("SELECT jq.enqueue('h')", &[]).unwrap().get(0);
+    let job = claim(&mut c, "h", "w", 1, None).pop().unwrap();
+    assert!(complete(&mut c, &job));
+    assert_eq!(state(&mut c, id).as_deref(), Some("completed"));
+    // The test skips the clock: the ring's table has been current for two minutes.
+    c.batch_execute("UPDATE jq.history_rings SET since = now() - interval '2 minutes'").unwrap();
+    let mut left = Some(String::new());
+    eventually(Duration::from_secs(10), || {
+        left = state(&mut c, id);
+        left.is_none()
+    })
+    .unwrap_or_else(|| panic!("the worker did not retire the completed job: {left:?}"));
 }

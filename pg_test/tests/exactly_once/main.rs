@@ -120,7 +120,7 @@ fn broken_two_statement_claim(c: &mut Client, queue: &str, worker: &str, n: i32)
         return Vec::new();
     }
     c.query(
-        "UPDATE jq.jobs SET state = 'running', attempt = attempt + 1, claims = claims + 1,
+        "UPDATE ONLY jq.jobs SET state = 'running', attempt = attempt + 1, claims = claims + 1,
                 worker = $2, lease_token = gen_random_uuid(), started_at = clock_timestamp(),
                 lease = interval '10 minutes',
                 lease_expires_at = clock_timestamp() + interval '10 minutes'

@@ -73,7 +73,7 @@ fn claim_selection_walks_claim_index_in_order_and_reads_n_rows() {
         let (rows, plans) = t.run(sql);
         assert_eq!(rows.len(), 10);
         // (plpgsql strips the INTO clause from the statement it runs.)
-        f.check(check_indexed(one_statement(&plans, "SELECT pg_catalog.count(*) FROM jq.jobs j", sql)));
+        f.check(check_indexed(one_statement(&plans, "SELECT pg_catalog.count(*) FROM ONLY jq.jobs j", sql)));
         t.rollback();
     }
     f.finish();
@@ -305,7 +305,7 @@ fn one_job_claims_update_by_ctid_and_look_again_only_after_a_lock() {
             let sql = "SELECT id FROM jq.claim('tid', 'plans-probe')";
             let (rows, plans) = t.run(sql);
             assert_eq!(rows.len(), 1, "hints {hints}, call {call}: {sql}");
-            let claims = statements(&plans, "UPDATE jq.jobs j SET state = 'running'");
+            let claims = statements(&plans, "UPDATE ONLY jq.jobs j SET state = 'running'");
             f.expect(claims.len() == 1, || format!("hints {hints}, call {call}: {} claim statements ran", claims.len()));
             for stmt in claims {
                 let tid = stmt.nodes().iter().any(|n| node_type(n) == "Tid Scan");

@@ -10,16 +10,13 @@ use super::statements::{explain, HotPath, Mode};
 use super::traced::Traced;
 
 const COMPLETE_UPDATE: HotPath = HotPath {
-    label: "jq.complete: the fenced update by id",
+    label: "jq.complete: the fenced delete by id",
     function: "jq.complete(bigint,uuid,jsonb)",
-    source: "UPDATE jq.jobs j SET
-            state = 'completed',
-            finished_at = pg_catalog.clock_timestamp(),
-            result = complete.result
-        WHERE j.id OPERATOR(pg_catalog.=) complete.id
-          AND j.lease_token OPERATOR(pg_catalog.=) complete.lease_token
-          AND j.state::pg_catalog.text OPERATOR(pg_catalog.=) 'running'",
-    subst: &[("complete.result", "NULL"), ("complete.id", "$1"), ("complete.lease_token", "$2")],
+    source: "DELETE FROM ONLY jq.jobs j
+    WHERE j.id OPERATOR(pg_catalog.=) complete.id
+      AND j.lease_token OPERATOR(pg_catalog.=) complete.lease_token
+      AND j.state::pg_catalog.text OPERATOR(pg_catalog.=) 'running'",
+    subst: &[("complete.id", "$1"), ("complete.lease_token", "$2")],
     types: "bigint, uuid",
 };
 
@@ -67,13 +64,10 @@ fn worker_calls_find_the_job_by_primary_key_after_an_idle_analyze() {
             label: "jq.complete as installed",
             function: "jq.complete(bigint,uuid,jsonb)",
             source: if body.contains("j.state::pg_catalog.text OPERATOR(pg_catalog.=) 'running'") { COMPLETE_UPDATE.source } else {
-                "UPDATE jq.jobs j SET
-            state = 'completed',
-            finished_at = pg_catalog.clock_timestamp(),
-            result = complete.result
-        WHERE j.id OPERATOR(pg_catalog.=) complete.id
-          AND j.lease_token OPERATOR(pg_catalog.=) complete.lease_token
-          AND j.state OPERATOR(pg_catalog.=) 'running'"
+                "DELETE FROM ONLY jq.jobs j
+    WHERE j.id OPERATOR(pg_catalog.=) complete.id
+      AND j.lease_token OPERATOR(pg_catalog.=) complete.lease_token
+      AND j.state OPERATOR(pg_catalog.=) 'running'"
             },
             ..COMPLETE_UPDATE
         };
@@ -119,8 +113,8 @@ fn complete_many_reads_its_input_once() {
         let (done, plans) = t.run(&sql);
         assert_eq!(done[0].get::<_, i64>(0), 100, "round {round}: every claimed job completes");
         expect_no_disabled_cost(&mut f, &plans, &format!("complete_many, round {round}"));
-        let updates: Vec<&Explained> = plans.iter().filter(|e| e.label.contains("UPDATE jq.jobs")).collect();
-        f.expect(updates.len() == 1, || format!("round {round}: {} traced UPDATEs of jq.jobs", updates.len()));
+        let updates: Vec<&Explained> = plans.iter().filter(|e| e.label.contains("DELETE FROM ONLY jq.jobs")).collect();
+        f.expect(updates.len() == 1, || format!("round {round}: {} traced DELETEs of jq.jobs", updates.len()));
         let mut buffers = 0;
         for stmt in updates {
             for n in stmt.nodes() {

@@ -9,7 +9,7 @@ use super::statements::{explain, CLAIM_PICK, CLAIM_PICK_ONE, HotPath, Mode};
 const KEY_FILL_PICK: HotPath = HotPath {
     label: "jq._key_fill: the key's next blocked jobs",
     function: "jq._key_fill(text,text,integer)",
-    source: "SELECT b.id FROM jq.jobs b
+    source: "SELECT b.id FROM ONLY jq.jobs b
              WHERE b.queue = _key_fill.queue AND b.concurrency_key = _key_fill.concurrency_key
                AND b.state = 'blocked'
              ORDER BY b.run_at, b.id
@@ -22,7 +22,7 @@ const KEY_FILL_PICK: HotPath = HotPath {
 const AGE_PICK: HotPath = HotPath {
     label: "jq._age: ready jobs due for an aging step",
     function: "jq._age(timestamptz,integer)",
-    source: "SELECT x.id FROM jq.jobs x
+    source: "SELECT x.id FROM ONLY jq.jobs x
              WHERE x.state = 'ready' AND x.next_age_at <= _age.now
              ORDER BY x.next_age_at
              LIMIT _age.batch

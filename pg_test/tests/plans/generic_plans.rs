@@ -175,7 +175,8 @@ fn functions_with_settings_never_jit() {
                         SELECT count(*) FROM jq.complete_many((SELECT array_agg(id) FROM c), (SELECT array_agg(lease_token) FROM c))")
         .unwrap();
     let notices = std::mem::take(&mut *t.notices.lock().unwrap());
-    let writes: Vec<&String> = notices.iter().filter(|n| n.contains("UPDATE jq.jobs")).collect();
+    let writes: Vec<&String> =
+        notices.iter().filter(|n| n.contains("UPDATE ONLY jq.jobs") || n.contains("DELETE FROM ONLY jq.jobs")).collect();
     assert!(writes.len() >= 2, "the claim and the completion were not traced: {notices:?}");
     let jitted: Vec<&&String> = writes.iter().filter(|n| n.contains("\"JIT\"")).collect();
     assert!(unset.is_empty() && jitted.is_empty(),

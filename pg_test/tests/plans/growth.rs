@@ -200,7 +200,9 @@ fn maintenance_plans_made_on_a_small_table_stay_index_lookups() {
             let sql = duty(d, "30 minutes");
             let (rows, plans) = t.run(&sql);
             let (done, error): (i32, Option<String>) = (rows[0].get(0), rows[0].get(1));
-            assert!(error.is_none() && (done > 0 || d == "cron"), "{d} after the burst: done {done}, error {error:?}");
+            // prune: the completed jobs are in the current history table, which is truncated
+            // only once the ring has moved on (sql/history.sql): nothing to do here yet.
+            assert!(error.is_none() && (done > 0 || d == "cron" || d == "prune"), "{d} after the burst: done {done}, error {error:?}");
             expect_no_disabled_cost(&mut f, &plans, &format!("{d} ({}analyzed small table)", if analyzed { "" } else { "never " }));
             let mut scans = 0;
             for stmt in &plans {
@@ -231,7 +233,7 @@ fn maintenance_plans_made_on_a_small_table_stay_index_lookups() {
                     });
                 }
             }
-            f.expect(scans > 0, || format!("{d}: no scan of jq.jobs traced"));
+            f.expect(scans > 0 || d == "prune", || format!("{d}: no scan of jq.jobs traced"));
         }
     }
     f.finish();

@@ -1,4 +1,4 @@
-//! Promotion, reaping, retention and the idempotency lookup read their partial indexes, one batch at a time.
+//! Promotion, reaping and the idempotency lookup read their partial indexes, one batch at a time.
 
 use jq_pg_test::TestDb;
 use serde_json::Value;
@@ -8,9 +8,9 @@ use super::plan_tree::{
     actual_rows, check_bounded_reads, check_indexed, check_ordered_pick, check_uses_index, Explained, Failures,
 };
 use super::statements::{
-    explain, IDEMPOTENCY_LOOKUP, Mode, PROMOTE_PICK, PRUNE_DEAD_PICK, PRUNE_FINISHED_PICK, REAP_PICK,
+    explain, IDEMPOTENCY_LOOKUP, Mode, PROMOTE_PICK, REAP_PICK,
 };
-use super::traced::{one_statement, picking_statement, statements, Traced};
+use super::traced::{one_statement, picking_statement, Traced};
 
 /// The batches jq.tick passes (promotion 5,000, reaping 1,000), and a small one.
 const DUTIES: [(&str, i32); 4] = [("promote", 5000), ("promote", 100), ("reap", 1000), ("reap", 100)];
@@ -28,51 +28,16 @@ fn trace_duty(t: &mut Traced, mode: Mode, duty: &str, batch: i32) -> (Explained,
     (stmt, pick)
 }
 
-/// jq._prune in passes of 5,000 as jq.tick runs it (budget 100,000 per queue), which prunes
-/// everything past retention here, so that every queue's deletions run; traced, rolled back.
-/// Returns the plans of the two job DELETEs (completed/cancelled, dead), each run once per
-/// queue and pass.
-fn trace_prune(t: &mut Traced, mode: Mode) -> [Vec<Explained>; 2] {
-    t.begin(mode);
-    let sql = "SELECT jq._prune(now() + interval '15 days', 5000, 100000)";
-    let (_, all) = t.run(sql);
-    let left: i64 = t.client
-        .query_one("SELECT count(*) FROM jq.jobs WHERE state IN ('completed', 'dead', 'cancelled')", &[])
-        .unwrap()
-        .get(0);
-    assert_eq!(left, 0, "repeated jq._prune removes every finished job past retention");
-    t.rollback();
-    ["f.state IN ('completed', 'cancelled')", "f.state = 'dead'"].map(|kind| {
-        let runs: Vec<Explained> = statements(&all, kind).into_iter().cloned().collect();
-        assert!(runs.len() >= 4, "{sql}: expected the DELETE with {kind} for every queue, got {} \
-                                  runs", runs.len());
-        runs
-    })
-}
-
-/// Runs `check` on every execution of one statement and records only the first failure (the
-/// others fail alike), with a count.
-fn check_runs(f: &mut Failures, mode: Mode, runs: &[Explained],
-              check: impl Fn(&Explained) -> Result<(), String>) {
-    let failed: Vec<String> = runs.iter().filter_map(|e| check(e).err()).collect();
-    if let Some(first) = failed.first() {
-        f.0.push(format!("[{mode:?}: {} of {} runs of this statement fail like this one]\n{first}",
-                         failed.len(), runs.len()));
-    }
-}
-
 /// Promotion walks jobs_scheduled_idx and reaping jobs_running_idx in ORDER BY order without a
-/// Sort, reading about one batch; retention's two selections read jobs_finished_idx and
-/// jobs_dead_idx likewise, from the key the previous pass reached; the
-/// idempotency lookup reads jobs_idempotency_idx and the keyed INSERT names it as its ON
+/// Sort, reading about one batch (retention truncates whole history tables: sql/history.sql,
+/// pg_test/tests/history.rs); the idempotency lookup reads jobs_idempotency_idx and the keyed INSERT names it as its ON
 /// CONFLICT arbiter. Checked for the copied statements (custom and generic plans, several
 /// instants) and for the selections inside the functions as they run.
 #[test]
 fn maintenance_and_idempotency_selections_use_their_partial_indexes() {
     let db = TestDb::new("plans_maint");
     let mut c = build_base(&db);
-    for path in [&PROMOTE_PICK, &REAP_PICK, &PRUNE_FINISHED_PICK, &PRUNE_DEAD_PICK,
-                 &IDEMPOTENCY_LOOKUP] {
+    for path in [&PROMOTE_PICK, &REAP_PICK, &IDEMPOTENCY_LOOKUP] {
         path.check_source(&mut c);
     }
     let mut f = Failures::default();
@@ -95,18 +60,6 @@ fn maintenance_and_idempotency_selections_use_their_partial_indexes() {
                 f.check(check_ordered_pick(&e, "jobs_running_idx", Some(batch)));
             }
         }
-        // Retention: nothing old enough, everything old enough; a first pass and one that
-        // starts past a key (the oldest rows are behind it): read in key order, no Sort.
-        for at in ["now()", "now() + interval '15 days'"] {
-            for from in ["'-infinity', 0", "now() - interval '10 days', 1"] {
-                let e = explain(&mut c, &PRUNE_FINISHED_PICK,
-                                &format!("'plan.1', {at} - interval '1 day', 5000, {from}"), mode);
-                f.check(check_ordered_pick(&e, "jobs_finished_idx", Some(5000)));
-                let e = explain(&mut c, &PRUNE_DEAD_PICK,
-                                &format!("'plan.1', {at} - interval '7 days', 5000, {from}"), mode);
-                f.check(check_ordered_pick(&e, "jobs_dead_idx", Some(5000)));
-            }
-        }
         // Idempotency: a key held by a scheduled job (and by a completed one, outside the
         // index), and a key nobody holds.
         for (key, holders) in [("k-7", 1), ("k-999999", 0)] {
@@ -125,13 +78,6 @@ fn maintenance_and_idempotency_selections_use_their_partial_indexes() {
             let (_, pick) = trace_duty(&mut t, mode, duty, batch);
             f.check(check_ordered_pick(&pick, index, Some(batch.into())));
         }
-        let [finished, dead] = trace_prune(&mut t, mode);
-        for (runs, index) in [(finished, "jobs_finished_idx"), (dead, "jobs_dead_idx")] {
-            check_runs(&mut f, mode, &runs, |stmt| match stmt.pick() {
-                Some(pick) => check_ordered_pick(&pick, index, Some(5000)),
-                None => Err(stmt.fail("no FOR UPDATE selection of jq.jobs")),
-            });
-        }
 
         t.begin(mode);
         let sql = "SELECT jq.enqueue('plan.2', '{}', idempotency_key => 'k-7')";
@@ -144,7 +90,7 @@ fn maintenance_and_idempotency_selections_use_their_partial_indexes() {
             .unwrap_or(Value::Null);
         f.expect(arbiters == serde_json::json!(["jobs_idempotency_idx"]),
                  || insert.fail("the ON CONFLICT arbiter is not jobs_idempotency_idx"));
-        let lookup = one_statement(&plans, "SELECT j.id FROM jq.jobs j WHERE j.queue = enqueue.queue",
+        let lookup = one_statement(&plans, "SELECT j.id FROM ONLY jq.jobs j WHERE j.queue = enqueue.queue",
                                    sql);
         f.check(check_uses_index(lookup, "jobs_idempotency_idx", "jobs"));
         t.rollback();
@@ -154,8 +100,7 @@ fn maintenance_and_idempotency_selections_use_their_partial_indexes() {
 
 /// The whole maintenance statements, as the functions run them, read about one batch of jq.jobs
 /// and never the table or the backlog behind the batch: promotion's and reaping's UPDATE finds
-/// the picked rows by key (every scan of jq.jobs returns at most batch + SLACK rows), and
-/// retention's DELETE never scans jq.jobs sequentially. maintenance.sql promises "bounded
+/// the picked rows by key (every scan of jq.jobs returns at most batch + SLACK rows). maintenance.sql promises "bounded
 /// batches"; a pass that re-reads the whole backlog turns a backlog of B due rows into B/batch
 /// passes of B rows each (after an outage: 500,000 due rows, 100 passes of 500,000 rows).
 ///
@@ -174,9 +119,6 @@ fn maintenance_statements_read_one_batch_not_the_backlog() {
             let (stmt, _) = trace_duty(&mut t, mode, duty, batch);
             f.check(check_indexed(&stmt));
             f.check(check_bounded_reads(&stmt, batch.into()));
-        }
-        for runs in trace_prune(&mut t, mode) {
-            check_runs(&mut f, mode, &runs, check_indexed);
         }
     }
     f.finish();

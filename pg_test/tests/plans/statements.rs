@@ -48,7 +48,7 @@ pub(crate) fn norm(sql: &str) -> String {
 pub(crate) const CLAIM_PICK: HotPath = HotPath {
     label: "jq._claim_batch: selection of ready jobs",
     function: "jq._claim_batch(text,text,integer,interval,boolean,bigint,boolean)",
-    source: "SELECT p.id FROM jq.jobs p
+    source: "SELECT p.id FROM ONLY jq.jobs p
              WHERE pg_catalog.hashtextextended(p.queue, 0) OPERATOR(pg_catalog.=) pg_catalog.hashtextextended(_claim_batch.queue, 0)
                AND p.state OPERATOR(pg_catalog.=) 'ready'
                AND p.priority OPERATOR(pg_catalog.<) coalesce(_claim_batch.below, 2147483648)
@@ -71,7 +71,7 @@ pub(crate) const CLAIM_PICK: HotPath = HotPath {
 pub(crate) const CLAIM_PICK_ONE: HotPath = HotPath {
     label: "jq.claim: selection of one ready job",
     function: "jq.claim(text,text,integer,interval,interval,bigint)",
-    source: "SELECT p.ctid FROM jq.jobs p
+    source: "SELECT p.ctid FROM ONLY jq.jobs p
              WHERE pg_catalog.hashtextextended(p.queue, 0) OPERATOR(pg_catalog.=) pg_catalog.hashtextextended(claim.queue, 0)
                AND p.state OPERATOR(pg_catalog.=) 'ready'
                AND p.priority OPERATOR(pg_catalog.<) coalesce(v_below, 2147483648)
@@ -88,7 +88,7 @@ pub(crate) const CLAIM_PICK_ONE: HotPath = HotPath {
 pub(crate) const CLAIM_RUNNING_COUNT: HotPath = HotPath {
     label: "jq._claim_gate: running count for max_concurrency",
     function: "jq._claim_gate(text,integer,boolean,integer,integer)",
-    source: "SELECT pg_catalog.count(*) INTO v_running FROM jq.jobs j
+    source: "SELECT pg_catalog.count(*) INTO v_running FROM ONLY jq.jobs j
              WHERE j.queue OPERATOR(pg_catalog.=) _claim_gate.queue AND j.state OPERATOR(pg_catalog.=) 'running'",
     subst: &[("INTO v_running ", ""), ("_claim_gate.queue", "$1")],
     types: "text",
@@ -97,7 +97,7 @@ pub(crate) const CLAIM_RUNNING_COUNT: HotPath = HotPath {
 pub(crate) const PROMOTE_PICK: HotPath = HotPath {
     label: "jq._promote: selection of due scheduled jobs",
     function: "jq._promote(timestamptz,integer,integer)",
-    source: "SELECT d.id FROM jq.jobs d
+    source: "SELECT d.id FROM ONLY jq.jobs d
              WHERE d.state = 'scheduled' AND (d.run_at, d.id) > (v_at, v_id) AND d.run_at <= _promote.now
                AND (d.concurrency_key IS NULL OR NOT (d.queue || E'\\x1f' || d.concurrency_key = ANY (v_busy)))
              ORDER BY d.run_at, d.id
@@ -110,7 +110,7 @@ pub(crate) const PROMOTE_PICK: HotPath = HotPath {
 pub(crate) const REAP_PICK: HotPath = HotPath {
     label: "jq._reap: selection of expired leases",
     function: "jq._reap(timestamptz,integer,integer,boolean)",
-    source: "SELECT x.id FROM jq.jobs x
+    source: "SELECT x.id FROM ONLY jq.jobs x
              WHERE x.state = 'running' AND x.lease_expires_at >= v_at AND x.lease_expires_at < _reap.now
              ORDER BY x.lease_expires_at
              LIMIT _reap.batch
@@ -119,36 +119,10 @@ pub(crate) const REAP_PICK: HotPath = HotPath {
     types: "timestamptz, integer, timestamptz",
 };
 
-pub(crate) const PRUNE_FINISHED_PICK: HotPath = HotPath {
-    label: "jq._prune_jobs: selection of completed and cancelled jobs past retention",
-    function: "jq._prune_jobs(text,timestamptz,timestamptz,integer,integer)",
-    source: "SELECT f.id FROM jq.jobs f
-             WHERE f.queue = _prune_jobs.queue AND f.state IN ('completed', 'cancelled')
-               AND (f.finished_at, f.id) > (v_at, v_id) AND f.finished_at < _prune_jobs.finished_before
-             ORDER BY f.finished_at, f.id
-             LIMIT _prune_jobs.batch FOR UPDATE SKIP LOCKED",
-    subst: &[("_prune_jobs.queue", "$1"), ("_prune_jobs.finished_before", "$2"), ("_prune_jobs.batch", "$3"),
-             ("v_at", "$4"), ("v_id", "$5")],
-    types: "text, timestamptz, integer, timestamptz, bigint",
-};
-
-pub(crate) const PRUNE_DEAD_PICK: HotPath = HotPath {
-    label: "jq._prune_jobs: selection of dead jobs past dead_retention",
-    function: "jq._prune_jobs(text,timestamptz,timestamptz,integer,integer)",
-    source: "SELECT f.id FROM jq.jobs f
-             WHERE f.queue = _prune_jobs.queue AND f.state = 'dead'
-               AND (f.finished_at, f.id) > (v_at, v_id) AND f.finished_at < _prune_jobs.dead_before
-             ORDER BY f.finished_at, f.id
-             LIMIT _prune_jobs.batch FOR UPDATE SKIP LOCKED",
-    subst: &[("_prune_jobs.queue", "$1"), ("_prune_jobs.dead_before", "$2"), ("_prune_jobs.batch", "$3"),
-             ("v_at", "$4"), ("v_id", "$5")],
-    types: "text, timestamptz, integer, timestamptz, bigint",
-};
-
 pub(crate) const IDEMPOTENCY_LOOKUP: HotPath = HotPath {
     label: "jq.enqueue: lookup of the unfinished job holding an idempotency key",
     function: "jq.enqueue(text,jsonb,text,timestamptz,interval,integer,integer,text,text,bigint)",
-    source: "SELECT j.id INTO v_id FROM jq.jobs j
+    source: "SELECT j.id INTO v_id FROM ONLY jq.jobs j
              WHERE j.queue = enqueue.queue AND j.idempotency_key = enqueue.idempotency_key
                AND j.state IN ('scheduled', 'blocked', 'ready', 'running')",
     subst: &[("INTO v_id ", ""), ("enqueue.queue", "$1"), ("enqueue.idempotency_key", "$2")],

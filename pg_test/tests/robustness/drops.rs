@@ -136,7 +136,7 @@ fn pausing_then_cancelling_does_not_deadlock_with_a_drop() {
     c.batch_execute("SELECT jq.create_queue('p1')").unwrap();
     let id: i64 = c.query_one("SELECT jq.enqueue('p1')", &[]).unwrap().get(0);
     if broken("pause_row_first") {
-        sabotage(&mut c, "jq.pause(text,bigint)", "    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;\n", "", 1);
+        sabotage(&mut c, "jq.pause(text,bigint)", "    LOCK TABLE ONLY jq.jobs IN ROW EXCLUSIVE MODE;\n", "", 1);
     }
     let mut admin = db.connect();
     admin.batch_execute("SET deadlock_timeout = '100ms'; BEGIN; SELECT jq.pause('p1');").unwrap();
@@ -175,26 +175,26 @@ fn admin_calls_then_enqueuing_do_not_deadlock_with_a_drop() {
         .unwrap();
     if broken("schedule_row_first") {
         sabotage(&mut c, "jq._lock_schedule_queue(text)",
-                 "    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;  -- before the queue row, as jq.drop_queue\n", "", 1);
+                 "    LOCK TABLE ONLY jq.jobs IN ROW EXCLUSIVE MODE;  -- before the queue row, as jq.drop_queue\n", "", 1);
     }
     if broken("alter_schedule_row_first") {
         sabotage(&mut c, "jq.alter_schedule(text,text,text,jsonb,text,text,integer,integer,text,text,boolean,bigint)",
-                 "    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;\n    IF alter_schedule.queue IS NOT NULL THEN",
+                 "    LOCK TABLE ONLY jq.jobs IN ROW EXCLUSIVE MODE;\n    IF alter_schedule.queue IS NOT NULL THEN",
                  "    IF alter_schedule.queue IS NOT NULL THEN", 1);
     }
     if broken("unschedule_row_first") {
         sabotage(&mut c, "jq.unschedule(text,boolean,bigint)",
-                 "    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;  -- before the schedule row, as jq.drop_queue (see jq.alter_schedule)\n",
+                 "    LOCK TABLE ONLY jq.jobs IN ROW EXCLUSIVE MODE;  -- before the schedule row, as jq.drop_queue (see jq.alter_schedule)\n",
                  "", 1);
     }
     if broken("grant_row_first") {
         sabotage(&mut c, "jq.grant(text,regrole,text,bigint)",
-                 "    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;\n    -- Then one grant or revoke at a time",
+                 "    LOCK TABLE ONLY jq.jobs IN ROW EXCLUSIVE MODE;\n    -- Then one grant or revoke at a time",
                  "    -- Then one grant or revoke at a time", 1);
     }
     if broken("revoke_row_first") {
         sabotage(&mut c, "jq.revoke(text,regrole,text)",
-                 "    LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;\n    LOCK TABLE jq.queue_grants",
+                 "    LOCK TABLE ONLY jq.jobs IN ROW EXCLUSIVE MODE;\n    LOCK TABLE jq.queue_grants",
                  "    LOCK TABLE jq.queue_grants", 1);
     }
     let cases = [

@@ -242,7 +242,7 @@ fn a_duty_fails_within_200_ms_while_jq_jobs_is_held() {
     let db = TestDb::new("held_table");
     let mut c = db.connect();
     if broken("maintain_waits_for_jobs") {
-        sabotage(&mut c, MAINTAIN, "LOCK TABLE jq.jobs IN ROW EXCLUSIVE MODE;", "", 1);
+        sabotage(&mut c, MAINTAIN, "LOCK TABLE ONLY jq.jobs IN ROW EXCLUSIVE MODE;", "", 1);
     }
     c.batch_execute("SET statement_timeout = '3s'; SELECT jq.create_queue('q'); SELECT jq.create_queue('gone')")
         .unwrap();

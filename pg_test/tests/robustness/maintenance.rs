@@ -1,12 +1,10 @@
 //! Maintenance passes never wait for each other, work through a backlog in bounded batches, share the prune budget.
 
-use jq_pg_test::{broken, sabotage, Client, TestDb};
+use jq_pg_test::{broken, sabotage, TestDb};
 use std::thread;
 use std::time::{Duration, Instant};
 
 const PRUNE: &str = "jq._prune(timestamptz,integer,integer)";
-const MAINTAIN: &str = "jq._maintain(text,timestamptz)";
-const PRUNE_JOBS: &str = "jq._prune_jobs(text,timestamptz,timestamptz,integer,integer)";
 const PROMOTE: &str = "jq._promote(timestamptz,integer,integer)";
 const REAP: &str = "jq._reap(timestamptz,integer,integer,boolean)";
 
@@ -19,7 +17,7 @@ fn a_maintenance_pass_left_open_does_not_block_the_next_one() {
     let db = TestDb::new("tickopen");
     let mut c = db.connect();
     c.batch_execute(
-        // Failed executions leave history rows, completed ones completed job rows: both pruned.
+        // Failed executions leave history rows; completed jobs go to the history tables.
         "SELECT jq.create_queue('h', history_retention => '0', retention => '0', max_attempts => 1);
          SELECT jq.enqueue('h') FROM generate_series(1, 20);
          SELECT jq.fail(id, lease_token, 'x') FROM jq.claim('h', 'w', 10);
@@ -52,32 +50,15 @@ fn a_maintenance_pass_left_open_does_not_block_the_next_one() {
     a.batch_execute("COMMIT").unwrap();
     let left: i64 = c.query_one("SELECT count(*) FROM jq.execution_log", &[]).unwrap().get(0);
     assert!(left <= 5, "the passes together pruned the old history, {left} rows left");
-    let left: i64 = c.query_one("SELECT count(*) FROM jq.jobs WHERE state = 'completed'", &[]).unwrap().get(0);
-    assert!(left <= 5, "the passes together pruned the old completed jobs, {left} left");
 }
 
-/// A queue that finishes more jobs between two maintenance passes than one prune batch (5,000
-/// per queue and kind) must not pile them up: one pass prunes the whole backlog past retention.
-/// Broken variant `prune_one_batch` (one jq._prune call per pass): 5,000
-/// of 12,000 pruned, 7,000 left (seen failing). With it, bench/run's steady load at 7,158
-/// jobs/s (1-minute retention, a pass a second) grew jq.jobs from 128 MB to 739 MB in 7 minutes.
-/// And the passes read each index entry about once: a pass that started from the head of
-/// jobs_finished_idx again walked every entry the earlier passes of its transaction had deleted
-/// (entries vacuum has not removed and that transaction cannot mark dead), so a prune of k
-/// batches read ~k²/2 batches of entries: at 7,200 jobs/s the prune duty took 9-18 s a tick and
-/// fell behind, and jq.jobs grew without bound again (docs/BENCHMARKS.md). Broken variant
-/// `prune_from_start` (each pass from the head): 27,000 entries read for 12,000 pruned (seen
-/// failing).
+/// A queue that finishes more jobs between two maintenance passes than one batch must not pile
+/// them up: retention empties whole history tables (sql/history.sql), so one pass retires a
+/// backlog of any size past retention, and its storage with it, in one TRUNCATE.
 #[test]
-fn one_maintenance_pass_prunes_a_backlog_larger_than_a_batch() {
+fn one_maintenance_pass_retires_a_backlog_of_any_size() {
     let db = TestDb::new("prunebig");
     let mut c = db.connect();
-    if broken("prune_one_batch") {
-        sabotage(&mut c, MAINTAIN, "jq._prune(_maintain.now, 5000, 100000)", "jq._prune(_maintain.now, 5000)", 1);
-    }
-    if broken("prune_from_start") {
-        sabotage(&mut c, PRUNE_JOBS, "(f.finished_at, f.id) > (v_at, v_id)", "true", 2);
-    }
     c.batch_execute(
         "SELECT jq.create_queue('big', retention => '0', history_retention => '0');
          SELECT count(*) FROM jq.enqueue_many('big', (SELECT jsonb_agg('{}'::jsonb) FROM generate_series(1, 12000)));",
@@ -94,27 +75,14 @@ fn one_maintenance_pass_prunes_a_backlog_larger_than_a_batch() {
             .get(0);
         assert_eq!(n, 1000);
     }
-    // In one transaction: the index's entries returned to the executor in this transaction
-    // (pg_stat_get_xact_tuples_returned: dead-marked entries are skipped inside the index and
-    // not counted; entries of rows this transaction deleted are).
-    let mut t = c.transaction().unwrap();
-    let before: i64 = t
-        .query_one("SELECT pg_stat_get_xact_tuples_returned('jq.jobs_finished_idx'::regclass)", &[])
-        .unwrap()
-        .get(0);
-    let pruned: i32 = t.query_one("SELECT pruned FROM jq.tick()", &[]).unwrap().get(0);
-    let read: i64 = t
-        .query_one("SELECT pg_stat_get_xact_tuples_returned('jq.jobs_finished_idx'::regclass) - $1", &[&before])
-        .unwrap()
-        .get(0);
-    t.commit().unwrap();
+    // Two minutes on (the retention is 0, so the ring moves on every minute): table 0 is no
+    // longer current and every job in it is past retention.
+    let pruned: i32 = c.query_one("SELECT jq._maintain('prune', now() + interval '2 minutes')", &[]).unwrap().get(0);
     let left: i64 = c.query_one("SELECT count(*) FROM jq.jobs WHERE queue = 'big'", &[]).unwrap().get(0);
     assert_eq!(left, 0, "one pass pruned {pruned} of the 12,000 completed jobs");
     assert_eq!(pruned, 12000);
-    // 12,000 and the first pass's 5,000 once more: the duty's second round starts from the head
-    // (jq._prune); 27,000 when every pass starts there.
-    assert!(read <= 17_500, "the prune passes read {read} entries of jobs_finished_idx for 12,000 \
-                              pruned: later passes walked the rows earlier ones deleted");
+    let size: i64 = c.query_one("SELECT pg_relation_size('jq.jobs_done_0')", &[]).unwrap().get(0);
+    assert_eq!(size, 0, "the truncated table keeps no pages");
 }
 
 /// Promotion and reaping run in passes too (up to 50,000 jobs in passes of 5,000; up to 10,000
@@ -176,23 +144,12 @@ fn promotion_and_reaping_passes_read_each_entry_about_once() {
     }
 }
 
-/// Rows often share a finished_at: every job one reaper pass sends to dead gets that pass's
-/// instant. The prune passes key on (finished_at, id), so a second pass starts inside such a
-/// group, past the rows already deleted. Broken variants (seen failing): `prune_key_time_only`
-/// (`finished_at > last`): a later pass skipped the rest of the group, dead jobs left;
-/// `prune_dead_from_start`: 27,000 entries of jobs_dead_idx read for 12,000 pruned.
+/// Dead jobs go with their table as well: 12,000 jobs the reaper sent to dead at one instant,
+/// past a dead_retention of 0, are all retired by one prune duty.
 #[test]
-fn dead_jobs_sharing_one_finished_at_are_all_pruned_in_one_pass() {
+fn dead_jobs_reaped_at_one_instant_are_all_retired_in_one_pass() {
     let db = TestDb::new("prunetie");
     let mut c = db.connect();
-    if broken("prune_key_time_only") {
-        sabotage(&mut c, PRUNE_JOBS, "(f.finished_at, f.id) > (v_at, v_id)", "f.finished_at > v_at", 2);
-    }
-    if broken("prune_dead_from_start") {
-        sabotage(&mut c, PRUNE_JOBS,
-                 "(f.finished_at, f.id) > (v_at, v_id) AND f.finished_at < _prune_jobs.dead_before",
-                 "f.finished_at < _prune_jobs.dead_before", 1);
-    }
     c.batch_execute(
         "SELECT jq.create_queue('t', max_lease_expiries => 0, dead_retention => '0');
          SELECT count(*) FROM jq.enqueue_many('t', (SELECT jsonb_agg('{}'::jsonb) FROM generate_series(1, 12000)));",
@@ -213,69 +170,10 @@ fn dead_jobs_sharing_one_finished_at_are_all_pruned_in_one_pass() {
     }
     t.commit().unwrap();
     assert_eq!(reaped, 12000);
-    let instants: i64 = c
-        .query_one("SELECT count(DISTINCT finished_at) FROM jq.jobs WHERE state = 'dead'", &[])
-        .unwrap()
-        .get(0);
-    assert_eq!(instants, 1, "the reaped jobs share one finished_at");
-    let mut t = c.transaction().unwrap();
-    let before: i64 = t
-        .query_one("SELECT pg_stat_get_xact_tuples_returned('jq.jobs_dead_idx'::regclass)", &[])
-        .unwrap()
-        .get(0);
-    let pruned: i32 = t
-        .query_one("SELECT jq._maintain('prune', now() + interval '2 hours')", &[])
-        .unwrap()
-        .get(0);
-    let read: i64 = t
-        .query_one("SELECT pg_stat_get_xact_tuples_returned('jq.jobs_dead_idx'::regclass) - $1", &[&before])
-        .unwrap()
-        .get(0);
-    t.commit().unwrap();
+    let in_history: i64 = c.query_one("SELECT count(*) FROM jq.jobs_dead_0", &[]).unwrap().get(0);
+    assert_eq!(in_history, 12000, "the reaped jobs moved to the dead ring");
+    let pruned: i32 = c.query_one("SELECT jq._maintain('prune', now() + interval '2 hours')", &[]).unwrap().get(0);
     let left: i64 = c.query_one("SELECT count(*) FROM jq.jobs", &[]).unwrap().get(0);
     assert_eq!(left, 0, "one prune duty left {left} of the 12,000 dead jobs (pruned {pruned})");
-    // 12,000 and the first pass's 5,000 again (the second round starts from the head).
-    assert!(read <= 17_500, "the prune passes read {read} entries of jobs_dead_idx for 12,000 pruned");
 }
 
-/// The prune budget is shared: every queue gets one pass, then the queues whose pass was full
-/// share the rest, each getting what is left divided by the queues still to come. So one busy
-/// queue among idle ones gets nearly all of it, and many busy queues together stay near the
-/// budget. Broken variant `prune_budget_per_queue` (the whole budget for each queue, as in the
-/// first version of the passes): five busy queues pruned 3,000 rows under a budget of 1,000
-/// (seen failing).
-#[test]
-fn the_prune_budget_is_shared_among_the_queues() {
-    let db = TestDb::new("prunefair");
-    let mut c = db.connect();
-    if broken("prune_budget_per_queue") {
-        sabotage(&mut c, PRUNE,
-                 "pg_catalog.int4larger(_prune.batch,\n                                                (_prune.budget - v_total) / q.still::integer)",
-                 "_prune.budget", 1);
-    }
-    let fill = |c: &mut Client, q: &str, n: i32| {
-        c.batch_execute(&format!(
-            "SELECT jq.create_queue('{q}', retention => '0', history_retention => '0');
-             SELECT count(*) FROM jq.enqueue_many('{q}', (SELECT jsonb_agg('{{}}'::jsonb) FROM generate_series(1, {n})));
-             SELECT count(*) FROM (SELECT array_agg(id) AS i, array_agg(lease_token) AS t FROM jq.claim('{q}', 'w', {n})) x,
-                    jq.complete_many(x.i, x.t);"))
-            .unwrap();
-    };
-    // One busy queue between idle ones: batch 100, budget 1,000: it gets nearly all of it.
-    fill(&mut c, "a-idle", 10);
-    fill(&mut c, "b-busy", 900);
-    fill(&mut c, "c-idle", 10);
-    let pruned: i32 = c.query_one("SELECT jq._prune(now() + interval '1 hour', 100, 1000)", &[]).unwrap().get(0);
-    assert_eq!(pruned, 920, "one busy queue among idle ones");
-    // Five busy queues: together about the budget, every queue some.
-    for q in ["d", "e", "f", "g", "h"] {
-        fill(&mut c, q, 600);
-    }
-    let pruned: i32 = c.query_one("SELECT jq._prune(now() + interval '1 hour', 100, 1000)", &[]).unwrap().get(0);
-    assert!(pruned <= 1100, "five busy queues pruned {pruned} rows under a budget of 1,000");
-    let least: i64 = c
-        .query_one("SELECT 600 - coalesce(max(n), 0) FROM (SELECT count(*) AS n FROM jq.jobs GROUP BY queue) c", &[])
-        .unwrap()
-        .get(0);
-    assert!(least >= 100, "a queue got less than one pass: {least}");
-}

@@ -1,0 +1,272 @@
+//! Where finished jobs live (docs/semantics.md, "Where finished jobs live"): a job that
+//! finishes leaves the hot table `ONLY jq.jobs` in the statement that finishes it, for a history
+//! table that inherits from `jq.jobs` (so `jq.jobs` still answers "what happened to job N");
+//! history tables are emptied whole, by TRUNCATE, only once every job in them is past its
+//! queue's retention, and never while another session uses them; the rings move on.
+//!
+//! Negative controls: `JQ_TEST_BREAK=<name>` breaks one piece in the test's own database (see
+//! `jq_pg_test::sabotage`); the comment at each test records how the test then failed.
+
+use jq_pg_test::{broken, claim, complete, sabotage, state, Client, TestDb};
+
+fn one_i64(c: &mut Client, sql: &str) -> i64 {
+    c.query_one(sql, &[]).expect(sql).get(0)
+}
+
+fn one_text(c: &mut Client, sql: &str) -> String {
+    c.query_one(sql, &[]).expect(sql).get(0)
+}
+
+/// The table holding job `id` (`jobs` for the hot table, else the history table), or None.
+fn table_of(c: &mut Client, id: i64) -> Option<String> {
+    c.query_opt("SELECT tableoid::regclass::text FROM jq.jobs WHERE id = $1", &[&id])
+        .expect("table of a job")
+        .map(|r| r.get(0))
+}
+
+/// Finished rows left in the hot table.
+fn finished_in_hot_table(c: &mut Client) -> i64 {
+    one_i64(c, "SELECT count(*) FROM ONLY jq.jobs WHERE state IN ('completed', 'dead', 'cancelled')")
+}
+
+// Negative control: JQ_TEST_BREAK=no_retire (the trigger jobs_retire dropped) made this test
+// fail: the completed job stayed in the hot table (table "jq.jobs", not "jq.jobs_done_0").
+#[test]
+fn every_way_a_job_finishes_moves_it_out_of_the_hot_table() {
+    let db = TestDb::new("history_moves");
+    let mut c = db.connect();
+    if broken("no_retire") {
+        c.batch_execute("DROP TRIGGER jobs_retire ON jq.jobs").unwrap();
+    }
+    c.batch_execute(
+        "SELECT jq.create_queue('h', max_lease_expiries => 0);
+         SELECT jq.create_queue('one', max_attempts => 1)",
+    )
+    .unwrap();
+    // jq.complete
+    let done = one_i64(&mut c, "SELECT jq.enqueue('h', '{\"n\": 1}')");
+    let j = claim(&mut c, "h", "w", 1, None).pop().unwrap();
+    assert!(complete(&mut c, &j));
+    assert_eq!(table_of(&mut c, done).as_deref(), Some("jq.jobs_done_0"));
+    assert_eq!(state(&mut c, done).as_deref(), Some("completed"));
+    // jq.complete_many
+    let many: Vec<i64> = (0..3).map(|_| one_i64(&mut c, "SELECT jq.enqueue('h')")).collect();
+    let js = claim(&mut c, "h", "w", 3, None);
+    let ids: Vec<i64> = js.iter().map(|j| j.id).collect();
+    let tokens: Vec<uuid::Uuid> = js.iter().map(|j| j.token).collect();
+    let completed = c.query("SELECT jq.complete_many($1, $2)", &[&ids, &tokens]).unwrap();
+    assert_eq!(completed.len(), 3);
+    for id in &many {
+        assert_eq!(table_of(&mut c, *id).as_deref(), Some("jq.jobs_done_0"), "job {id}");
+    }
+    // jq.fail with the last attempt: dead
+    let dead = one_i64(&mut c, "SELECT jq.enqueue('one')");
+    let j = claim(&mut c, "one", "w", 1, None).pop().unwrap();
+    let s: String = c.query_one("SELECT jq.fail($1, $2, 'boom')::text", &[&j.id, &j.token]).unwrap().get(0);
+    assert_eq!(s, "dead");
+    assert_eq!(table_of(&mut c, dead).as_deref(), Some("jq.jobs_dead_0"));
+    // jq.cancel of a ready job
+    let cancelled = one_i64(&mut c, "SELECT jq.enqueue('h')");
+    assert!(c.query_one("SELECT jq.cancel($1)", &[&cancelled]).unwrap().get::<_, bool>(0));
+    assert_eq!(table_of(&mut c, cancelled).as_deref(), Some("jq.jobs_done_0"));
+    // the reaper, with no lease expiry allowed: dead
+    let reaped = one_i64(&mut c, "SELECT jq.enqueue('h')");
+    claim(&mut c, "h", "w", 1, Some("1 second")).pop().unwrap();
+    c.query_one("SELECT jq._reap(now() + interval '1 minute')", &[]).unwrap();
+    assert_eq!(state(&mut c, reaped).as_deref(), Some("dead"));
+    assert_eq!(table_of(&mut c, reaped).as_deref(), Some("jq.jobs_dead_0"));
+    assert_eq!(finished_in_hot_table(&mut c), 0);
+    // The job rows are kept whole: the completed job's payload and result survive the move.
+    assert_eq!(one_text(&mut c, &format!("SELECT payload::text FROM jq.jobs WHERE id = {done}")), "{\"n\": 1}");
+    // The execution history still sees the completions.
+    let n = one_i64(&mut c, &format!("SELECT count(*) FROM jq.executions WHERE job_id = {done} AND outcome = 'completed'"));
+    assert_eq!(n, 1);
+}
+
+// Negative control: JQ_TEST_BREAK=retained_never (jq._history_retained always false) made this
+// test fail: the pass at +15 minutes truncated the table with a job still within its retention.
+#[test]
+fn a_history_table_is_truncated_only_when_every_job_is_past_retention() {
+    let db = TestDb::new("history_truncate");
+    let mut c = db.connect();
+    if broken("retained_never") {
+        sabotage(&mut c, "jq._history_retained(text,text,timestamptz)", "RETURN v_retained;", "RETURN false;", 1);
+    }
+    // The done ring's retention is 1 hour: it moves on every 10 minutes.
+    c.batch_execute("SELECT jq.create_queue('t', retention => '1 hour', history_retention => '0')").unwrap();
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        ids.push(one_i64(&mut c, "SELECT jq.enqueue('t')"));
+        let j = claim(&mut c, "t", "w", 1, None).pop().unwrap();
+        assert!(complete(&mut c, &j));
+    }
+    // The first job finished two hours ago (the test moves its clock, not the prune's); the
+    // second now. At +15 minutes the ring has moved on to table 1, and table 0 holds a job
+    // still retained: it is kept whole.
+    c.execute("UPDATE jq.jobs SET finished_at = finished_at - interval '2 hours' WHERE id = $1", &[&ids[0]])
+        .unwrap();
+    assert_eq!(one_i64(&mut c, "SELECT jq._prune(now() + interval '15 minutes')::int8"), 0);
+    assert_eq!(one_i64(&mut c, "SELECT current::int8 FROM jq.history_rings WHERE ring = 'done'"), 1);
+    assert_eq!(state(&mut c, ids[0]).as_deref(), Some("completed"));
+    assert_eq!(state(&mut c, ids[1]).as_deref(), Some("completed"));
+    // An hour and a minute later both are past retention: the table is truncated, both go.
+    assert_eq!(one_i64(&mut c, "SELECT jq._prune(now() + interval '61 minutes')::int8"), 2);
+    assert_eq!(state(&mut c, ids[0]), None);
+    assert_eq!(state(&mut c, ids[1]), None);
+    assert_eq!(one_i64(&mut c, "SELECT count(*) FROM jq.jobs_done_0"), 0);
+}
+
+// The current table of a ring is never truncated (completions write into it), even when all
+// its jobs are past retention: it goes once the ring has moved on.
+#[test]
+fn the_current_table_is_left_alone() {
+    let db = TestDb::new("history_current");
+    let mut c = db.connect();
+    c.batch_execute("SELECT jq.create_queue('k', retention => '0', history_retention => '0')").unwrap();
+    let id = one_i64(&mut c, "SELECT jq.enqueue('k')");
+    let j = claim(&mut c, "k", "w", 1, None).pop().unwrap();
+    assert!(complete(&mut c, &j));
+    // Not a minute yet since the ring's table became current: it stays current, and is kept.
+    assert_eq!(one_i64(&mut c, "SELECT jq._prune(now() + interval '10 seconds')::int8"), 0);
+    assert_eq!(state(&mut c, id).as_deref(), Some("completed"));
+    assert_eq!(one_i64(&mut c, "SELECT jq._prune(now() + interval '2 minutes')::int8"), 1);
+    assert_eq!(state(&mut c, id), None);
+}
+
+// Negative control: JQ_TEST_BREAK=truncate_waits (the NOWAIT taken out of the lock) made this
+// test fail: jq._prune waited for the reader's lock and the statement_timeout of 5 s ended it
+// (57014).
+#[test]
+fn a_history_table_in_use_is_left_for_the_next_pass_without_waiting() {
+    let db = TestDb::new("history_in_use");
+    let mut c = db.connect();
+    if broken("truncate_waits") {
+        sabotage(&mut c, "jq._truncate_history(timestamptz)", "ACCESS EXCLUSIVE MODE NOWAIT", "ACCESS EXCLUSIVE MODE", 1);
+    }
+    c.batch_execute("SELECT jq.create_queue('u', retention => '0', history_retention => '0')").unwrap();
+    let id = one_i64(&mut c, "SELECT jq.enqueue('u')");
+    let j = claim(&mut c, "u", "w", 1, None).pop().unwrap();
+    assert!(complete(&mut c, &j));
+    // A reporting query holds the history (its transaction keeps the tables' locks).
+    let mut reader = db.connect();
+    reader.batch_execute("BEGIN; SELECT count(*) FROM jq.jobs").unwrap();
+    c.batch_execute("SET statement_timeout = '5s'").unwrap();
+    assert_eq!(one_i64(&mut c, "SELECT jq._prune(now() + interval '1 hour')::int8"), 0);
+    assert_eq!(state(&mut c, id).as_deref(), Some("completed"));
+    reader.batch_execute("COMMIT").unwrap();
+    assert_eq!(one_i64(&mut c, "SELECT jq._prune(now() + interval '1 hour')::int8"), 1);
+    assert_eq!(state(&mut c, id), None);
+}
+
+// Negative control: JQ_TEST_BREAK=truncate_in_block (the transaction-block check taken out)
+// made this test fail: the pass inside BEGIN truncated the table (it returned 1, not 0), and
+// would have held it, and every reader of jq.jobs such as the jq.fail below, until COMMIT.
+#[test]
+fn a_maintenance_pass_in_an_open_transaction_truncates_nothing() {
+    let db = TestDb::new("history_in_block");
+    let mut c = db.connect();
+    if broken("truncate_in_block") {
+        sabotage(&mut c, "jq._truncate_history(timestamptz)", " OR jq._in_transaction_block()", "", 1);
+    }
+    c.batch_execute("SELECT jq.create_queue('b', retention => '0', history_retention => '0', max_attempts => 1)").unwrap();
+    let id = one_i64(&mut c, "SELECT jq.enqueue('b')");
+    let j = claim(&mut c, "b", "w", 1, None).pop().unwrap();
+    assert!(complete(&mut c, &j));
+    let mut open = db.connect();
+    open.batch_execute("BEGIN").unwrap();
+    assert_eq!(one_i64(&mut open, "SELECT jq._prune(now() + interval '1 hour')::int8"), 0);
+    // Meanwhile another session's failure reads jq.jobs (and so every history table).
+    one_i64(&mut c, "SELECT jq.enqueue('b')");
+    let j = claim(&mut c, "b", "w", 1, None).pop().unwrap();
+    c.batch_execute("SET statement_timeout = '5s'").unwrap();
+    let s: String = c.query_one("SELECT jq.fail($1, $2, 'x')::text", &[&j.id, &j.token]).unwrap().get(0);
+    assert_eq!(s, "dead");
+    open.batch_execute("COMMIT").unwrap();
+    assert_eq!(state(&mut c, id).as_deref(), Some("completed"));
+    // Out of the block, the pass truncates (it also prunes the failure's execution row).
+    c.query_one("SELECT jq._prune(now() + interval '1 hour')", &[]).unwrap();
+    assert_eq!(state(&mut c, id), None);
+}
+
+// Negative control: JQ_TEST_BREAK=rotate_into_full (the emptiness check of the next table
+// dropped) made this test fail: the done ring moved on into table 2, which still held a
+// retained job.
+#[test]
+fn a_ring_moves_on_only_into_an_empty_table() {
+    let db = TestDb::new("history_rotate");
+    let mut c = db.connect();
+    if broken("rotate_into_full") {
+        sabotage(&mut c, "jq._rotate_history(timestamptz)", "CONTINUE WHEN NOT v_empty;", "", 1);
+    }
+    // A ring's span is its longest retention: 6 minutes here, so it moves on every minute.
+    c.batch_execute("SELECT jq.create_queue('r', retention => '6 minutes', history_retention => '0')").unwrap();
+    let current = |c: &mut Client| -> i64 {
+        one_i64(c, "SELECT coalesce((SELECT current::int8 FROM jq.history_rings WHERE ring = 'done'), 0)")
+    };
+    assert_eq!(current(&mut c), 0);
+    c.query_one("SELECT jq._prune(now() + interval '2 minutes')", &[]).unwrap();
+    assert_eq!(current(&mut c), 1, "table 1 is empty and table 0 was written for over a minute");
+    let id = one_i64(&mut c, "SELECT jq.enqueue('r')");
+    let j = claim(&mut c, "r", "w", 1, None).pop().unwrap();
+    assert!(complete(&mut c, &j));
+    assert_eq!(table_of(&mut c, id).as_deref(), Some("jq.jobs_done_1"));
+    // Table 2 holds a retained job (moved there by hand: as if the ring had been there before).
+    c.batch_execute(
+        "INSERT INTO jq.jobs_done_2 SELECT * FROM jq.jobs_done_1;
+         DELETE FROM jq.jobs_done_1;
+         UPDATE jq.history_rings SET since = now() - interval '10 minutes' WHERE ring = 'done'",
+    )
+    .unwrap();
+    c.query_one("SELECT jq._prune(now())", &[]).unwrap();
+    assert_eq!(current(&mut c), 1, "table 2 still holds a retained job");
+}
+
+// Negative control: JQ_TEST_BREAK=retry_keeps_history (jq.retry's delete from the history
+// limited to ONLY jq.jobs) made this test fail: jq.retry returned false for the dead job.
+#[test]
+fn a_retried_dead_job_comes_back_to_the_hot_table_once() {
+    let db = TestDb::new("history_retry");
+    let mut c = db.connect();
+    if broken("retry_keeps_history") {
+        sabotage(&mut c, "jq.retry(bigint,bigint)", "DELETE FROM jq.jobs j", "DELETE FROM ONLY jq.jobs j", 1);
+    }
+    c.batch_execute("SELECT jq.create_queue('d', max_attempts => 1)").unwrap();
+    let id = one_i64(&mut c, "SELECT jq.enqueue('d')");
+    let j = claim(&mut c, "d", "w", 1, None).pop().unwrap();
+    c.query_one("SELECT jq.fail($1, $2, 'no')", &[&j.id, &j.token]).unwrap();
+    assert_eq!(table_of(&mut c, id).as_deref(), Some("jq.jobs_dead_0"));
+    assert!(c.query_one("SELECT jq.retry($1)", &[&id]).unwrap().get::<_, bool>(0));
+    assert_eq!(table_of(&mut c, id).as_deref(), Some("jq.jobs"));
+    assert_eq!(state(&mut c, id).as_deref(), Some("ready"));
+    assert!(!c.query_one("SELECT jq.retry($1)", &[&id]).unwrap().get::<_, bool>(0));
+    let j = claim(&mut c, "d", "w", 1, None).pop().expect("the retried job is claimable");
+    assert_eq!(j.id, id);
+}
+
+// The enqueue, the claim and the heartbeat read the hot table alone, never the history tables
+// (ONLY jq.jobs: a query of jq.jobs would lock every history table on every call, past the
+// 16 fast-path locks of a backend). Negative control: JQ_TEST_BREAK=claim_reads_history (the
+// claim's selection of jobs from jq.jobs instead of ONLY jq.jobs) made this test fail: the
+// claim locked the history tables.
+#[test]
+fn hot_paths_read_only_the_hot_table() {
+    let db = TestDb::new("history_plans");
+    let mut c = db.connect();
+    if broken("claim_reads_history") {
+        sabotage(&mut c, "jq.claim(text,text,integer,interval,interval,bigint)", "FROM ONLY jq.jobs p", "FROM jq.jobs p", 2);
+    }
+    c.batch_execute("SELECT jq.create_queue('p')").unwrap();
+    // The relations the hot statements lock: after a claim and a completion in one
+    // transaction, no history table is locked.
+    c.batch_execute("BEGIN").unwrap();
+    one_i64(&mut c, "SELECT jq.enqueue('p')");
+    let j = claim(&mut c, "p", "w", 1, None).pop().unwrap();
+    c.query_one("SELECT jq.heartbeat($1, $2)", &[&j.id, &j.token]).unwrap();
+    let locked = one_i64(
+        &mut c,
+        "SELECT count(*) FROM pg_locks l JOIN pg_class r ON r.oid = l.relation
+         WHERE l.pid = pg_backend_pid() AND r.relname ~ '^jobs_(done|dead)_[0-9]'",
+    );
+    c.batch_execute("COMMIT").unwrap();
+    assert_eq!(locked, 0, "a hot path locked history tables");
+}
