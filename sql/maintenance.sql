@@ -637,7 +637,8 @@ CROSS JOIN LATERAL (
     FROM jq.jobs j WHERE j.queue = t.name AND j.state IN ('completed', 'dead', 'cancelled')) f
 CROSS JOIN LATERAL (
     SELECT count(*) AS blocked FROM ONLY jq.jobs j WHERE j.queue = t.name AND j.state = 'blocked') b
--- Recent history. Completions are the completed job rows (jobs_finished_idx); the other
+-- Recent history. Completions are the completed job rows (in the history tables, by their
+-- (queue, finished_at, id) index); the other
 -- outcomes are in jq.execution_log, whose BRIN index on finished_at limits the scan to the last
 -- 15 minutes.
 CROSS JOIN LATERAL (

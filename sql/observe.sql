@@ -103,7 +103,7 @@ BEGIN
            (SELECT count(*) FROM (SELECT 1 FROM ONLY jq.jobs j  -- jobs_blocked_idx
                                   WHERE j.queue = t.name AND j.state = 'blocked'
                                   ORDER BY j.concurrency_key, j.run_at, j.id LIMIT v_cap + 1) x),
-           (SELECT count(*) FROM (SELECT 1 FROM jq.jobs j  -- jobs_dead_idx
+           (SELECT count(*) FROM (SELECT 1 FROM jq.jobs j  -- the history's (queue, finished_at, id)
                                   WHERE j.queue = t.name AND j.state = 'dead'
                                   ORDER BY j.finished_at, j.id LIMIT v_cap + 1) x),
            now() - jq._oldest_claimable(t.name),
@@ -158,11 +158,11 @@ BEGIN
                 WHERE (throughput.only_queue IS NULL OR t.name = throughput.only_queue)
                   AND jq._may(v_caller, t.name, 'any')),
          c AS (SELECT qs.name AS q, x.at FROM qs CROSS JOIN LATERAL (
-                   SELECT j.finished_at AS at FROM jq.jobs j  -- jobs_finished_idx, backwards
+                   SELECT j.finished_at AS at FROM jq.jobs j  -- the history's (queue, finished_at, id), backwards
                    WHERE j.queue = qs.name AND j.state = 'completed' AND j.finished_at >= v_from
                    ORDER BY j.finished_at DESC, j.id DESC LIMIT throughput.max_rows) x),
          d AS (SELECT qs.name AS q, x.at FROM qs CROSS JOIN LATERAL (
-                   SELECT j.finished_at AS at FROM jq.jobs j  -- jobs_dead_idx, backwards
+                   SELECT j.finished_at AS at FROM jq.jobs j  -- the history's (queue, finished_at, id), backwards
                    WHERE j.queue = qs.name AND j.state = 'dead' AND j.finished_at >= v_from
                    ORDER BY j.finished_at DESC, j.id DESC LIMIT throughput.max_rows) x),
          f AS (SELECT qs.name AS q, x.at FROM qs CROSS JOIN LATERAL (

@@ -211,11 +211,11 @@ CREATE INDEX jobs_blocked_idx ON jq.jobs (queue, concurrency_key, run_at, id)
 -- batch. Jobs of queues without priority_aging have next_age_at NULL and are not in it.
 CREATE INDEX jobs_aging_idx ON jq.jobs (next_age_at)
     WHERE state = 'ready' AND next_age_at IS NOT NULL;
--- Retention: WHERE queue = $1 AND state IN ('completed', 'cancelled') AND (finished_at, id) >
--- $last AND finished_at < $cutoff ORDER BY finished_at, id, and the same for dead jobs, which have
--- their own (longer) retention. Two indexes, so that neither pass wades through the other's rows;
--- each finished row is in exactly one of them. id makes the key unique, so each pass of a prune
--- starts exactly past the rows the previous one deleted (jq._prune_jobs).
+-- Finished jobs: the hot table holds one only within the statement that finishes it (the
+-- trigger jobs_retire moves it to the history, below), so these two stay all but empty. They let
+-- a query of jq.jobs for finished jobs (the dashboard's lists and counts, jq.queue_stats) pass
+-- over the hot table with an index probe instead of a scan of the live jobs; the history tables
+-- carry the same (queue, finished_at, id) key.
 CREATE INDEX jobs_finished_idx ON jq.jobs (queue, finished_at, id)
     WHERE state IN ('completed', 'cancelled');
 CREATE INDEX jobs_dead_idx ON jq.jobs (queue, finished_at, id)
