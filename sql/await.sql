@@ -54,7 +54,14 @@ BEGIN
     IF await.id IS NULL THEN
         RAISE EXCEPTION 'id must not be NULL' USING ERRCODE = '22004';
     END IF;
-    SELECT j.queue INTO v_queue FROM jq.jobs j WHERE j.id = await.id;
+    -- The hot table first: a read of jq.jobs locks every history table (ACCESS SHARE) until
+    -- this transaction ends, which would keep maintenance from truncating them for the whole
+    -- wait (sql/history.sql). Only a finished job is looked up in the history, and then there
+    -- is no wait.
+    SELECT j.queue INTO v_queue FROM ONLY jq.jobs j WHERE j.id = await.id;
+    IF NOT FOUND THEN
+        SELECT j.queue INTO v_queue FROM jq.jobs j WHERE j.id = await.id;
+    END IF;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'job % does not exist', await.id USING ERRCODE = '42704';
     END IF;
@@ -71,13 +78,19 @@ BEGIN
     LOOP
         SELECT j.state, j.result, j.last_error, j.progress, j.finished_at
         INTO await.state, await.result, await.last_error, await.progress, await.finished_at
-        FROM jq.jobs j WHERE j.id = await.id;
+        FROM ONLY jq.jobs j WHERE j.id = await.id;
         IF NOT FOUND THEN
-            RAISE EXCEPTION 'job % no longer exists (its queue was dropped, or it was pruned)', await.id
-                USING ERRCODE = '42704';
+            -- Finished (moved to the history in the statement that finished it), or gone.
+            SELECT j.state, j.result, j.last_error, j.progress, j.finished_at
+            INTO await.state, await.result, await.last_error, await.progress, await.finished_at
+            FROM jq.jobs j WHERE j.id = await.id;
+            IF NOT FOUND THEN
+                RAISE EXCEPTION 'job % no longer exists (its queue was dropped, or it was pruned)', await.id
+                    USING ERRCODE = '42704';
+            END IF;
+            EXIT;
         END IF;
-        EXIT WHEN await.state IN ('completed', 'dead', 'cancelled') OR v_deadline IS NULL
-               OR NOT jq._await_sleep(v_deadline);
+        EXIT WHEN v_deadline IS NULL OR NOT jq._await_sleep(v_deadline);
     END LOOP;
     IF v_deadline IS NOT NULL THEN
         PERFORM jq._await_done();
@@ -89,7 +102,7 @@ COMMENT ON FUNCTION jq.await(bigint, interval, bigint) IS
 '0 = do not wait), returning the state it has then (scheduled, blocked, ready or running, with '
 'finished_at NULL): the caller tells the two apart by state. Woken by the commit that ends the '
 'job, through shared memory (polling every jq.poll_interval when jq is not preloaded); takes no '
-'lock. result: what jq.complete stored; last_error: the last jq.fail error (also kept on a '
+'row lock, and reads the history tables only once the job has finished. result: what jq.complete stored; last_error: the last jq.fail error (also kept on a '
 'completed job that failed before). Any role holding a privilege (enqueue, work or admin) on the '
 'job''s queue may await it. Errors: 22004 NULL id; 42704 the job does not exist or disappeared '
 'while awaited (queue dropped, job pruned); 42501 the caller holds no privilege on its queue; '

@@ -122,17 +122,19 @@ COMMENT ON FUNCTION jq.complete(bigint, uuid, jsonb) IS
 'lease_token; otherwise (lease expired and reaped, claimed again, cancelled, dropped, unknown id) '
 'false and nothing changes.';
 
--- A running job's row as it is once completed now with result: what jq.complete_many archives.
-CREATE OR REPLACE FUNCTION jq._completed(job jq.jobs, result jsonb) RETURNS jq.jobs
+-- A job's row as it is once finished now in state with result: what jq.complete_many and
+-- jq.cancel_dead archive.
+CREATE OR REPLACE FUNCTION jq._finished(job jq.jobs, state jq.job_state, result jsonb) RETURNS jq.jobs
 LANGUAGE plpgsql AS $$
 BEGIN
-    job.state := 'completed';
+    job.state := _finished.state;
     job.finished_at := pg_catalog.clock_timestamp();
-    job.result := _completed.result;
+    job.result := _finished.result;
     RETURN job;
 END $$;
-COMMENT ON FUNCTION jq._completed(jq.jobs, jsonb) IS
-'Internal: job (a jq.jobs row) with state completed, finished_at now (clock_timestamp()) and result.';
+COMMENT ON FUNCTION jq._finished(jq.jobs, jq.job_state, jsonb) IS
+'Internal: job (a jq.jobs row) with state (completed, dead or cancelled), finished_at now '
+'(clock_timestamp()) and result.';
 
 CREATE OR REPLACE FUNCTION jq._keys_passed_on(moved integer) RETURNS boolean
 LANGUAGE sql IMMUTABLE AS $$ SELECT true $$;
@@ -187,7 +189,7 @@ BEGIN
     ), done AS (
         SELECT (g.job).id, (g.job).queue, (g.job).concurrency_key FROM gone g
     ), archived AS (
-        SELECT jq._archive(pg_catalog.array_agg(jq._completed(g.job, g.result))) AS n FROM gone g
+        SELECT jq._archive(pg_catalog.array_agg(jq._finished(g.job, 'completed', g.result))) AS n FROM gone g
     ), keyed AS (
         -- Keys whose slot is freed, all at once in key order (jq._key_fill_many); one row.
         SELECT CASE WHEN count(*) > 0 THEN

@@ -164,6 +164,8 @@ DECLARE
     v_ring  text;
     v_slot  integer;
     v_table text;
+    v_cur   integer;
+    v_since timestamptz;
     v_rows  integer;
     v_empty boolean;
     v_total integer := 0;
@@ -177,20 +179,31 @@ BEGIN
         RETURN 0;
     END IF;
     FOREACH v_ring IN ARRAY ARRAY['done', 'dead'] LOOP
+        SELECT h.current, h.since INTO v_cur, v_since FROM jq.history_rings h WHERE h.ring = v_ring;
         FOR v_slot IN 0..7 LOOP
             -- Never the current table: the completions writing into it would wait for the lock.
-            CONTINUE WHEN v_slot = coalesce((SELECT h.current FROM jq.history_rings h WHERE h.ring = v_ring), 0);
+            -- Nor, for 10 s, the one the ring just left: a completion that read the ring before
+            -- it moved on may still be about to write there.
+            CONTINUE WHEN v_slot = coalesce(v_cur, 0)
+                       OR (v_slot = (coalesce(v_cur, 0) + 7) % 8
+                           AND _truncate_history.now - v_since < interval '10 seconds');
             v_table := pg_catalog.format('jobs_%s_%s', v_ring, v_slot);
-            EXECUTE pg_catalog.format('SELECT NOT EXISTS (SELECT 1 FROM jq.%I)', v_table) INTO STRICT v_empty;
-            CONTINUE WHEN v_empty OR jq._history_retained(v_table, v_ring, _truncate_history.now);
             BEGIN
+                -- Every lock NOWAIT: a table another pass is truncating, or a reader or writer
+                -- holds, is left for the next pass (a lock taken and not needed ends with the
+                -- pass's transaction, which the background worker keeps short).
+                EXECUTE pg_catalog.format('LOCK TABLE jq.%I IN ACCESS SHARE MODE NOWAIT', v_table);
+                EXECUTE pg_catalog.format('SELECT NOT EXISTS (SELECT 1 FROM jq.%I)', v_table) INTO STRICT v_empty;
+                CONTINUE WHEN v_empty OR jq._history_retained(v_table, v_ring, _truncate_history.now);
+                -- Counted before the exclusive lock, so that readers wait for the truncation
+                -- only: a late write the count misses is truncated all the same.
+                EXECUTE pg_catalog.format('SELECT count(*) FROM jq.%I', v_table) INTO STRICT v_rows;
                 EXECUTE pg_catalog.format('LOCK TABLE jq.%I IN ACCESS EXCLUSIVE MODE NOWAIT', v_table);
                 CONTINUE WHEN jq._history_retained(v_table, v_ring, _truncate_history.now);
-                EXECUTE pg_catalog.format('SELECT count(*) FROM jq.%I', v_table) INTO STRICT v_rows;
                 EXECUTE pg_catalog.format('TRUNCATE jq.%I', v_table);
                 v_total := v_total + v_rows;
             EXCEPTION WHEN lock_not_available THEN
-                NULL;  -- held by a reader or writer: the next pass
+                NULL;  -- held by a reader, a writer or another pass: the next pass
             END;
         END LOOP;
     END LOOP;
@@ -198,9 +211,10 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION jq._truncate_history(timestamptz) IS
 'Maintenance (jq._prune): empties with TRUNCATE every history table (jq.jobs_done_N, '
-'jq.jobs_dead_N) but the current one of its ring whose jobs are all past their queue''s '
-'retention at now; returns how many jobs went. Never waits for a lock (a table in use is left '
-'for the next pass); truncates nothing outside READ COMMITTED or inside a transaction block.';
+'jq.jobs_dead_N) whose jobs are all past their queue''s retention at now, except the current '
+'table of its ring and, for 10 seconds after the ring moved on, the one it left; returns how many '
+'jobs went. Never waits for a lock (a table in use is left for the next pass); truncates nothing '
+'outside READ COMMITTED or inside a transaction block (a plpgsql block with EXCEPTION included).';
 
 -- A ring moves on to its next table once the current one has been written for a sixth of the
 -- ring's retention (at least a minute) and the next one is empty: eight tables then hold the
@@ -218,8 +232,15 @@ BEGIN
         CONTINUE WHEN _rotate_history.now - r.since
                       < pg_catalog.interval_larger(jq._ring_retention(r.ring) / 6, interval '1 minute');
         v_next := (r.current + 1) % 8;
-        EXECUTE pg_catalog.format('SELECT NOT EXISTS (SELECT 1 FROM jq.%I)',
-                                  pg_catalog.format('jobs_%s_%s', r.ring, v_next)) INTO STRICT v_empty;
+        BEGIN
+            -- NOWAIT: a table another pass is truncating is not waited for.
+            EXECUTE pg_catalog.format('LOCK TABLE jq.%I IN ACCESS SHARE MODE NOWAIT',
+                                      pg_catalog.format('jobs_%s_%s', r.ring, v_next));
+            EXECUTE pg_catalog.format('SELECT NOT EXISTS (SELECT 1 FROM jq.%I)',
+                                      pg_catalog.format('jobs_%s_%s', r.ring, v_next)) INTO STRICT v_empty;
+        EXCEPTION WHEN lock_not_available THEN
+            v_empty := false;
+        END;
         CONTINUE WHEN NOT v_empty;
         UPDATE jq.history_rings h
         SET current = v_next, since = LEAST(_rotate_history.now, pg_catalog.clock_timestamp())

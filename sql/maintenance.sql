@@ -399,11 +399,12 @@ DECLARE
     v_count integer;
     v_hist  integer := 0;
 BEGIN
-    -- Finished jobs: the rings move on, then whole history tables are emptied by TRUNCATE once
-    -- every job in them is past its queue's retention (sql/history.sql). No row deletes, so no
-    -- batches and nothing for vacuum; a table in use is left for the next pass.
-    PERFORM jq._rotate_history(_prune.now);
+    -- Finished jobs: whole history tables are emptied by TRUNCATE once every job in them is
+    -- past its queue's retention, then the rings move on (sql/history.sql); in that order, so
+    -- that a table a ring leaves now is never truncated in the transaction that left it. No row
+    -- deletes, so no batches and nothing for vacuum; a table in use is left for the next pass.
     v_total := jq._truncate_history(_prune.now);
+    PERFORM jq._rotate_history(_prune.now);
     -- History in one pass over all queues: the BRIN index narrows the scan to rows older than
     -- the shortest history_retention, each row is then held to its own queue's retention, and
     -- rows of queues that no longer exist (written by a late worker after jq.drop_queue) go.

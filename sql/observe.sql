@@ -528,18 +528,24 @@ SET search_path = pg_catalog, jq, pg_temp
 SET jit = off
 AS $$
 DECLARE
-    v_count integer;
+    v_jobs jq.jobs[];
 BEGIN
     PERFORM jq._check_bulk(cancel_dead.queue, cancel_dead.n);
     PERFORM jq._authorize_queue(cancel_dead.caller_ticket, cancel_dead.queue, 'admin');
     -- Fenced on state = 'dead' (the rows are locked by the batch, so it still holds). A dead job
-    -- holds no slot of its key, and its jq.await callers were answered when it died.
-    UPDATE ONLY jq.jobs j SET state = 'cancelled', finished_at = clock_timestamp()
-    WHERE j.id = ANY (jq._dead_batch(cancel_dead.queue, cancel_dead.kind, cancel_dead.key,
-                                     cancel_dead.error, cancel_dead.n))
-      AND j.state = 'dead';
-    GET DIAGNOSTICS v_count = ROW_COUNT;
-    RETURN v_count;
+    -- holds no slot of its key, and its jq.await callers were answered when it died. Dead jobs
+    -- are in the dead ring of the history (sql/schema.sql): each is taken out of it and archived
+    -- again, cancelled, into the done ring (pg_test/tests/history.rs,
+    -- cancelling_dead_jobs_moves_them_to_the_done_ring).
+    WITH gone AS (
+        DELETE FROM jq.jobs j
+        WHERE j.id = ANY (jq._dead_batch(cancel_dead.queue, cancel_dead.kind, cancel_dead.key,
+                                         cancel_dead.error, cancel_dead.n))
+          AND j.state = 'dead'
+        RETURNING j AS job
+    )
+    SELECT pg_catalog.array_agg(jq._finished(g.job, 'cancelled', (g.job).result)) INTO v_jobs FROM gone g;
+    RETURN jq._archive(v_jobs);
 END $$;
 COMMENT ON FUNCTION jq.cancel_dead(text, text, text, text, integer, bigint) IS
 'Dismisses up to n (1..10000, default 1000) dead jobs of queue matching the filters of '

@@ -129,6 +129,9 @@ fn the_current_table_is_left_alone() {
     // Not a minute yet since the ring's table became current: it stays current, and is kept.
     assert_eq!(one_i64(&mut c, "SELECT jq._prune(now() + interval '10 seconds')::int8"), 0);
     assert_eq!(state(&mut c, id).as_deref(), Some("completed"));
+    // Two minutes on, the ring moves on; the table it left is truncated by the next pass.
+    assert_eq!(one_i64(&mut c, "SELECT jq._prune(now() + interval '2 minutes')::int8"), 0);
+    assert_eq!(state(&mut c, id).as_deref(), Some("completed"));
     assert_eq!(one_i64(&mut c, "SELECT jq._prune(now() + interval '2 minutes')::int8"), 1);
     assert_eq!(state(&mut c, id), None);
 }
@@ -147,6 +150,8 @@ fn a_history_table_in_use_is_left_for_the_next_pass_without_waiting() {
     let id = one_i64(&mut c, "SELECT jq.enqueue('u')");
     let j = claim(&mut c, "u", "w", 1, None).pop().unwrap();
     assert!(complete(&mut c, &j));
+    // The ring moves on (the current table is never truncated).
+    assert_eq!(one_i64(&mut c, "SELECT jq._prune(now() + interval '1 hour')::int8"), 0);
     // A reporting query holds the history (its transaction keeps the tables' locks).
     let mut reader = db.connect();
     reader.batch_execute("BEGIN; SELECT count(*) FROM jq.jobs").unwrap();
@@ -172,6 +177,8 @@ fn a_maintenance_pass_in_an_open_transaction_truncates_nothing() {
     let id = one_i64(&mut c, "SELECT jq.enqueue('b')");
     let j = claim(&mut c, "b", "w", 1, None).pop().unwrap();
     assert!(complete(&mut c, &j));
+    // The ring moves on, outside any block (the current table is never truncated).
+    assert_eq!(one_i64(&mut c, "SELECT jq._prune(now() + interval '1 hour')::int8"), 0);
     let mut open = db.connect();
     open.batch_execute("BEGIN").unwrap();
     assert_eq!(one_i64(&mut open, "SELECT jq._prune(now() + interval '1 hour')::int8"), 0);
@@ -269,4 +276,29 @@ fn hot_paths_read_only_the_hot_table() {
     );
     c.batch_execute("COMMIT").unwrap();
     assert_eq!(locked, 0, "a hot path locked history tables");
+}
+
+// Negative control: JQ_TEST_BREAK=cancel_dead_hot_only (jq.cancel_dead's delete limited to ONLY
+// jq.jobs, where no dead job is) made this test fail: it cancelled 0 of the 2 dead jobs.
+#[test]
+fn cancelling_dead_jobs_moves_them_to_the_done_ring() {
+    let db = TestDb::new("history_cancel_dead");
+    let mut c = db.connect();
+    if broken("cancel_dead_hot_only") {
+        sabotage(&mut c, "jq.cancel_dead(text,text,text,text,integer,bigint)", "DELETE FROM jq.jobs j", "DELETE FROM ONLY jq.jobs j", 1);
+    }
+    c.batch_execute("SELECT jq.create_queue('cd', max_attempts => 1)").unwrap();
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        ids.push(one_i64(&mut c, "SELECT jq.enqueue('cd', '{\"keep\": true}')"));
+        let j = claim(&mut c, "cd", "w", 1, None).pop().unwrap();
+        c.query_one("SELECT jq.fail($1, $2, 'broken')", &[&j.id, &j.token]).unwrap();
+    }
+    assert_eq!(one_i64(&mut c, "SELECT jq.cancel_dead('cd')::int8"), 2);
+    for id in ids {
+        assert_eq!(table_of(&mut c, id).as_deref(), Some("jq.jobs_done_0"), "job {id}");
+        assert_eq!(state(&mut c, id).as_deref(), Some("cancelled"));
+        assert_eq!(one_text(&mut c, &format!("SELECT last_error FROM jq.jobs WHERE id = {id}")), "broken");
+    }
+    assert_eq!(finished_in_hot_table(&mut c), 0);
 }

@@ -154,6 +154,13 @@ pub extern "C-unwind" fn jq_db_worker_main(arg: pg_sys::Datum) {
         pg_sys::SetConfigOption(c"lock_timeout".as_ptr(), c"5s".as_ptr(),
                                 pg_sys::GucContext::PGC_SUSET, pg_sys::GucSource::PGC_S_SESSION);
     }
+    // Maintenance reads in READ COMMITTED whatever the database's or role's default: the
+    // truncation of history tables truncates nothing at a stricter level (sql/history.sql).
+    // SAFETY: as above.
+    unsafe {
+        pg_sys::SetConfigOption(c"default_transaction_isolation".as_ptr(), c"read committed".as_ptr(),
+                                pg_sys::GucContext::PGC_SUSET, pg_sys::GucSource::PGC_S_SESSION);
+    }
     // The launcher gave the slot before it started this worker; none left means it took it
     // back meanwhile (the database left jq.databases).
     let Some(slot) = slots::get().and_then(|sh| sh.slot_of(dboid)) else { return };

@@ -227,6 +227,8 @@ fn pruning_goes_on_while_a_grant_is_open() {
     let mut holder = db.connect();
     holder.batch_execute("BEGIN; SELECT jq.grant('q', 'jq_worker', 'work')").unwrap();
 
+    // The first pass moves the history ring on; the next truncates the table the job is in.
+    run_duty(&mut c, "prune", "1 day", "jq.queue_grants, held by an open jq.grant");
     assert!(run_duty(&mut c, "prune", "1 day", "jq.queue_grants, held by an open jq.grant") >= 1);
     assert_eq!(state(&mut c, job.id), None, "the completed job past retention was not pruned");
     holder.batch_execute("COMMIT").unwrap();
