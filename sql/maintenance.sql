@@ -677,7 +677,8 @@ WHERE pg_catalog.pg_has_role('jq_admin', 'USAGE')
               WHERE g.queue IN (t.name, '*') AND pg_catalog.pg_has_role(g.grantee, 'USAGE'));
 COMMENT ON VIEW jq.queue_stats IS
 'One row per queue: depth = claimable (ready, due now) + scheduled (waiting for run_at, including '
-'retries in backoff); running; dead, completed and cancelled jobs still within retention; '
+'retries in backoff); running; dead, completed and cancelled jobs not yet retired (within '
+'retention, or in a history table not yet truncated); '
 'oldest_claimable_age (interval since the oldest claimable job became due; NULL when none); '
 'paused; blocked: due jobs waiting for a slot of their concurrency_key (not in depth); from the '
 'execution history: completed_5m and failed_5m (executions completed / failed '
