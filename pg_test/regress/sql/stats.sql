@@ -58,7 +58,9 @@ SELECT jq.enqueue('stats_q', '{"n": "f"}') AS f_id \gset
 SELECT jq.cancel(:f_id) AS cancelled;
 :stats
 -- Pruning: two days on, the completed job (retention 1 day) is gone, the dead ones (7 days)
--- stay; eight days on they are gone too.
+-- stay; eight days on they are gone too. Finished jobs go a whole history table at a time, and
+-- never from a ring's current table: the first pass moves the rings on, the next truncates.
+SELECT jq._prune(now() + interval '2 days') >= 0 AS rings_moved_on;
 SELECT jq._prune(now() + interval '2 days') >= 1 AS pruned;
 :stats
 SELECT jq._prune(now() + interval '8 days') >= 4 AS pruned;
