@@ -31,6 +31,13 @@
 -- that depends on one of these makes the update fail with 2BP01 and changes nothing
 -- (docs/upgrades.md); every other function and view is replaced in place, keeping its grants
 -- and dependents.
+-- jq.jobs first, before any other table of 0.1.0 is altered: 0.1.0's statements lock jq.jobs
+-- before jq.queues (a claim updates jq.jobs FROM jq.queues), so a claim holding jq.jobs and
+-- waiting for a queue row's table that this script altered first would deadlock with this
+-- script's own lock on jq.jobs below (seen in pg_test/tests/upgrade.rs,
+-- upgrade_of_a_populated_database_while_workers_hold_leases). Workers and producers wait on it
+-- for as long as the upgrade takes.
+LOCK TABLE jq.jobs IN ACCESS EXCLUSIVE MODE;
 DROP FUNCTION jq.enqueue(text, jsonb, text, timestamptz, interval, integer, integer, text, text);
 DROP FUNCTION jq.enqueue_many(text, jsonb, text, timestamptz, interval, integer, integer, boolean);
 DROP FUNCTION jq.create_queue(text, integer, interval, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, interval, interval, integer, integer, boolean, boolean, integer);
