@@ -84,7 +84,7 @@ fn every_way_a_job_finishes_moves_it_out_of_the_hot_table() {
 }
 
 // Negative control: JQ_TEST_BREAK=retained_never (jq._history_retained always false) made this
-// test fail: the pass at +15 minutes truncated the table with a job still within its retention.
+// test fail: a pass at +15 minutes truncated the table with a job still within its retention.
 #[test]
 fn a_history_table_is_truncated_only_when_every_job_is_past_retention() {
     let db = TestDb::new("history_truncate");
@@ -92,21 +92,25 @@ fn a_history_table_is_truncated_only_when_every_job_is_past_retention() {
     if broken("retained_never") {
         sabotage(&mut c, "jq._history_retained(text,text,timestamptz)", "RETURN v_retained;", "RETURN false;", 1);
     }
-    // The done ring's retention is 1 hour: it moves on every 10 minutes.
-    c.batch_execute("SELECT jq.create_queue('t', retention => '1 hour', history_retention => '0')").unwrap();
+    // Two queues share the done ring, whose retention is the longer one, 1 hour: it moves on
+    // every 10 minutes. Their jobs finish now, into table 0.
+    c.batch_execute(
+        "SELECT jq.create_queue('s', retention => '0', history_retention => '0');
+         SELECT jq.create_queue('t', retention => '1 hour', history_retention => '0')",
+    )
+    .unwrap();
     let mut ids = Vec::new();
-    for _ in 0..2 {
-        ids.push(one_i64(&mut c, "SELECT jq.enqueue('t')"));
-        let j = claim(&mut c, "t", "w", 1, None).pop().unwrap();
+    for q in ["s", "t"] {
+        ids.push(c.query_one("SELECT jq.enqueue($1)", &[&q]).unwrap().get::<_, i64>(0));
+        let j = claim(&mut c, q, "w", 1, None).pop().unwrap();
         assert!(complete(&mut c, &j));
     }
-    // The first job finished two hours ago (the test moves its clock, not the prune's); the
-    // second now. At +15 minutes the ring has moved on to table 1, and table 0 holds a job
-    // still retained: it is kept whole.
-    c.execute("UPDATE jq.jobs SET finished_at = finished_at - interval '2 hours' WHERE id = $1", &[&ids[0]])
-        .unwrap();
-    assert_eq!(one_i64(&mut c, "SELECT jq._prune(now() + interval '15 minutes')::int8"), 0);
-    assert_eq!(one_i64(&mut c, "SELECT current::int8 FROM jq.history_rings WHERE ring = 'done'"), 1);
+    // At +15 minutes the first pass moves the ring on from table 0 and the next looks at it:
+    // the job of 's' is past its retention, that of 't' is not, so the table is kept whole.
+    for _ in 0..2 {
+        assert_eq!(one_i64(&mut c, "SELECT jq._prune(now() + interval '15 minutes')::int8"), 0);
+    }
+    assert_eq!(one_i64(&mut c, "SELECT (current <> 0)::int::int8 FROM jq.history_rings WHERE ring = 'done'"), 1);
     assert_eq!(state(&mut c, ids[0]).as_deref(), Some("completed"));
     assert_eq!(state(&mut c, ids[1]).as_deref(), Some("completed"));
     // An hour and a minute later both are past retention: the table is truncated, both go.
@@ -196,8 +200,7 @@ fn a_maintenance_pass_in_an_open_transaction_truncates_nothing() {
 }
 
 // Negative control: JQ_TEST_BREAK=rotate_into_full (the emptiness check of the next table
-// dropped) made this test fail: the done ring moved on into table 2, which still held a
-// retained job.
+// dropped) made this test fail: the done ring moved on into table 1, which still held a job.
 #[test]
 fn a_ring_moves_on_only_into_an_empty_table() {
     let db = TestDb::new("history_rotate");
@@ -217,15 +220,19 @@ fn a_ring_moves_on_only_into_an_empty_table() {
     let j = claim(&mut c, "r", "w", 1, None).pop().unwrap();
     assert!(complete(&mut c, &j));
     assert_eq!(table_of(&mut c, id).as_deref(), Some("jq.jobs_done_1"));
-    // Table 2 holds a retained job (moved there by hand: as if the ring had been there before).
-    c.batch_execute(
-        "INSERT INTO jq.jobs_done_2 SELECT * FROM jq.jobs_done_1;
-         DELETE FROM jq.jobs_done_1;
-         UPDATE jq.history_rings SET since = now() - interval '10 minutes' WHERE ring = 'done'",
-    )
-    .unwrap();
-    c.query_one("SELECT jq._prune(now())", &[]).unwrap();
-    assert_eq!(current(&mut c), 1, "table 2 still holds a retained job");
+    // A reporting transaction reads the history and stays open: table 1 cannot be truncated
+    // while it does, long after its job is past retention.
+    let mut reader = db.connect();
+    reader.batch_execute("BEGIN; SELECT count(*) FROM jq.jobs").unwrap();
+    // The ring goes round, a table a pass, and comes back to table 1 still holding its job.
+    for minutes in 2..=8 {
+        c.query_one(&format!("SELECT jq._prune(now() + interval '{}0 minutes')", minutes), &[]).unwrap();
+    }
+    assert_eq!(current(&mut c), 0, "the ring went round to the table before table 1");
+    c.query_one("SELECT jq._prune(now() + interval '90 minutes')", &[]).unwrap();
+    assert_eq!(current(&mut c), 0, "table 1 still holds a job");
+    reader.batch_execute("COMMIT").unwrap();
+    assert_eq!(state(&mut c, id).as_deref(), Some("completed"));
 }
 
 // Negative control: JQ_TEST_BREAK=retry_keeps_history (jq.retry's delete from the history
