@@ -98,7 +98,7 @@ DECLARE
 BEGIN
     -- The job row is the record of a completed execution (sql/schema.sql, jq.executions): no
     -- history row is written here. A completed job leaves the hot table: the fenced delete takes
-    -- it out (only if it is still running under this token) and jq._archive inserts it, completed,
+    -- it out (only if it is still running under this token) and jq._archive_one inserts it, completed,
     -- into the current history table (sql/history.sql). One delete, not an update that the
     -- trigger jobs_retire would then undo: no row version and index entries written only to die.
     DELETE FROM ONLY jq.jobs j
@@ -112,7 +112,7 @@ BEGIN
     v_job.state := 'completed';
     v_job.finished_at := pg_catalog.clock_timestamp();
     v_job.result := complete.result;
-    PERFORM jq._archive(ARRAY[v_job]);
+    PERFORM jq._archive_one(v_job);
     PERFORM jq._note_slot_freed(v_job.queue, v_job.concurrency_key);
     RETURN true;
 END $$;
@@ -122,19 +122,25 @@ COMMENT ON FUNCTION jq.complete(bigint, uuid, jsonb) IS
 'lease_token; otherwise (lease expired and reaped, claimed again, cancelled, dropped, unknown id) '
 'false and nothing changes.';
 
--- A job's row as it is once finished now in state with result: what jq.complete_many and
--- jq.cancel_dead archive.
-CREATE OR REPLACE FUNCTION jq._finished(job jq.jobs, state jq.job_state, result jsonb) RETURNS jq.jobs
+-- Job rows as they are once finished now in state (with results): what jq.complete_many and
+-- jq.cancel_dead archive. One call a batch, the rows changed in place.
+CREATE OR REPLACE FUNCTION jq._finished(jobs jq.jobs[], state jq.job_state, results jsonb[]) RETURNS jq.jobs[]
 LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := pg_catalog.clock_timestamp();
 BEGIN
-    job.state := _finished.state;
-    job.finished_at := pg_catalog.clock_timestamp();
-    job.result := _finished.result;
-    RETURN job;
+    FOR i IN 1 .. coalesce(pg_catalog.cardinality(jobs), 0) LOOP
+        jobs[i].state := _finished.state;
+        jobs[i].finished_at := v_now;
+        IF results IS NOT NULL THEN
+            jobs[i].result := results[i];
+        END IF;
+    END LOOP;
+    RETURN jobs;
 END $$;
-COMMENT ON FUNCTION jq._finished(jq.jobs, jq.job_state, jsonb) IS
-'Internal: job (a jq.jobs row) with state (completed, dead or cancelled), finished_at now '
-'(clock_timestamp()) and result.';
+COMMENT ON FUNCTION jq._finished(jq.jobs[], jq.job_state, jsonb[]) IS
+'Internal: jobs (jq.jobs rows) with state (completed, dead or cancelled), finished_at now '
+'(clock_timestamp(), one instant for all) and result results[i] (results NULL: each keeps its own).';
 
 CREATE OR REPLACE FUNCTION jq._keys_passed_on(moved integer) RETURNS boolean
 LANGUAGE sql IMMUTABLE AS $$ SELECT true $$;
@@ -189,7 +195,8 @@ BEGIN
     ), done AS (
         SELECT (g.job).id, (g.job).queue, (g.job).concurrency_key FROM gone g
     ), archived AS (
-        SELECT jq._archive(pg_catalog.array_agg(jq._finished(g.job, 'completed', g.result))) AS n FROM gone g
+        SELECT jq._archive('done', jq._finished(pg_catalog.array_agg(g.job), 'completed', pg_catalog.array_agg(g.result))) AS n
+        FROM gone g
     ), keyed AS (
         -- Keys whose slot is freed, all at once in key order (jq._key_fill_many); one row.
         SELECT CASE WHEN count(*) > 0 THEN

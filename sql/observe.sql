@@ -544,8 +544,8 @@ BEGIN
           AND j.state = 'dead'
         RETURNING j AS job
     )
-    SELECT pg_catalog.array_agg(jq._finished(g.job, 'cancelled', (g.job).result)) INTO v_jobs FROM gone g;
-    RETURN jq._archive(v_jobs);
+    SELECT jq._finished(pg_catalog.array_agg(g.job), 'cancelled', NULL) INTO v_jobs FROM gone g;
+    RETURN jq._archive('done', v_jobs);
 END $$;
 COMMENT ON FUNCTION jq.cancel_dead(text, text, text, text, integer, bigint) IS
 'Dismisses up to n (1..10000, default 1000) dead jobs of queue matching the filters of '
