@@ -51,47 +51,9 @@ CREATE OR REPLACE TRIGGER executions_insert INSTEAD OF INSERT ON jq.executions
 -- (pg_test/tests/history.rs, every_way_a_job_finishes_moves_it_out_of_the_hot_table).
 -- Trigger functions run with the caller's search_path (the hot calls set none): every name is
 -- schema-qualified, operators too.
--- Two forms, one row (a trigger, jq.complete) and a batch of one ring (jq.complete_many,
--- jq.cancel_dead): the single row needs neither an array nor a pass over it to find its ring,
--- which is a measurable part of a one-job completion (bench/experiments/ab_variant.sh).
 -- IF chains with qualified operators, not CASE v WHEN n (which compares with the caller's =);
--- a ring without a row (never, once installed) writes to table 0.
-CREATE OR REPLACE FUNCTION jq._archive_one(job jq.jobs) RETURNS integer
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_slot integer;
-BEGIN
-    IF job.state OPERATOR(pg_catalog.=) 'dead' THEN
-        SELECT r.current INTO v_slot FROM jq.history_rings r WHERE r.ring OPERATOR(pg_catalog.=) 'dead';
-        IF v_slot OPERATOR(pg_catalog.=) 1 THEN INSERT INTO jq.jobs_dead_1 VALUES (job.*);
-        ELSIF v_slot OPERATOR(pg_catalog.=) 2 THEN INSERT INTO jq.jobs_dead_2 VALUES (job.*);
-        ELSIF v_slot OPERATOR(pg_catalog.=) 3 THEN INSERT INTO jq.jobs_dead_3 VALUES (job.*);
-        ELSIF v_slot OPERATOR(pg_catalog.=) 4 THEN INSERT INTO jq.jobs_dead_4 VALUES (job.*);
-        ELSIF v_slot OPERATOR(pg_catalog.=) 5 THEN INSERT INTO jq.jobs_dead_5 VALUES (job.*);
-        ELSIF v_slot OPERATOR(pg_catalog.=) 6 THEN INSERT INTO jq.jobs_dead_6 VALUES (job.*);
-        ELSIF v_slot OPERATOR(pg_catalog.=) 7 THEN INSERT INTO jq.jobs_dead_7 VALUES (job.*);
-        ELSE INSERT INTO jq.jobs_dead_0 VALUES (job.*);
-        END IF;
-    ELSE
-        SELECT r.current INTO v_slot FROM jq.history_rings r WHERE r.ring OPERATOR(pg_catalog.=) 'done';
-        IF v_slot OPERATOR(pg_catalog.=) 1 THEN INSERT INTO jq.jobs_done_1 VALUES (job.*);
-        ELSIF v_slot OPERATOR(pg_catalog.=) 2 THEN INSERT INTO jq.jobs_done_2 VALUES (job.*);
-        ELSIF v_slot OPERATOR(pg_catalog.=) 3 THEN INSERT INTO jq.jobs_done_3 VALUES (job.*);
-        ELSIF v_slot OPERATOR(pg_catalog.=) 4 THEN INSERT INTO jq.jobs_done_4 VALUES (job.*);
-        ELSIF v_slot OPERATOR(pg_catalog.=) 5 THEN INSERT INTO jq.jobs_done_5 VALUES (job.*);
-        ELSIF v_slot OPERATOR(pg_catalog.=) 6 THEN INSERT INTO jq.jobs_done_6 VALUES (job.*);
-        ELSIF v_slot OPERATOR(pg_catalog.=) 7 THEN INSERT INTO jq.jobs_done_7 VALUES (job.*);
-        ELSE INSERT INTO jq.jobs_done_0 VALUES (job.*);
-        END IF;
-    END IF;
-    RETURN 1;
-END $$;
-COMMENT ON FUNCTION jq._archive_one(jq.jobs) IS
-'Internal: inserts one finished job row (completed, cancelled: the done ring; dead: the dead ring) '
-'into the current table of its ring (jq.jobs_done_N or jq.jobs_dead_N, N = '
-'jq.history_rings.current). Called by jq._retire_job and jq.complete, which delete the row from '
-'the hot table. Returns 1.';
-
+-- a ring without a row (never, once installed) writes to table 0. jq.complete has the done
+-- ring's chain inline, for one row (sql/finish.sql).
 CREATE OR REPLACE FUNCTION jq._archive(ring text, jobs jq.jobs[]) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -126,19 +88,20 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION jq._archive(text, jq.jobs[]) IS
 'Internal: inserts finished job rows (all of ring: ''done'' for completed and cancelled, ''dead''; '
-'NULL or empty: none) into the current table of the ring. Called by jq.complete_many and '
-'jq.cancel_dead, which delete the rows from the hot table. Returns how many rows it got.';
+'NULL or empty: none) into the current table of the ring. Called by jq._retire_job, '
+'jq.complete_many and jq.cancel_dead, which delete the rows from the hot table. Returns how many '
+'rows it got.';
 
 CREATE OR REPLACE FUNCTION jq._retire_job() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     DELETE FROM ONLY jq.jobs j WHERE j.id OPERATOR(pg_catalog.=) NEW.id;
-    PERFORM jq._archive_one(NEW);
+    PERFORM jq._archive(CASE WHEN NEW.state OPERATOR(pg_catalog.=) 'dead' THEN 'dead' ELSE 'done' END, ARRAY[NEW]);
     RETURN NULL;
 END $$;
 COMMENT ON FUNCTION jq._retire_job() IS
 'Internal: AFTER INSERT OR UPDATE trigger of jq.jobs for rows that are finished (completed, dead, '
-'cancelled): moves the row from the hot table to the history (jq._archive_one). jq.complete and '
+'cancelled): moves the row from the hot table to the history (jq._archive). jq.complete and '
 'jq.complete_many move their rows themselves (a delete, not an update and then a delete).';
 CREATE OR REPLACE TRIGGER jobs_retire AFTER INSERT OR UPDATE ON jq.jobs
     FOR EACH ROW WHEN (NEW.state IN ('completed', 'dead', 'cancelled'))

@@ -351,18 +351,21 @@ DECLARE
     v_read  integer := 0;   -- expired leases picked, ended or left for their key's next pass
     v_ids   bigint[];
     v_at    timestamptz := '-infinity';  -- the latest lease_expires_at the last pass reached
+    v_last  timestamptz;
 BEGIN
     -- In passes of batch, oldest expiry first, until a pass picks fewer or budget went (budget
     -- NULL: one pass), each starting at the expiry the previous one reached (see jq._promote;
     -- rows of that same expiry already reaped are read again, and skipped).
     LOOP
-    v_ids := ARRAY(
-            SELECT x.id FROM ONLY jq.jobs x
-            WHERE x.state = 'running' AND x.lease_expires_at >= v_at AND x.lease_expires_at < _reap.now
-            ORDER BY x.lease_expires_at
-            LIMIT _reap.batch
-            FOR UPDATE SKIP LOCKED);
-    EXIT WHEN pg_catalog.cardinality(v_ids) = 0;
+    -- v_last: the latest expiry picked, where the next pass starts (read here: a job this pass
+    -- ends as dead or cancelled is in the history afterwards).
+    SELECT pg_catalog.array_agg(p.id), pg_catalog.max(p.lease_expires_at) INTO v_ids, v_last
+    FROM (SELECT x.id, x.lease_expires_at FROM ONLY jq.jobs x
+          WHERE x.state = 'running' AND x.lease_expires_at >= v_at AND x.lease_expires_at < _reap.now
+          ORDER BY x.lease_expires_at
+          LIMIT _reap.batch
+          FOR UPDATE SKIP LOCKED) p;
+    EXIT WHEN v_ids IS NULL;
     -- Attempts over their wall timeout fail (charged); the other expired leases are refunded.
     v_n := jq._time_out(v_ids, _reap.now, _reap.defer_hooks)
          + jq._end_leases(ARRAY(SELECT x.id FROM ONLY jq.jobs x
@@ -373,8 +376,7 @@ BEGIN
     v_read := v_read + pg_catalog.cardinality(v_ids);
     EXIT WHEN pg_catalog.cardinality(v_ids) < _reap.batch OR _reap.budget IS NULL
               OR v_count >= _reap.budget OR v_read >= 2 * _reap.budget;
-    -- jq.jobs, not ONLY: a job this pass sent to dead or cancelled is in the history now.
-    SELECT x.lease_expires_at INTO v_at FROM jq.jobs x WHERE x.id = v_ids[pg_catalog.cardinality(v_ids)];
+    v_at := v_last;
     END LOOP;
     RETURN v_count;
 END $$;

@@ -33,7 +33,7 @@ fn apply_breaks(c: &mut Client) {
     if broken("reap_no_lock_no_fence") {
         // A reaper that picks without locking and updates by id alone: the
         // picking sub-select loses FOR UPDATE SKIP LOCKED, the UPDATE its state and lease fence.
-        sabotage(c, REAP, "LIMIT _reap.batch\n            FOR UPDATE SKIP LOCKED);", "LIMIT _reap.batch);", 1);
+        sabotage(c, REAP, "LIMIT _reap.batch\n          FOR UPDATE SKIP LOCKED) p;", "LIMIT _reap.batch) p;", 1);
         sabotage(
             c,
             END_LEASES,

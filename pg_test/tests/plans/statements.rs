@@ -110,7 +110,7 @@ pub(crate) const PROMOTE_PICK: HotPath = HotPath {
 pub(crate) const REAP_PICK: HotPath = HotPath {
     label: "jq._reap: selection of expired leases",
     function: "jq._reap(timestamptz,integer,integer,boolean)",
-    source: "SELECT x.id FROM ONLY jq.jobs x
+    source: "SELECT x.id, x.lease_expires_at FROM ONLY jq.jobs x
              WHERE x.state = 'running' AND x.lease_expires_at >= v_at AND x.lease_expires_at < _reap.now
              ORDER BY x.lease_expires_at
              LIMIT _reap.batch
