@@ -104,8 +104,8 @@ BEGIN
     -- completed, into the current table of the done ring (sql/history.sql). One delete, not an
     -- update that the trigger jobs_retire would then undo: no row version and index entries
     -- written only to die. Three statements and no nested call (jq._archive's work inline, the
-    -- slot's effects in the ring's lookup): each statement more is a measurable part of a
-    -- one-job completion (bench/experiments/ab_variant.sh).
+    -- slot's effects in the insert): each statement more is a measurable part of a one-job
+    -- completion (bench/experiments/ab_variant.sh).
     DELETE FROM ONLY jq.jobs j
     WHERE j.id OPERATOR(pg_catalog.=) complete.id
       AND j.lease_token OPERATOR(pg_catalog.=) complete.lease_token
@@ -117,17 +117,27 @@ BEGIN
     v_job.state := 'completed';
     v_job.finished_at := pg_catalog.clock_timestamp();
     v_job.result := complete.result;
-    SELECT (SELECT r.current FROM jq.history_rings r WHERE r.ring OPERATOR(pg_catalog.=) 'done'),
-           jq._note_slot_freed(v_job.queue, v_job.concurrency_key)
-    INTO v_slot, v_done;
-    IF v_slot OPERATOR(pg_catalog.=) 1 THEN INSERT INTO jq.jobs_done_1 VALUES (v_job.*);
-    ELSIF v_slot OPERATOR(pg_catalog.=) 2 THEN INSERT INTO jq.jobs_done_2 VALUES (v_job.*);
-    ELSIF v_slot OPERATOR(pg_catalog.=) 3 THEN INSERT INTO jq.jobs_done_3 VALUES (v_job.*);
-    ELSIF v_slot OPERATOR(pg_catalog.=) 4 THEN INSERT INTO jq.jobs_done_4 VALUES (v_job.*);
-    ELSIF v_slot OPERATOR(pg_catalog.=) 5 THEN INSERT INTO jq.jobs_done_5 VALUES (v_job.*);
-    ELSIF v_slot OPERATOR(pg_catalog.=) 6 THEN INSERT INTO jq.jobs_done_6 VALUES (v_job.*);
-    ELSIF v_slot OPERATOR(pg_catalog.=) 7 THEN INSERT INTO jq.jobs_done_7 VALUES (v_job.*);
-    ELSE INSERT INTO jq.jobs_done_0 VALUES (v_job.*);
+    SELECT r.current INTO v_slot FROM jq.history_rings r WHERE r.ring OPERATOR(pg_catalog.=) 'done';
+    -- The slot's effects (jq._note_slot_freed) in the insert's RETURNING: they may wait for the
+    -- key's slot row (jq._key_fill), and the ring was read just before the insert, which holds
+    -- its table from then on (a ring that moves on meanwhile spares the table it left for 10 s
+    -- only: sql/history.sql, jq._truncate_history).
+    IF v_slot OPERATOR(pg_catalog.=) 1 THEN INSERT INTO jq.jobs_done_1 VALUES (v_job.*)
+        RETURNING jq._note_slot_freed(v_job.queue, v_job.concurrency_key) INTO v_done;
+    ELSIF v_slot OPERATOR(pg_catalog.=) 2 THEN INSERT INTO jq.jobs_done_2 VALUES (v_job.*)
+        RETURNING jq._note_slot_freed(v_job.queue, v_job.concurrency_key) INTO v_done;
+    ELSIF v_slot OPERATOR(pg_catalog.=) 3 THEN INSERT INTO jq.jobs_done_3 VALUES (v_job.*)
+        RETURNING jq._note_slot_freed(v_job.queue, v_job.concurrency_key) INTO v_done;
+    ELSIF v_slot OPERATOR(pg_catalog.=) 4 THEN INSERT INTO jq.jobs_done_4 VALUES (v_job.*)
+        RETURNING jq._note_slot_freed(v_job.queue, v_job.concurrency_key) INTO v_done;
+    ELSIF v_slot OPERATOR(pg_catalog.=) 5 THEN INSERT INTO jq.jobs_done_5 VALUES (v_job.*)
+        RETURNING jq._note_slot_freed(v_job.queue, v_job.concurrency_key) INTO v_done;
+    ELSIF v_slot OPERATOR(pg_catalog.=) 6 THEN INSERT INTO jq.jobs_done_6 VALUES (v_job.*)
+        RETURNING jq._note_slot_freed(v_job.queue, v_job.concurrency_key) INTO v_done;
+    ELSIF v_slot OPERATOR(pg_catalog.=) 7 THEN INSERT INTO jq.jobs_done_7 VALUES (v_job.*)
+        RETURNING jq._note_slot_freed(v_job.queue, v_job.concurrency_key) INTO v_done;
+    ELSE INSERT INTO jq.jobs_done_0 VALUES (v_job.*)
+        RETURNING jq._note_slot_freed(v_job.queue, v_job.concurrency_key) INTO v_done;
     END IF;
     RETURN true;
 END $$;

@@ -309,3 +309,49 @@ fn cancelling_dead_jobs_moves_them_to_the_done_ring() {
     }
     assert_eq!(finished_in_hot_table(&mut c), 0);
 }
+
+// Negative control: JQ_TEST_BREAK=complete_wrong_slot (jq.complete's branch for table 5 of the
+// done ring writing to table 4) made this test fail: at slot 5 the completed job was in
+// "jq.jobs_done_4". Each table of each ring is named by hand in an IF chain (jq.complete,
+// jq._archive): this test sends jobs down every branch.
+#[test]
+fn every_table_of_both_rings_gets_the_jobs_finished_while_it_is_current() {
+    let db = TestDb::new("history_every_slot");
+    let mut c = db.connect();
+    if broken("complete_wrong_slot") {
+        sabotage(&mut c, "jq.complete(bigint,uuid,jsonb)", "INSERT INTO jq.jobs_done_5 VALUES", "INSERT INTO jq.jobs_done_4 VALUES", 1);
+    }
+    // Both rings span 6 minutes, so each moves on once its table was written for a minute.
+    c.batch_execute(
+        "SELECT jq.create_queue('s', max_attempts => 1, retention => '6 minutes',
+                                dead_retention => '6 minutes', history_retention => '0')",
+    )
+    .unwrap();
+    let current = |c: &mut Client, ring: &str| -> i64 {
+        c.query_one("SELECT coalesce((SELECT current::int8 FROM jq.history_rings WHERE ring = $1), 0)", &[&ring])
+            .unwrap()
+            .get(0)
+    };
+    for slot in 0..8i64 {
+        assert_eq!((current(&mut c, "done"), current(&mut c, "dead")), (slot, slot));
+        let ids: Vec<i64> = (0..4).map(|_| one_i64(&mut c, "SELECT jq.enqueue('s')")).collect();
+        let js = claim(&mut c, "s", "w", 4, None);
+        assert_eq!(js.len(), 4);
+        // jq.complete, jq.complete_many, jq.fail (dead: one attempt), and jq.cancel of a job
+        // released back to ready (the retire trigger's path).
+        assert!(complete(&mut c, &js[0]));
+        let done_many = c.query("SELECT jq.complete_many($1, $2)", &[&vec![js[1].id], &vec![js[1].token]]).unwrap();
+        assert_eq!(done_many.len(), 1);
+        c.query_one("SELECT jq.fail($1, $2, 'boom')", &[&js[2].id, &js[2].token]).unwrap();
+        c.query_one("SELECT jq.release($1, $2)", &[&js[3].id, &js[3].token]).unwrap();
+        c.query_one("SELECT jq.cancel($1)", &[&js[3].id]).unwrap();
+        let expect = [("done", "completed"), ("done", "completed"), ("dead", "dead"), ("done", "cancelled")];
+        for (j, (ring, st)) in js.iter().zip(expect) {
+            assert_eq!(table_of(&mut c, j.id), Some(format!("jq.jobs_{ring}_{slot}")), "job {} ({st}) at slot {slot}", j.id);
+            assert_eq!(state(&mut c, j.id).as_deref(), Some(st));
+        }
+        assert!(ids.iter().all(|id| js.iter().any(|j| j.id == *id)));
+        c.query_one(&format!("SELECT jq._prune(now() + interval '{}0 minutes')", slot + 1), &[]).unwrap();
+    }
+    assert_eq!(finished_in_hot_table(&mut c), 0);
+}
