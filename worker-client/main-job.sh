@@ -156,5 +156,6 @@ echo "== executions by outcome (one row per claim; failed = attempts of the two 
 psql_ -c "SELECT queue, outcome, count(*) FROM jq.executions GROUP BY 1, 2 ORDER BY 1, 2"
 echo "== dead jobs"
 "$JQCTL" jobs --queue checksum --state dead --wide
-echo "== dashboard: start the cluster again (README), then DATABASE_URL=postgresql://postgres@127.0.0.1:$port/jq_main $JQCTL dashboard  ->  http://127.0.0.1:8080/"
+echo "== to look around later: (export JQ_PG_BIN=$("$PG_CONFIG" --bindir); source pg_test/cluster.sh && jq_cluster_start $data $port shared_preload_libraries=jq)"
+echo "== dashboard: then DATABASE_URL=postgresql://postgres@127.0.0.1:$port/jq_main $JQCTL dashboard  ->  http://127.0.0.1:8080/"
 echo "== done; stopping the cluster (data stays in $data; generated files in $files)"
