@@ -350,9 +350,15 @@ DECLARE
     v_n     integer;
     v_read  integer := 0;   -- expired leases picked, ended or left for their key's next pass
     v_ids   bigint[];
-    v_at    timestamptz := '-infinity';  -- the latest lease_expires_at the last pass reached
+    v_from  timestamptz;    -- where this call starts (NULL: at the oldest expiry, a full pass)
+    v_at    timestamptz;    -- the latest lease_expires_at the last pass reached
     v_last  timestamptz;
+    v_all   boolean := false;  -- every expired lease from v_from on was read
 BEGIN
+    -- Past the entries of jobs completed since the backend's last complete pass, which a held
+    -- snapshot keeps in jobs_running_idx (src/reap_start.rs says when a full pass runs instead).
+    v_from := jq._reap_start(_reap.now);
+    v_at := coalesce(v_from, '-infinity');
     -- In passes of batch, oldest expiry first, until a pass picks fewer or budget went (budget
     -- NULL: one pass), each starting at the expiry the previous one reached (see jq._promote;
     -- rows of that same expiry already reaped are read again, and skipped).
@@ -365,7 +371,8 @@ BEGIN
           ORDER BY x.lease_expires_at
           LIMIT _reap.batch
           FOR UPDATE SKIP LOCKED) p;
-    EXIT WHEN v_ids IS NULL;
+    v_all := v_ids IS NULL;
+    EXIT WHEN v_all;
     -- Attempts over their wall timeout fail (charged); the other expired leases are refunded.
     v_n := jq._time_out(v_ids, _reap.now, _reap.defer_hooks)
          + jq._end_leases(ARRAY(SELECT x.id FROM ONLY jq.jobs x
@@ -374,16 +381,20 @@ BEGIN
                           _reap.now, _reap.now, false, NULL, _reap.defer_hooks);
     v_count := v_count + v_n;
     v_read := v_read + pg_catalog.cardinality(v_ids);
-    EXIT WHEN pg_catalog.cardinality(v_ids) < _reap.batch OR _reap.budget IS NULL
-              OR v_count >= _reap.budget OR v_read >= 2 * _reap.budget;
+    v_all := pg_catalog.cardinality(v_ids) < _reap.batch;
+    EXIT WHEN v_all OR _reap.budget IS NULL OR v_count >= _reap.budget OR v_read >= 2 * _reap.budget;
     v_at := v_last;
     END LOOP;
+    PERFORM jq._reap_end(_reap.now, v_from IS NULL, CASE WHEN v_all THEN NULL ELSE v_last END);
     RETURN v_count;
 END $$;
 COMMENT ON FUNCTION jq._reap(timestamptz, integer, integer, boolean) IS
 'Maintenance: ends the running jobs whose lease expired before now and returns how many: oldest '
 'expiry first, in passes of batch until a pass ends fewer or budget went (budget NULL, the '
-'default: one pass), each pass starting at the lease_expires_at the last one reached. '
+'default: one pass), each pass starting at the lease_expires_at the last one reached; the first '
+'pass starts where this backend''s last call at the real time left off (5 s before its now, or the '
+'expiry it reached), except for a full pass from the oldest expiry at least once a minute '
+'(src/reap_start.rs). '
 'A worker that vanished never gave a verdict, so the attempt is refunded and lease_expiries + 1: '
 'the job is ready again at its old place; cancelled if a cancellation was requested; dead once '
 'lease_expiries exceeds the queue''s max_lease_expiries (a job that kills its worker must not loop '
@@ -778,6 +789,14 @@ COMMENT ON FUNCTION jq._hint_turn_end(text) IS
 'the turn to run the full claim of queue, it ends now, and the next full claim is due a second or '
 'ten times this one''s duration later (at most a minute), not after the caller''s transaction. '
 'Returns true.';
+COMMENT ON FUNCTION jq._reap_start(timestamptz) IS
+'Internal (src/reap_start.rs): the lease_expires_at where a jq._reap call at now starts: 5 s before '
+'the now of this backend''s last complete call, or where one that ran out of budget stopped; NULL '
+'(a full pass from the oldest expiry) in a backend''s first call, when now is more than 5 s from '
+'the clock, and when a full pass is due (a minute after the last, or ten times its duration).';
+COMMENT ON FUNCTION jq._reap_end(timestamptz, boolean, timestamptz) IS
+'Internal: a jq._reap call at now (a full pass if full) ended, having read every expired lease '
+'(reached NULL) or up to the expiry reached; sets where this backend''s next call starts. Returns true.';
 COMMENT ON FUNCTION jq._hint_clear(text) IS
 'Internal: at commit, clears the claim-start hint of queue (a path that changes the claim order '
 'of ready jobs, such as priority aging). Returns true.';

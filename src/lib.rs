@@ -5,7 +5,7 @@
 //! Rust: the retry backoff arithmetic ([`backoff`]), cron expressions and time zones ([`cron`]),
 //! the configuration ([`gucs`]), the caller tickets of the privilege checks ([`security`]) and
 //! their random bits ([`random`]), the planner hook ([`planner`]), the wakeups of long-polling
-//! claims ([`wakeup`]), the claim-start hints ([`claim_hint`]) and the background workers
+//! claims ([`wakeup`]), the claim-start hints ([`claim_hint`]), where the reaper's passes start ([`reap_start`]) and the background workers
 //! ([`bgworker`]). [`xact`] owns the end-of-transaction callbacks that call down into the
 //! wakeups, the hints and the launcher; each of those owns its shared memory ([`shmem`] is the
 //! registration point); [`queue_hash`] is the one hash of a queue name.
@@ -25,6 +25,7 @@ pub mod hook_timer;
 pub mod planner;
 pub mod queue_hash;
 pub mod random;
+pub mod reap_start;
 pub mod security;
 pub mod shmem;
 pub mod spin;
@@ -91,7 +92,8 @@ extension_sql_file!(
 extension_sql_file!(
     "../sql/maintenance.sql",
     name = "maintenance",
-    requires = ["cron", bgworker::_status, bgworker::_preloaded, bgworker::_launcher_wake]
+    requires = ["cron", bgworker::_status, bgworker::_preloaded, bgworker::_launcher_wake, reap_start::_reap_start,
+                reap_start::_reap_end]
 );
 extension_sql_file!("../sql/kinds.sql", name = "kinds", requires = ["maintenance", hook_timer::_hook_timer_start, hook_timer::_hook_timer_stop]);
 extension_sql_file!(

@@ -6,6 +6,8 @@ load, in three phases: clean (PHASE_SECS) -> pressure (PRESSURE_SECS) -> recover
   bench/pressure/run.py                                   # every kind, jq, 120-s phases
   PHASE_SECS=30 KINDS="a b" SYSTEMS="jq awa" bench/pressure/run.py
   PHASE_SECS=120 PRESSURE_SECS=1800 KINDS="a b" bench/pressure/run.py    # 30-minute holds
+  RESULTS=DIR PHASE_SECS=… PRESSURE_SECS=… KINDS=… SYSTEMS=… bench/pressure/run.py --summarize
+      # summary.md and plots again from DIR's finished cells (cell-S-K.json, samples-S-K.csv)
 
 Pressure kinds (KINDS, default "a b c"), applied from this script during the middle phase:
   a  one session holds an xid: `BEGIN; SELECT txid_current()`, then idle in transaction
@@ -380,8 +382,21 @@ def run_cell(sysname, kind):
         raise RuntimeError(f"{tag}: the load process failed (status {rc}); see load-{tag}.log")
     write_samples(tag, rows, trows, t0)
     q("postgres", f"DROP DATABASE IF EXISTS {SYSTEMS[sysname]['db']} WITH (FORCE)")
-    return dict(system=sysname, kind=kind, schedule=schedule, result=result, on=on, off=off,
-                samples=[dict(r, t=r["t"] - t0) for r in rows])
+    cell = dict(system=sysname, kind=kind, schedule=schedule, result=result, on=on, off=off)
+    with open(os.path.join(RESULTS, f"cell-{tag}.json"), "w") as f:
+        json.dump(cell, f)
+    return dict(cell, samples=[dict(r, t=r["t"] - t0) for r in rows])
+
+
+def load_cell(tag):
+    """A finished cell from its files (cell-TAG.json, samples-TAG.csv), for --summarize."""
+    with open(os.path.join(RESULTS, f"cell-{tag}.json")) as f:
+        cell = json.load(f)
+    keys = {"t_s": "t", "wal_bytes": "wal", "db_cpu_s": "db_cpu", "load_cpu_s": "load_cpu",
+            "pressure_cpu_s": "pressure_cpu", "dead_tuples": "dead", "tables_bytes": "size", "hot_bytes": "hot"}
+    with open(os.path.join(RESULTS, f"samples-{tag}.csv")) as f:
+        cell["samples"] = [{keys[k]: float(v) for k, v in r.items()} for r in csv.DictReader(f)]
+    return cell
 
 
 def last_json(path):
@@ -592,7 +607,23 @@ def machine():
         f.write("\n".join(lines) + "\n")
 
 
+def summarize_only():
+    """--summarize: summary.md and the plots again from the files of the cells that finished
+    (a run stopped early keeps its finished cells; the knobs must be the run's, see machine.txt)."""
+    cells = []
+    for kind in KINDS:
+        for s in SYSTEM_NAMES:
+            if os.path.exists(os.path.join(RESULTS, f"cell-{s}-{kind}.json")):
+                cells.append(load_cell(f"{s}-{kind}"))
+    write_summary(cells, [])
+    for kind in {c["kind"] for c in cells}:
+        plot(kind, cells)
+    log(f"wrote {RESULTS}/summary.md from {len(cells)} cell(s)")
+
+
 def main():
+    if sys.argv[1:] == ["--summarize"]:
+        return summarize_only()
     os.makedirs(RESULTS, exist_ok=True)
     bad = [k for k in KINDS if k not in KIND_NAME] + [s for s in SYSTEM_NAMES if s not in SYSTEMS]
     if bad:

@@ -12,6 +12,7 @@
 mod fencing;
 mod heartbeats;
 mod progress;
+mod reap_start;
 mod reaper;
 mod take_back;
 

@@ -1,0 +1,97 @@
+//! Where the reaper's next pass starts in `jobs_running_idx` (`jq._reap_start`, `jq._reap_end`).
+//!
+//! A completed job leaves a dead entry in `jobs_running_idx`, keyed by the lease expiry it had.
+//! Once that expiry is past, the entry lies in the range every reaper pass reads
+//! (`lease_expires_at < now`, oldest first). Normally the first scan that passes it marks it
+//! dead and vacuum removes it; while any snapshot older than the completion is open (a held xid,
+//! a long REPEATABLE READ report) neither can happen, and every pass, once a tick, walked every
+//! such entry: at 800 jobs/s with 5-minute leases, 1.1 million entries and 185 ms a pass after
+//! 27 minutes of a held xid, growing for as long as the hold lasted (docs/BENCHMARKS.md, "Under
+//! pressure"; `a_reap_pass_during_a_held_snapshot_starts_past_the_dead_entries` in
+//! pg_test/tests/leases/reap_start.rs).
+//!
+//! So a backend remembers where its last complete pass left the reaper: a pass that read every
+//! expired lease up to its `now` lets the next one start at `now - MARGIN`; one that stopped at
+//! its budget lets the next one go on from the expiry it reached. What a later pass would then
+//! miss is a running row whose lease expired before that start and that the last pass did not
+//! see: a row another transaction had locked (SKIP LOCKED), a claim or heartbeat whose lease
+//! was computed more than MARGIN before the pass and committed after it, or a lease the pass
+//! ended in a transaction that then rolled back. A full pass from the
+//! oldest expiry catches those, at least every [`FULL_EVERY_US`] and at most once per ten times
+//! its own duration (a full pass that walks a long dead range is spaced out like the claim's
+//! full claim, src/claim_hint.rs). So an expired lease is reaped at the next tick as before,
+//! except in those cases, where it waits for the next full pass.
+//!
+//! Only for passes whose `now` is the real time (within [`NEAR_US`] of the clock): a pass at
+//! another instant (`jq._reap(now() + interval '2 days')`, as tests and manual recovery do) is a
+//! full pass and forgets the start, since rows claimed later in real time expire before it.
+//! The state is per backend: the background worker keeps it across its ticks; any other session
+//! starts with a full pass.
+
+use std::cell::Cell;
+use std::time::Instant;
+
+use pgrx::datum::TimestampWithTimeZone;
+use pgrx::prelude::*;
+
+use crate::backend::now_us;
+
+/// How far before the last complete pass's `now` the next pass starts, µs: longer than a
+/// claim's or a heartbeat's transaction usually stays open after it computed a lease.
+pub const MARGIN_US: i64 = 5_000_000;
+/// Longest time between two full passes, µs.
+pub const FULL_EVERY_US: i64 = 60_000_000;
+/// A full pass is due again after at least this many times its own duration.
+const FULL_SPACING: i64 = 10;
+/// A pass's `now` this close to the clock is the real time, µs.
+pub const NEAR_US: i64 = 5_000_000;
+
+#[derive(Clone, Copy)]
+struct Start {
+    /// The next pass starts at this lease expiry (PostgreSQL µs).
+    from: i64,
+    /// The next full pass is due at this `now`.
+    full_due: i64,
+}
+
+thread_local! {
+    static START: Cell<Option<Start>> = const { Cell::new(None) };
+    /// When the running pass began (for a full pass's spacing).
+    static BEGAN: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+fn real_time(now: i64) -> bool {
+    (now - now_us()).abs() <= NEAR_US
+}
+
+/// `jq._reap_start(now timestamptz) RETURNS timestamptz`: the lease expiry where a reaper pass
+/// at `now` starts, or NULL for a full pass (from the oldest expiry). Called by jq._reap.
+#[pg_extern(create_or_replace, volatile, parallel_unsafe)]
+fn _reap_start(now: TimestampWithTimeZone) -> Option<TimestampWithTimeZone> {
+    let now = now.into_inner();
+    BEGAN.set(Some(Instant::now()));
+    match START.get() {
+        Some(s) if real_time(now) && now < s.full_due && s.from <= now => TimestampWithTimeZone::try_from(s.from).ok(),
+        _ => None,
+    }
+}
+
+/// `jq._reap_end(now timestamptz, full boolean, reached timestamptz) RETURNS boolean`: a reaper
+/// pass at `now` (a full one if `full`) ended, having read every expired lease (`reached` NULL)
+/// or up to the expiry `reached` (its budget ran out). Always true. Called by jq._reap.
+#[pg_extern(create_or_replace, volatile, parallel_unsafe)]
+fn _reap_end(now: TimestampWithTimeZone, full: bool, reached: Option<TimestampWithTimeZone>) -> bool {
+    let now = now.into_inner();
+    let took = BEGAN.take().map_or(0, |b| i64::try_from(b.elapsed().as_micros()).unwrap_or(i64::MAX));
+    if !real_time(now) {
+        START.set(None);
+        return true;
+    }
+    let from = reached.map_or(now - MARGIN_US, |r| r.into_inner().min(now));
+    let full_due = match (full, START.get()) {
+        (false, Some(s)) => s.full_due,
+        _ => now.saturating_add(FULL_EVERY_US.max(took.saturating_mul(FULL_SPACING))),
+    };
+    START.set(Some(Start { from, full_due }));
+    true
+}
