@@ -354,6 +354,7 @@ DECLARE
     v_at    timestamptz;    -- the latest lease_expires_at the last pass reached
     v_last  timestamptz;
     v_all   boolean := false;  -- every expired lease from v_from on was read
+    v_left  timestamptz;    -- the earliest expiry of a picked row left running (a held key)
 BEGIN
     -- Past the entries of jobs completed since the backend's last complete pass, which a held
     -- snapshot keeps in jobs_running_idx (src/reap_start.rs says when a full pass runs instead).
@@ -380,21 +381,26 @@ BEGIN
                                   AND NOT jq._overdue(x.timeout, x.started_at, x.lease_expires_at)),
                           _reap.now, _reap.now, false, NULL, _reap.defer_hooks);
     v_count := v_count + v_n;
+    -- Rows picked but left running (jq._key_try_lock) are read again by the next call.
+    SELECT LEAST(v_left, pg_catalog.min(x.lease_expires_at)) INTO v_left FROM ONLY jq.jobs x
+    WHERE x.id = ANY (v_ids) AND x.state::text = 'running' AND x.lease_expires_at < _reap.now;
     v_read := v_read + pg_catalog.cardinality(v_ids);
     v_all := pg_catalog.cardinality(v_ids) < _reap.batch;
     EXIT WHEN v_all OR _reap.budget IS NULL OR v_count >= _reap.budget OR v_read >= 2 * _reap.budget;
     v_at := v_last;
     END LOOP;
-    PERFORM jq._reap_end(_reap.now, v_from IS NULL, CASE WHEN v_all THEN NULL ELSE v_last END);
+    IF _reap.batch > 0 THEN
+        PERFORM jq._reap_end(_reap.now, v_from IS NULL, LEAST(v_left, CASE WHEN v_all THEN NULL ELSE v_last END));
+    END IF;
     RETURN v_count;
 END $$;
 COMMENT ON FUNCTION jq._reap(timestamptz, integer, integer, boolean) IS
 'Maintenance: ends the running jobs whose lease expired before now and returns how many: oldest '
 'expiry first, in passes of batch until a pass ends fewer or budget went (budget NULL, the '
 'default: one pass), each pass starting at the lease_expires_at the last one reached; the first '
-'pass starts where this backend''s last call at the real time left off (5 s before its now, or the '
-'expiry it reached), except for a full pass from the oldest expiry at least once a minute '
-'(src/reap_start.rs). '
+'pass starts where this backend''s last committed call at the real time left off (5 s before its '
+'now, or earlier where it ran out of budget or left a picked row running), except for a full pass '
+'from the oldest expiry at least once a minute (src/reap_start.rs). '
 'A worker that vanished never gave a verdict, so the attempt is refunded and lease_expiries + 1: '
 'the job is ready again at its old place; cancelled if a cancellation was requested; dead once '
 'lease_expiries exceeds the queue''s max_lease_expiries (a job that kills its worker must not loop '
@@ -791,12 +797,14 @@ COMMENT ON FUNCTION jq._hint_turn_end(text) IS
 'Returns true.';
 COMMENT ON FUNCTION jq._reap_start(timestamptz) IS
 'Internal (src/reap_start.rs): the lease_expires_at where a jq._reap call at now starts: 5 s before '
-'the now of this backend''s last complete call, or where one that ran out of budget stopped; NULL '
-'(a full pass from the oldest expiry) in a backend''s first call, when now is more than 5 s from '
-'the clock, and when a full pass is due (a minute after the last, or ten times its duration).';
+'the now of this backend''s last committed call, or earlier where that call ran out of budget or '
+'left a picked row running; NULL (a full pass from the oldest expiry) in a backend''s first call, '
+'when now is more than 2 s from the clock, and when a full pass is due (a minute after the last, or '
+'ten times its duration, at most ten minutes).';
 COMMENT ON FUNCTION jq._reap_end(timestamptz, boolean, timestamptz) IS
 'Internal: a jq._reap call at now (a full pass if full) ended, having read every expired lease '
-'(reached NULL) or up to the expiry reached; sets where this backend''s next call starts. Returns true.';
+'except from reached on (NULL: none); at commit, this backend''s next call starts at reached or '
+'5 s before now, whichever is earlier. Returns true.';
 COMMENT ON FUNCTION jq._hint_clear(text) IS
 'Internal: at commit, clears the claim-start hint of queue (a path that changes the claim order '
 'of ready jobs, such as priority aging). Returns true.';

@@ -10,19 +10,22 @@
 //! pressure"; `a_reap_pass_during_a_held_snapshot_starts_past_the_dead_entries` in
 //! pg_test/tests/leases/reap_start.rs).
 //!
-//! So a backend remembers where its last complete pass left the reaper: a pass that read every
-//! expired lease up to its `now` lets the next one start at `now - MARGIN`; one that stopped at
-//! its budget lets the next one go on from the expiry it reached. What a later pass would then
-//! miss is a running row whose lease expired before that start and that the last pass did not
-//! see: a row another transaction had locked (SKIP LOCKED), a claim or heartbeat whose lease
-//! was computed more than MARGIN before the pass and committed after it, or a lease the pass
-//! ended in a transaction that then rolled back. A full pass from the
+//! So a backend remembers where its last pass left the reaper: a pass that read every expired
+//! lease up to its `now` lets the next one start at `now - MARGIN`; one that stopped at its
+//! budget lets the next one go on from the expiry it reached; and a row a pass picked but left
+//! running (a keyed job whose slot row another transaction holds, `jq._key_try_lock`) keeps the
+//! next start at or before its expiry. The new start takes effect when the pass's transaction
+//! commits (a rolled-back reap leaves the old one). What a later pass would then miss is a
+//! running row whose lease expired before that start and that the last pass did not see: a row
+//! another transaction had locked (SKIP LOCKED), or a claim or heartbeat that committed more
+//! than MARGIN after its lease expired. A full pass from the
 //! oldest expiry catches those, at least every [`FULL_EVERY_US`] and at most once per ten times
 //! its own duration (a full pass that walks a long dead range is spaced out like the claim's
 //! full claim, src/claim_hint.rs). So an expired lease is reaped at the next tick as before,
 //! except in those cases, where it waits for the next full pass.
 //!
-//! Only for passes whose `now` is the real time (within [`NEAR_US`] of the clock): a pass at
+//! Only for passes whose `now` is the real time (within [`NEAR_US`] of the clock when the pass
+//! starts): a pass at
 //! another instant (`jq._reap(now() + interval '2 days')`, as tests and manual recovery do) is a
 //! full pass and forgets the start, since rows claimed later in real time expire before it.
 //! The state is per backend: the background worker keeps it across its ticks; any other session
@@ -43,8 +46,10 @@ pub const MARGIN_US: i64 = 5_000_000;
 pub const FULL_EVERY_US: i64 = 60_000_000;
 /// A full pass is due again after at least this many times its own duration.
 const FULL_SPACING: i64 = 10;
+/// The longest spacing of full passes, µs (a pass's duration includes the hooks it runs).
+const FULL_SPACING_MAX_US: i64 = 600_000_000;
 /// A pass's `now` this close to the clock is the real time, µs.
-pub const NEAR_US: i64 = 5_000_000;
+pub const NEAR_US: u64 = 2_000_000;
 
 #[derive(Clone, Copy)]
 struct Start {
@@ -54,14 +59,33 @@ struct Start {
     full_due: i64,
 }
 
-thread_local! {
-    static START: Cell<Option<Start>> = const { Cell::new(None) };
-    /// When the running pass began (for a full pass's spacing).
-    static BEGAN: Cell<Option<Instant>> = const { Cell::new(None) };
+/// The pass running in this backend: when it began, and the clock then if its `now` is the
+/// real time.
+#[derive(Clone, Copy)]
+struct Began {
+    at: Instant,
+    clock: Option<i64>,
 }
 
-fn real_time(now: i64) -> bool {
-    (now - now_us()).abs() <= NEAR_US
+thread_local! {
+    /// Where the next pass starts, as of the last committed pass.
+    static START: Cell<Option<Start>> = const { Cell::new(None) };
+    /// What the passes of the running transaction set, applied at its commit.
+    static PENDING: Cell<Option<Start>> = const { Cell::new(None) };
+    static BEGAN: Cell<Option<Began>> = const { Cell::new(None) };
+}
+
+/// The transaction committed: its passes' start holds from now on (src/xact.rs).
+pub fn at_commit() {
+    if let Some(p) = PENDING.take() {
+        START.set(Some(p));
+    }
+}
+
+/// The transaction, or one of its subtransactions, rolled back: the start stays where the last
+/// committed pass left it (a start left earlier than it could be only costs reading).
+pub fn at_abort() {
+    PENDING.set(None);
 }
 
 /// `jq._reap_start(now timestamptz) RETURNS timestamptz`: the lease expiry where a reaper pass
@@ -69,29 +93,37 @@ fn real_time(now: i64) -> bool {
 #[pg_extern(create_or_replace, volatile, parallel_unsafe)]
 fn _reap_start(now: TimestampWithTimeZone) -> Option<TimestampWithTimeZone> {
     let now = now.into_inner();
-    BEGAN.set(Some(Instant::now()));
-    match START.get() {
-        Some(s) if real_time(now) && now < s.full_due && s.from <= now => TimestampWithTimeZone::try_from(s.from).ok(),
+    let clock = now_us();
+    let real = now.abs_diff(clock) <= NEAR_US;
+    BEGAN.set(Some(Began { at: Instant::now(), clock: real.then_some(clock) }));
+    if !real {
+        // Rows claimed later in real time expire before any start this pass could leave.
+        START.set(None);
+        PENDING.set(None);
+    }
+    match PENDING.get().or(START.get()) {
+        Some(s) if real && now < s.full_due && s.from <= now => TimestampWithTimeZone::try_from(s.from).ok(),
         _ => None,
     }
 }
 
-/// `jq._reap_end(now timestamptz, full boolean, reached timestamptz) RETURNS boolean`: a reaper
-/// pass at `now` (a full one if `full`) ended, having read every expired lease (`reached` NULL)
-/// or up to the expiry `reached` (its budget ran out). Always true. Called by jq._reap.
+/// `jq._reap_end(now timestamptz, full boolean, reached timestamptz) RETURNS boolean`: the
+/// reaper pass at `now` that jq._reap_start began (a full one if `full`) ended, having read every
+/// expired lease up to `now` except from `reached` on (NULL: none left; else where its budget
+/// ran out, or the earliest expiry of a row it picked but left running). At commit, the next
+/// pass of this backend starts at `reached` or `now` - 5 s, whichever is earlier. Always true.
+/// Called by jq._reap.
 #[pg_extern(create_or_replace, volatile, parallel_unsafe)]
 fn _reap_end(now: TimestampWithTimeZone, full: bool, reached: Option<TimestampWithTimeZone>) -> bool {
+    let Some(began) = BEGAN.take() else { return true };
+    let Some(clock) = began.clock else { return true };
     let now = now.into_inner();
-    let took = BEGAN.take().map_or(0, |b| i64::try_from(b.elapsed().as_micros()).unwrap_or(i64::MAX));
-    if !real_time(now) {
-        START.set(None);
-        return true;
-    }
-    let from = reached.map_or(now - MARGIN_US, |r| r.into_inner().min(now));
-    let full_due = match (full, START.get()) {
+    let took = i64::try_from(began.at.elapsed().as_micros()).unwrap_or(i64::MAX);
+    let from = reached.map_or(i64::MAX, |r| r.into_inner()).min(now.min(clock).saturating_sub(MARGIN_US));
+    let full_due = match (full, PENDING.get().or(START.get())) {
         (false, Some(s)) => s.full_due,
-        _ => now.saturating_add(FULL_EVERY_US.max(took.saturating_mul(FULL_SPACING))),
+        _ => now.saturating_add(FULL_EVERY_US.max(took.saturating_mul(FULL_SPACING).min(FULL_SPACING_MAX_US))),
     };
-    START.set(Some(Start { from, full_due }));
+    PENDING.set(Some(Start { from, full_due }));
     true
 }

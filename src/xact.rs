@@ -9,7 +9,7 @@
 //! the hint already moved back to it (src/claim_hint.rs); then the launcher. The callbacks run
 //! after the transaction is visible to new snapshots (XACT_EVENT_COMMIT), and never fail.
 
-use crate::{awaiting, bgworker, claim_hint, hook_timer, wakeup};
+use crate::{awaiting, bgworker, claim_hint, hook_timer, reap_start, wakeup};
 use pgrx::prelude::*;
 
 /// Registers the callbacks. Called once from `_PG_init` (in the postmaster while preloading,
@@ -33,6 +33,7 @@ unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: 
             awaiting::stop();
             hook_timer::disarm();
             bgworker::at_commit();
+            reap_start::at_commit();
         }
         XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT => {
             claim_hint::at_abort();
@@ -40,6 +41,7 @@ unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: 
             awaiting::stop();
             hook_timer::disarm();
             bgworker::at_abort();
+            reap_start::at_abort();
         }
         XACT_EVENT_PREPARE => {
             claim_hint::at_prepare();
@@ -47,6 +49,7 @@ unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: 
             awaiting::stop();
             hook_timer::disarm();
             bgworker::at_abort();
+            reap_start::at_abort();
         }
         _ => {}
     }
@@ -62,6 +65,7 @@ unsafe extern "C-unwind" fn subxact_callback(
     if event == pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB {
         claim_hint::at_subxact_abort();
         wakeup::at_subxact_abort();
+        reap_start::at_abort();
     }
 }
 
