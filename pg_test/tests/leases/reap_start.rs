@@ -67,14 +67,8 @@ fn a_reap_pass_during_a_held_snapshot_starts_past_the_dead_entries() {
         .unwrap()
         .get(0);
     // The first pass must run more than the 5-s margin after the last expiry, so that the next
-    // pass starts past it. Waits on the database's clock, with a deadline.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while c.query_one("SELECT extract(epoch FROM clock_timestamp())::float8", &[]).unwrap().get::<_, f64>(0)
-        < last_expiry + 5.5
-    {
-        assert!(Instant::now() < deadline, "the database clock did not pass the leases");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    // pass starts past it.
+    wait_clock_past(&mut c, last_expiry, 5.5);
 
     let mut reaper = db.connect();
     let (reaped, first) = reap_reads(&mut reaper);
@@ -97,7 +91,7 @@ fn a_reap_pass_during_a_held_snapshot_starts_past_the_dead_entries() {
     holder.batch_execute("ROLLBACK").unwrap();
 }
 
-/// Waits until the database clock is `secs` past the epoch instant `at`.
+/// Waits until the database clock is `secs` past the epoch instant `at` (with a deadline).
 fn wait_clock_past(c: &mut Client, at: f64, secs: f64) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while c.query_one("SELECT extract(epoch FROM clock_timestamp())::float8", &[]).unwrap().get::<_, f64>(0) < at + secs {
