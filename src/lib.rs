@@ -5,10 +5,11 @@
 //! Rust: the retry backoff arithmetic ([`backoff`]), cron expressions and time zones ([`cron`]),
 //! the configuration ([`gucs`]), the caller tickets of the privilege checks ([`security`]) and
 //! their random bits ([`random`]), the planner hook ([`planner`]), the wakeups of long-polling
-//! claims ([`wakeup`]), the claim-start hints ([`claim_hint`]), where the reaper's passes start ([`reap_start`]) and the background workers
-//! ([`bgworker`]). [`xact`] owns the end-of-transaction callbacks that call down into the
-//! wakeups, the hints and the launcher; each of those owns its shared memory ([`shmem`] is the
-//! registration point); [`queue_hash`] is the one hash of a queue name.
+//! claims ([`wakeup`]), the claim-start hints ([`claim_hint`]), where the reaper's passes start
+//! ([`reap_start`]) and the background workers ([`bgworker`]). [`xact`] owns the
+//! end-of-transaction callbacks that call down into the wakeups, the hints, the launcher and the
+//! reaper's start; each of the first three owns its shared memory ([`shmem`] is the registration
+//! point); [`queue_hash`] is the one hash of a queue name.
 //!
 //! See `docs/semantics.md` for the job model and `docs/sql-api.md` for the reference.
 

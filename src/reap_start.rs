@@ -4,11 +4,10 @@
 //! Once that expiry is past, the entry lies in the range every reaper pass reads
 //! (`lease_expires_at < now`, oldest first). Normally the first scan that passes it marks it
 //! dead and vacuum removes it; while any snapshot older than the completion is open (a held xid,
-//! a long REPEATABLE READ report) neither can happen, and every pass, once a tick, walked every
-//! such entry: at 800 jobs/s with 5-minute leases, 1.1 million entries and 185 ms a pass after
-//! 27 minutes of a held xid, growing for as long as the hold lasted (docs/BENCHMARKS.md, "Under
-//! pressure"; `a_reap_pass_during_a_held_snapshot_starts_past_the_dead_entries` in
-//! pg_test/tests/leases/reap_start.rs).
+//! a long REPEATABLE READ report) neither can happen, and a pass from the oldest expiry walks
+//! every such entry, once a tick, a cost that grows for as long as the snapshot stays open
+//! (docs/BENCHMARKS.md, "30-minute holds"; `a_reap_pass_during_a_held_snapshot_starts_past_the_dead_entries`
+//! in pg_test/tests/leases/reap_start.rs).
 //!
 //! So a backend remembers where its last pass left the reaper: a pass that read every expired
 //! lease up to its `now` lets the next one start at `now - MARGIN`; one that stopped at its
@@ -18,15 +17,13 @@
 //! commits (a rolled-back reap leaves the old one). What a later pass would then miss is a
 //! running row whose lease expired before that start and that the last pass did not see: a row
 //! another transaction had locked (SKIP LOCKED), or a claim or heartbeat that committed more
-//! than MARGIN after its lease expired. A full pass from the
-//! oldest expiry catches those, at least every [`FULL_EVERY_US`] and at most once per ten times
+//! than MARGIN after its lease expired. A full pass from the oldest expiry catches those, at least every [`FULL_EVERY_US`] and at most once per ten times
 //! its own duration (a full pass that walks a long dead range is spaced out like the claim's
 //! full claim, src/claim_hint.rs). So an expired lease is reaped at the next tick as before,
 //! except in those cases, where it waits for the next full pass.
 //!
 //! Only for passes whose `now` is the real time (within [`NEAR_US`] of the clock when the pass
-//! starts): a pass at
-//! another instant (`jq._reap(now() + interval '2 days')`, as tests and manual recovery do) is a
+//! starts): a pass at another instant (`jq._reap(now() + interval '2 days')`, as tests and manual recovery do) is a
 //! full pass and forgets the start, since rows claimed later in real time expire before it.
 //! The state is per backend: the background worker keeps it across its ticks; any other session
 //! starts with a full pass.
@@ -39,7 +36,7 @@ use pgrx::prelude::*;
 
 use crate::backend::now_us;
 
-/// How far before the last complete pass's `now` the next pass starts, µs: longer than a
+/// How far before the last committed pass's `now` the next pass starts, µs: longer than a
 /// claim's or a heartbeat's transaction usually stays open after it computed a lease.
 pub const MARGIN_US: i64 = 5_000_000;
 /// Longest time between two full passes, µs.

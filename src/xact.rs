@@ -6,7 +6,7 @@
 //! subsystem registers anything lazily; in a process that never calls jq they find empty lists.
 //!
 //! Order at commit: claim-start hints first, then the wakeups, so a claim woken for a job reads
-//! the hint already moved back to it (src/claim_hint.rs); then the launcher. The callbacks run
+//! the hint already moved back to it (src/claim_hint.rs); then the launcher and the reaper's start. The callbacks run
 //! after the transaction is visible to new snapshots (XACT_EVENT_COMMIT), and never fail.
 
 use crate::{awaiting, bgworker, claim_hint, hook_timer, reap_start, wakeup};
