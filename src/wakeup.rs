@@ -589,7 +589,14 @@ fn _wait(deadline: TimestampWithTimeZone) -> bool {
     LOOKING.set(false); // the look before this sleep ended, empty
     let mut until = i64::from(deadline);
     loop {
-        if !backend::sleep_until(until, cap) {
+        // A wakeup may be owed with the latch already reset: PostgreSQL resets this backend's
+        // latch in its own waits (a lock wait, pg_sleep in a trigger) during the look that
+        // ended. Asleep with `woken` set, it would stay asleep until its deadline, and every
+        // later committer skips a waiter that owes a look
+        // (`a_wakeup_whose_latch_a_wait_in_the_look_reset_is_not_lost` in
+        // pg_test/tests/bgworker/lost_wakeups.rs). The committer sets `woken` before the latch,
+        // so a wakeup after this check sets the latch and the sleep returns at once.
+        if !owes_wakeup() && !backend::sleep_until(until, cap) {
             return false;
         }
         // Interrupts first: a cancel that lands together with a wakeup leaves `woken` set, and
@@ -612,6 +619,15 @@ fn _wait(deadline: TimestampWithTimeZone) -> bool {
             until = until.min(at);
         }
     }
+}
+
+/// Whether this backend's [`Waiter::woken`] holds anything (a look owed, or a watch offered).
+fn owes_wakeup() -> bool {
+    if !WAITING.get() {
+        return false;
+    }
+    let (Some(sh), me) = (AREA.get(), backend::my_procno()) else { return false };
+    me >= 0 && (me as usize) < MAX_WAITERS && sh.slots[me as usize].woken.load(Ordering::SeqCst) != 0
 }
 
 /// Clears this backend's [`Waiter::woken`] (it is awake); returns what it held.

@@ -194,3 +194,53 @@ fn await_asleep(c: &mut Client, pid: i32) {
         std::thread::sleep(Duration::from_millis(2));
     }
 }
+
+/// A wakeup that lands while PostgreSQL itself waits inside the woken claim's look is not lost.
+/// Any wait of PostgreSQL's own on the backend's latch (a heavyweight lock, `pg_sleep`) resets
+/// the latch when it ends, so a committer's latch can be gone while its `woken` bit stays set;
+/// every later committer then skips this waiter (it owes a look). Here a statement trigger on
+/// `jq.jobs` sleeps half a second in every claim's `UPDATE`: waiter W sleeps on an empty queue,
+/// `jq.resume` wakes it (it finds nothing), and while its look sleeps in the trigger a job
+/// commits, which chooses W. W's look cannot see that job (its snapshot is older); W must look
+/// again instead of sleeping out its 60 s (src/wakeup.rs, `_wait` checks `woken` before it
+/// sleeps). The database runs without claim-start hints, so no watcher's timed look finds the
+/// job. Seen failing against the build whose `_wait` slept on the latch alone ("the job
+/// committed during W's look was not claimed: W got Err(Timeout) within 5 s"; in psql, W
+/// slept on with `jq._waiters().woken` = 1 until its wait ran out).
+#[test]
+fn a_wakeup_whose_latch_a_wait_in_the_look_reset_is_not_lost() {
+    let _counting = super::wakeup_counting();
+    let db = TestDb::new("latchreset");
+    let mut c = db.connect();
+    c.batch_execute(&format!("ALTER DATABASE {} SET jq.claim_hints = off", db.name)).unwrap();
+    let mut c = db.connect();
+    c.batch_execute(
+        "SELECT jq.create_queue('q');
+         CREATE FUNCTION public.slow_update() RETURNS trigger LANGUAGE plpgsql AS
+           $$ BEGIN PERFORM pg_sleep(0.5); RETURN NULL; END $$;
+         CREATE TRIGGER slow_update BEFORE UPDATE ON jq.jobs FOR EACH STATEMENT EXECUTE FUNCTION public.slow_update()",
+    )
+    .unwrap();
+    let mut w = db.connect();
+    let pid = backend_pid(&mut w);
+    let w_done = long_poll_on(w, "SELECT id FROM jq.claim('q', 'w', wait => '60 s')");
+    await_asleep(&mut c, pid);
+    c.batch_execute("SELECT jq.resume('q')").unwrap();
+    let t = Instant::now();
+    let in_trigger = |c: &mut Client| -> bool {
+        c.query_one("SELECT wait_event = 'PgSleep' FROM pg_stat_activity WHERE pid = $1", &[&pid])
+            .unwrap()
+            .get::<_, Option<bool>>(0)
+            .unwrap_or(false)
+    };
+    while !in_trigger(&mut c) {
+        assert!(t.elapsed() < Duration::from_secs(10), "W's look never reached the trigger");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    c.batch_execute("SELECT jq.enqueue('q', '{}')").unwrap();
+    // W's next look sleeps half a second in the trigger too: 5 s leaves room for a loaded
+    // machine, and PostgreSQL sets a backend's latch now and then (the build without the check
+    // was woken after about 10 s in one run), so the limit must stay below that.
+    let got = w_done.recv_timeout(Duration::from_secs(5));
+    assert!(matches!(got, Ok(Ok(1))), "the job committed during W's look was not claimed: W got {got:?} within 5 s");
+}

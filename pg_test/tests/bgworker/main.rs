@@ -23,6 +23,11 @@
 //!   `a_queue_rate_limited_mid_wait_wakes_a_waiter_per_job` fails.
 //! * lost_wakeups.rs `a_cancel_that_lands_with_a_wakeup_passes_it_on` was seen failing against
 //!   the build that consumed a wakeup before checking for interrupts (no feature keeps it).
+//! * lost_wakeups.rs `a_wakeup_whose_latch_a_wait_in_the_look_reset_is_not_lost` was seen
+//!   failing against the build whose `jq._wait` slept on its latch without checking whether a
+//!   commit had chosen it (no feature keeps it).
+//! * `JQ_TEST_BREAK=wake_too_few` / `wake_per_job`: the batch a long-poll registers is broken
+//!   (long_poll.rs, `break_wait_batch`) → the two batch-wakeup tests of long_poll.rs fail.
 //! * The restart tests were seen failing with the launcher's respawn of exited workers removed
 //!   (a manual edit of `start_due` in src/bgworker/launcher.rs: `SlotState::Exited => false`).
 
