@@ -198,7 +198,13 @@ fn upgrade_of_a_populated_database_while_workers_hold_leases() {
             })
         })
         .collect();
-    thread::sleep(Duration::from_millis(300));
+    // The workers are under way (some upg_busy jobs completed) before the upgrade starts; a
+    // fixed sleep could end before their first claim on a loaded machine.
+    let t = Instant::now();
+    while completed_before.load(SeqCst) < 20 {
+        assert!(t.elapsed() < Duration::from_secs(30), "the workers completed no upg_busy job within 30 s");
+        thread::sleep(Duration::from_millis(10));
+    }
     let mut u = db.connect();
     let t = Instant::now();
     let at_start = completed_before.load(SeqCst);

@@ -26,13 +26,14 @@ fn a_failed_job_with_a_1s_backoff_is_claimable_again_within_1s_plus_one_tick() {
     assert_eq!(st, "scheduled");
     // Long-poll: promotion by the worker wakes this claim.
     let rows = c
-        .query("SELECT id, attempt FROM jq.claim('q', 'w', wait => '6 s')", &[])
+        .query("SELECT id, attempt FROM jq.claim('q', 'w', wait => '10 s')", &[])
         .unwrap();
     let took = failed_at.elapsed();
-    assert_eq!(rows.len(), 1, "not claimable again within 6 s");
+    assert_eq!(rows.len(), 1, "not claimable again within 10 s");
     assert_eq!(rows[0].get::<_, i64>(0), job.id);
     assert_eq!(rows[0].get::<_, i32>(1), 2);
-    assert!(took < Duration::from_secs(1) + TICK + Duration::from_millis(700), "took {took:?}");
+    // The backoff, one tick, and room for a loaded machine to schedule the pass and the wakeup.
+    assert!(took < Duration::from_secs(1) + TICK + Duration::from_secs(2), "took {took:?}");
     eprintln!("retry due after 1 s was claimed {took:?} after the failure");
 }
 
