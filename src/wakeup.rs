@@ -595,8 +595,15 @@ fn _wait(deadline: TimestampWithTimeZone) -> bool {
         // later committer skips a waiter that owes a look
         // (`a_wakeup_whose_latch_a_wait_in_the_look_reset_is_not_lost` in
         // pg_test/tests/bgworker/lost_wakeups.rs). The committer sets `woken` before the latch,
-        // so a wakeup after this check sets the latch and the sleep returns at once.
-        if !owes_wakeup() && !backend::sleep_until(until, cap) {
+        // so a wakeup after this check sets the latch and the sleep returns at once. When one
+        // is owed, the latch it set may still be set: it is reset here as the sleep would have,
+        // or it would end the next sleep for nothing (a look too many, and at stop_waiting a
+        // wakeup passed on for jobs that do not exist). No committer takes `LOOK` again before
+        // the swap below, and an offer landing meanwhile is consumed by that swap.
+        if owes_wakeup() {
+            // SAFETY: MyLatch is this backend's latch.
+            unsafe { pg_sys::ResetLatch(pg_sys::MyLatch) };
+        } else if !backend::sleep_until(until, cap) {
             return false;
         }
         // Interrupts first: a cancel that lands together with a wakeup leaves `woken` set, and
