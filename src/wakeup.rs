@@ -630,23 +630,18 @@ fn _wait(deadline: TimestampWithTimeZone) -> bool {
 
 /// Whether this backend's [`Waiter::woken`] holds anything (a look owed, or a watch offered).
 fn owes_wakeup() -> bool {
-    if !WAITING.get() {
-        return false;
-    }
-    let (Some(sh), me) = (AREA.get(), backend::my_procno()) else { return false };
-    me >= 0 && (me as usize) < MAX_WAITERS && sh.slots[me as usize].woken.load(Ordering::SeqCst) != 0
+    my_waiter().is_some_and(|w| w.woken.load(Ordering::SeqCst) != 0)
 }
 
 /// Clears this backend's [`Waiter::woken`] (it is awake); returns what it held.
 fn consume_wakeup() -> u32 {
-    if !WAITING.get() {
-        return 0;
-    }
-    let (Some(sh), me) = (AREA.get(), backend::my_procno()) else { return 0 };
-    if me >= 0 && (me as usize) < MAX_WAITERS {
-        return sh.slots[me as usize].woken.swap(0, Ordering::SeqCst);
-    }
-    0
+    my_waiter().map_or(0, |w| w.woken.swap(0, Ordering::SeqCst))
+}
+
+/// This backend's registration, while it is registered as a waiting claim.
+fn my_waiter() -> Option<&'static Waiter> {
+    let (sh, me) = (AREA.get().filter(|_| WAITING.get())?, backend::my_procno());
+    (me >= 0 && (me as usize) < MAX_WAITERS).then(|| &sh.slots[me as usize])
 }
 
 /// Takes the watch this backend was offered, if its queue still needs one and nobody else took

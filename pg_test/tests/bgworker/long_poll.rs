@@ -24,15 +24,6 @@ fn await_sleepers(db: &TestDb, n: i64) {
     assert!(asleep.is_some(), "the {n} waiting claims did not all fall asleep");
 }
 
-/// A database for a wakeup-latency test: not served by a maintenance worker ("bgw_" is the
-/// served prefix: its once-a-second pass also wakes claims) and without claim-start hints (a
-/// queue's watcher looks once a second too), so only the commit under test can end the wait
-/// early, and a bound of seconds still tells a wakeup from a wait that ran out.
-fn unwoken_db(name: &str) -> TestDb {
-    let db = TestDb::new(name);
-    db.connect().batch_execute(&format!("ALTER DATABASE {} SET jq.claim_hints = off", db.name)).unwrap();
-    db
-}
 
 /// How soon after its commit a woken claim must have returned: far below the waits of these
 /// tests (10 s) and far above a woken claim's latency on a loaded machine (milliseconds).
@@ -45,7 +36,7 @@ fn a_waiting_claim_returns_right_after_the_enqueue_commits_and_not_before() {
     // wakes nobody) failed only when the pass came more than 500 ms after the commit (seen
     // once: "woken 546ms after the commit"). Here only the enqueue's own wakeup can end the
     // wait early.
-    let db = unwoken_db("longpoll");
+    let db = super::unwoken_db("longpoll");
     let mut c = db.connect();
     if broken("no_wake") {
         sabotage(&mut c, "jq.enqueue(text,jsonb,text,timestamptz,interval,integer,integer,text,text,bigint)",
@@ -128,7 +119,7 @@ fn a_session_with_wakeups_off_wakes_nobody_and_loses_nothing() {
 
 #[test]
 fn a_waiting_multi_queue_claim_is_woken_by_any_of_its_queues() {
-    let db = unwoken_db("multi");
+    let db = super::unwoken_db("multi");
     let mut c = db.connect();
     c.batch_execute("SELECT jq.create_queue('a'); SELECT jq.create_queue('b')").unwrap();
     let name = db.name.clone();
@@ -149,7 +140,7 @@ fn a_waiting_multi_queue_claim_is_woken_by_any_of_its_queues() {
 
 #[test]
 fn a_waiting_claim_on_a_full_capped_queue_is_woken_when_a_job_completes() {
-    let db = unwoken_db("capped");
+    let db = super::unwoken_db("capped");
     let mut c = db.connect();
     c.batch_execute("SELECT jq.create_queue('q', max_concurrency => 1)").unwrap();
     c.batch_execute("SELECT jq.enqueue('q', '{}'); SELECT jq.enqueue('q', '{}')").unwrap();
@@ -187,7 +178,7 @@ fn waiting_validates_its_arguments() {
 
 #[test]
 fn a_waiting_claim_on_an_empty_capped_queue_waits() {
-    let db = unwoken_db("capidle");
+    let db = super::unwoken_db("capidle");
     let mut c = db.connect();
     c.batch_execute("SELECT jq.create_queue('q', max_concurrency => 5)").unwrap();
     let t = Instant::now();
@@ -315,11 +306,9 @@ fn a_batch_wakes_one_waiter_per_n_jobs() {
 fn every_job_of_a_batch_is_claimed_without_waiting_out_the_wait() {
     // Its wakeups (six a round) would land in the counts of the tests that count them.
     let _counting = super::wakeup_counting();
-    let db = TestDb::new("batchall");
-    let mut c = db.connect();
     // Without claim-start hints no sleeping long-poll is the queue's watcher (src/claim_hint.rs),
     // whose timed look finds a job left behind within a second: only the wakeups are tested.
-    c.batch_execute(&format!("ALTER DATABASE {} SET jq.claim_hints = off", db.name)).unwrap();
+    let db = super::unwoken_db("batchall");
     let mut c = db.connect();
     break_wait_batch(&mut c);
     c.batch_execute("SELECT jq.create_queue('q')").unwrap();
@@ -356,7 +345,7 @@ fn every_job_of_a_batch_is_claimed_without_waiting_out_the_wait() {
 /// sequence in psql against that build: 8.0 s for an 8 s wait).
 #[test]
 fn a_claim_rolled_back_to_a_savepoint_wakes_a_waiter() {
-    let db = unwoken_db("savepoint");
+    let db = super::unwoken_db("savepoint");
     let mut c = db.connect();
     c.batch_execute("SELECT jq.create_queue('q'); SELECT jq.enqueue('q', '{}')").unwrap();
     c.batch_execute("BEGIN; SAVEPOINT s").unwrap();

@@ -63,6 +63,16 @@ fn status(c: &mut Client, db: &str) -> Option<(String, Option<i32>, i64, Option<
     .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
 }
 
+/// A database for a wakeup test: not served by a maintenance worker ("bgw_" is the served
+/// prefix: its once-a-second pass also wakes claims) and without claim-start hints (a queue's
+/// watcher looks once a second too), so only the commit under test can end a wait early, and a
+/// bound of seconds still tells a wakeup from a wait that ran out.
+fn unwoken_db(name: &str) -> TestDb {
+    let db = TestDb::new(name);
+    db.connect().batch_execute(&format!("ALTER DATABASE {} SET jq.claim_hints = off", db.name)).unwrap();
+    db
+}
+
 /// Waits until `cond` holds, polling every 50 ms, at most `limit`; returns how long it took.
 fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> Option<Duration> {
     let t = Instant::now();
