@@ -37,9 +37,9 @@
 //!   (one job only: every job the full claim finds waits for its walk of the dead head). One claim of a queue at
 //!   a time (its turn ends with its statement: at the first job it claims, right after it if
 //!   it claims none, or when a failed one's (sub)transaction ends), at least a second after
-//!   the previous one and at least ten times that one's duration after it (a full claim that
-//!   walks a long dead head is spaced out, so it never takes more than about a tenth of one
-//!   worker). So a job can be passed over for about a
+//!   the previous one and at least a hundred times that one's duration after it (a full claim
+//!   that walks a long dead head is spaced out, so it never takes more than about a hundredth
+//!   of one worker), at most a minute. So a job can be passed over for about a
 //!   second, longer only while an old snapshot is open; it is never lost.
 //! - A full claim runs only when a claim looks, and a long-poll asleep looks only when a commit
 //!   wakes it: with every consumer asleep, a job nothing wakes anyone for would wait for the
@@ -72,8 +72,11 @@ pub const HINT_SLOTS: usize = 1024;
 const FULL_CLAIM_EVERY_US: i64 = 1_000_000;
 /// A full claim is due again after this many times its own duration, if that is longer: while
 /// an old snapshot keeps the dead head alive, a full claim walks all of it (seconds, after
-/// minutes of such a snapshot), and one a second would take most of the machine.
-const FULL_CLAIM_SPACING: i64 = 10;
+/// minutes of such a snapshot), and one a second would take most of the machine. A hundred
+/// keeps those walks at about a hundredth of one worker; at ten they were a tenth, a measurable
+/// part of the queue's whole CPU at a moderate load (pg_test/tests/claim_hint.rs,
+/// a_slow_full_claim_is_spaced_by_a_hundred_times_its_duration).
+const FULL_CLAIM_SPACING: i64 = 100;
 /// How long one claim holds the turn to run the full claim before another may take it, µs.
 const FULL_CLAIM_TURN_US: i64 = 60_000_000;
 
@@ -185,7 +188,7 @@ fn enabled() -> bool {
 /// hint now; the hint's key is then what [`_hint_priority`], [`_hint_run_at`] and [`_hint_id`]
 /// return until the next call. False (run the full claim) when there is no hint, hints are off,
 /// or it is this claim's turn to run the full claim: at most one claim of a queue at a time, at
-/// least a second and at least ten times the previous full claim's duration after it.
+/// least a second and at least a hundred times the previous full claim's duration after it.
 #[pg_extern(create_or_replace, volatile, parallel_unsafe)]
 fn _claim_hint(queue: &str) -> bool {
     let Some(sh) = AREA.get().filter(|_| gucs::CLAIM_HINTS.get()) else {
@@ -216,7 +219,7 @@ fn _claim_hint(queue: &str) -> bool {
 }
 
 /// Ends the turn that this backend took at `turn_at` on the queue with `tag`, if it still holds
-/// it: the next full claim is due after a second or ten times this one's duration, whichever is
+/// it: the next full claim is due after a second or a hundred times this one's duration, whichever is
 /// longer, at most a minute.
 fn end_turn(h: &mut Hint, tag: u64, turn_at: i64, now: i64) {
     if h.tag == tag && h.full_due == turn_at + FULL_CLAIM_TURN_US {

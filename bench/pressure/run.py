@@ -12,7 +12,10 @@ load, in three phases: clean (PHASE_SECS) -> pressure (PRESSURE_SECS) -> recover
 Pressure kinds (KINDS, default "a b c"), applied from this script during the middle phase:
   a  one session holds an xid: `BEGIN; SELECT txid_current()`, then idle in transaction
   b  SCANNERS (4) sessions, each in ONE REPEATABLE READ transaction for the whole phase, scan
-     every queue table of the system (`SELECT count(*)`) in a loop, SCAN_PAUSE (1) s apart
+     every queue table of the system (`SELECT count(*)`) in a loop, SCAN_PAUSE (1) s apart; with
+     SCAN_PARALLEL=0 (the default) each scan runs in its session's backend alone
+     (max_parallel_workers_per_gather = 0), so the pressure's CPU is exactly its backends'; with 1
+     a scan may start parallel workers, whose CPU the breakdown catches only in part
   c  oversupply: the load process's middle segment offers RATE x 1.5
 For each system (SYSTEMS, default "jq"; "pgmq", "floor" and "awa" too) and kind: a fresh database, ONE load process
 for the whole schedule `P:RATE,H:RATE2,P:RATE` with the contract
@@ -24,13 +27,14 @@ AWA_PYTHON [bench/.peers/awa-venv/bin/python], skipped with a message when eithe
 Every SAMPLE_SECS (2) s: n_dead_tup and pg_total_relation_size of every table in the system's
 schema, pg_current_wal_lsn(), the CPU of the cluster (postmaster and descendants, bench/cpu.py
 tree), of the load process and of the pressure sessions' backends (left out of the database's CPU
-per job: they are the pressure, not the queue's work).
+per job: they are the pressure, not the queue's work), and the database's CPU by role (RoleCpu:
+the queue's clients, autovacuum, jq's background workers, other; summary.md gives it per phase).
 
 Environment: PG_CONFIG [pg_config on PATH], SKIP_INSTALL=1 (jq already installed, release build),
 JQ_BENCH_PORT [24470], JQ_BENCH_DATA [/tmp/jq-bench-pressure], PHASE_SECS [120], PRESSURE_SECS
 [PHASE_SECS] (when longer than PHASE_SECS, the summary also compares the pressure phase's first and
 last PHASE_SECS: the claim's cost must not grow with the jobs finished since the pin), RATE [800],
-CONSUMERS [32], SYSTEMS ["jq"], KINDS ["a b c"], SCANNERS [4], SCAN_PAUSE [1], SAMPLE_SECS [2],
+CONSUMERS [32], SYSTEMS ["jq"], KINDS ["a b c"], SCANNERS [4], SCAN_PAUSE [1], SCAN_PARALLEL [0], SAMPLE_SECS [2],
 WARM_SECS [2] (first seconds of the clean phase left out), FLOOR_MS [1] (latencies below it count
 as FLOOR_MS in the ratios to clean: the measurement's resolution), RESULTS
 [bench/results/pressure-<UTC date>-<commit>], AWA_PYTHON.
@@ -87,6 +91,7 @@ SYSTEM_NAMES = env("SYSTEMS", "jq").replace(",", " ").split()
 KINDS = env("KINDS", "a b c").replace(",", " ").split()
 SCANNERS = int(env("SCANNERS", "4"))
 SCAN_PAUSE = float(env("SCAN_PAUSE", "1"))
+SCAN_PARALLEL = env("SCAN_PARALLEL", "0") == "1"
 SAMPLE = float(env("SAMPLE_SECS", "2"))
 WARM = float(env("WARM_SECS", "2"))
 # Latencies below FLOOR_MS count as FLOOR_MS in the ratios to clean: below the measurement's
@@ -249,6 +254,10 @@ class PressureCpu:
         with self.lock:
             self.last[pid] = 0.0
 
+    def pids(self):
+        with self.lock:
+            return list(self.last)
+
     def read(self, pid=None):
         with self.lock:
             for p in [pid] if pid else list(self.last):
@@ -259,20 +268,68 @@ class PressureCpu:
             return sum(self.last.values())
 
 
+# The roles of the cluster's processes in the CPU breakdown (pg_stat_activity.backend_type):
+# the queue's clients, autovacuum, jq's background workers, and the rest (checkpointer, WAL
+# writer, ...). A parallel worker counts under its leader's role.
+ROLES = ("client", "autovacuum", "jq_worker", "other")
+ROLE_SQL = """SELECT a.pid, a.backend_start, a.backend_type, a.leader_pid, l.backend_type
+FROM pg_stat_activity a LEFT JOIN pg_stat_activity l ON l.pid = a.leader_pid AND a.backend_type = 'parallel worker'"""
+
+
+class RoleCpu:
+    """CPU seconds of the cluster's processes by role, from pg_stat_activity and /proc at each
+    sample: per process (pid and start) its last reading, summed per role. A process that lives
+    less than SAMPLE_SECS may never be read, and one that exits loses its last seconds: what the
+    roles miss of the postmaster's tree is the breakdown's "unattributed" remainder."""
+
+    def __init__(self, pcpu):
+        self.pcpu, self.last = pcpu, {}
+
+    @staticmethod
+    def role(btype, leader_type):
+        btype = leader_type or btype
+        if btype == "client backend":
+            return "client"
+        if btype.startswith("autovacuum"):
+            return "autovacuum"
+        return "jq_worker" if btype.startswith("jq") else "other"
+
+    def read(self, c):
+        pressure = set(self.pcpu.pids())
+        for pid, start, btype, leader, leader_type in c.execute(ROLE_SQL).fetchall():
+            if pid in pressure or (leader in pressure and btype == "parallel worker"):
+                role = "pressure_parallel" if pid not in pressure else None
+            else:
+                role = self.role(btype or "", leader_type)
+            if role is None:
+                continue
+            try:
+                self.last[(pid, start)] = (role, cpu.stat(pid)[1] / cpu.HZ)
+            except (OSError, ValueError, IndexError):
+                pass
+        out = dict.fromkeys(ROLES + ("pressure_parallel",), 0.0)
+        for role, secs in self.last.values():
+            out[role] += secs
+        return out
+
+
 def sampler(sysname, load_pid, pcpu, stop, rows, trows):
     """Every SAMPLE seconds until `stop`: one row of totals and one row per table."""
     s = SYSTEMS[sysname]
     pm = postmaster_pid()
+    roles = RoleCpu(pcpu)
     with psycopg.connect(url(s["db"]), autocommit=True) as c:
         while True:
             t = time.monotonic()
+            by_role = roles.read(c)
             tables = c.execute(TABLES_SQL, (s["schema"],)).fetchall()
             wal = c.execute("SELECT (pg_current_wal_lsn() - '0/0')::bigint").fetchone()[0]
             hot = [r for r in tables if s["hot"] is None or r[0] in s["hot"]]
             # A load process that has exited reads 0: keep its last reading.
             load_cpu = max(cpu.tree(load_pid), rows[-1]["load_cpu"] if rows else 0.0)
             rows.append(dict(t=t, wal=wal, db_cpu=cpu.tree(pm), load_cpu=load_cpu, pressure_cpu=pcpu.read(),
-                             dead=sum(r[1] for r in tables), size=sum(r[2] for r in tables), hot=sum(r[2] for r in hot)))
+                             dead=sum(r[1] for r in tables), size=sum(r[2] for r in tables), hot=sum(r[2] for r in hot),
+                             **{f"cpu_{r}": v for r, v in by_role.items()}))
             trows.extend((t, name, dead, size) for name, dead, size in tables)
             if stop.wait(max(0.0, SAMPLE - (time.monotonic() - t))):
                 return
@@ -296,6 +353,8 @@ def scan_tables(db, tables, pcpu, until):
     with psycopg.connect(url(db), autocommit=True) as c:
         pid = c.execute("SELECT pg_backend_pid()").fetchone()[0]
         pcpu.add(pid)
+        if not SCAN_PARALLEL:
+            c.execute("SET max_parallel_workers_per_gather = 0")
         c.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         while not until.is_set():
             for t in tables:
@@ -392,10 +451,9 @@ def load_cell(tag):
     """A finished cell from its files (cell-TAG.json, samples-TAG.csv), for --summarize."""
     with open(os.path.join(RESULTS, f"cell-{tag}.json")) as f:
         cell = json.load(f)
-    keys = {"t_s": "t", "wal_bytes": "wal", "db_cpu_s": "db_cpu", "load_cpu_s": "load_cpu",
-            "pressure_cpu_s": "pressure_cpu", "dead_tuples": "dead", "tables_bytes": "size", "hot_bytes": "hot"}
+    keys = dict(SAMPLE_COLUMNS)
     with open(os.path.join(RESULTS, f"samples-{tag}.csv")) as f:
-        cell["samples"] = [{keys[k]: float(v) for k, v in r.items()} for r in csv.DictReader(f)]
+        cell["samples"] = [{keys[k]: float(v) for k, v in r.items() if k in keys} for r in csv.DictReader(f)]
     return cell
 
 
@@ -407,13 +465,19 @@ def last_json(path):
         return None
 
 
+# samples-S-K.csv: column and key of a sample row (cpu_*: the CPU breakdown by role, RoleCpu).
+SAMPLE_COLUMNS = [("t_s", "t"), ("wal_bytes", "wal"), ("db_cpu_s", "db_cpu"), ("load_cpu_s", "load_cpu"),
+                  ("pressure_cpu_s", "pressure_cpu"), ("dead_tuples", "dead"), ("tables_bytes", "size"), ("hot_bytes", "hot")] + \
+    [(f"cpu_{r}_s", f"cpu_{r}") for r in ROLES + ("pressure_parallel",)]
+
+
 def write_samples(tag, rows, trows, t0):
     with open(os.path.join(RESULTS, f"samples-{tag}.csv"), "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["t_s", "wal_bytes", "db_cpu_s", "load_cpu_s", "pressure_cpu_s", "dead_tuples", "tables_bytes", "hot_bytes"])
+        w.writerow([col for col, _ in SAMPLE_COLUMNS])
         for r in rows:
-            w.writerow([f"{r['t'] - t0:.2f}", r["wal"], f"{r['db_cpu']:.2f}", f"{r['load_cpu']:.2f}", f"{r['pressure_cpu']:.2f}",
-                        r["dead"], r["size"], r["hot"]])
+            w.writerow([f"{r[k] - t0:.2f}" if k == "t" else r[k] if isinstance(r[k], int) else f"{r[k]:.2f}"
+                        for _, k in SAMPLE_COLUMNS])
     with open(os.path.join(RESULTS, f"tables-{tag}.csv"), "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["t_s", "table", "n_dead_tup", "total_bytes"])
@@ -461,9 +525,13 @@ def phase_figures(cell, done, missing, a, b):
         n = sum(s0["t"] <= t < s1["t"] for t, _ in done)
         f.update(size0=s0["size"], size1=s1["size"], hot0=s0["hot"], hot1=s1["hot"])
         if n:
-            f.update(wal=(s1["wal"] - s0["wal"]) / n,
-                     cpu=1000 * ((s1["db_cpu"] - s0["db_cpu"]) - (s1["pressure_cpu"] - s0["pressure_cpu"])) / n,
-                     load_cpu=1000 * (s1["load_cpu"] - s0["load_cpu"]) / n)
+            d = {k: s1.get(k, 0.0) - s0.get(k, 0.0) for k in s1}
+            db = d["db_cpu"] - d["pressure_cpu"] - d.get("cpu_pressure_parallel", 0.0)
+            f.update(wal=d["wal"] / n, cpu=1000 * db / n, load_cpu=1000 * d["load_cpu"] / n)
+            if "cpu_client" in s1:
+                f["roles"] = {r: 1000 * d[f"cpu_{r}"] / n for r in ROLES}
+                f["roles"]["unattributed"] = 1000 * db / n - sum(f["roles"].values())
+                f["roles"]["pressure parallel"] = 1000 * d["cpu_pressure_parallel"] / n
     return f
 
 
@@ -494,6 +562,9 @@ def cell_table(cell, done, missing):
         out.append(f"| {name} | {f['jobs_s']:.0f} | {f['p50']:.2f} / {f['p99']:.2f} | {f['missing']} | {f['dead']:,.0f} | "
                    f"{mb(f['size0'])}→{mb(f['size1'])} ({mb(f['hot0'])}→{mb(f['hot1'])}) | {f['wal']:,.0f} | {f['cpu']:.3f} | "
                    f"{f['load_cpu']:.3f} | {lat_ratio(f['p50'], c['p50']):.2f} / {lat_ratio(f['p99'], c['p99']):.2f} |")
+    if all("roles" in f for f in figs):
+        out.append("\ndb CPU ms/job by role (" + "; ".join(f"{name}: " + ", ".join(f"{r} {v:.3f}" for r, v in f["roles"].items())
+                                                       for name, f in zip(names, figs)) + ").")
     if cell["kind"] in ("a", "b"):
         p = figs[1]
         got = {"p50": lat_ratio(p["p50"], c["p50"]), "p99": lat_ratio(p["p99"], c["p99"]), "cpu": ratio(p["cpu"], c["cpu"]),
@@ -600,7 +671,7 @@ def machine():
                               "('shared_buffers','max_wal_size','synchronous_commit','fsync','full_page_writes','shared_preload_libraries',"
                               "'autovacuum_naptime','checkpoint_timeout')")[0][0],
              f"knobs: PHASE_SECS={PHASE:g} PRESSURE_SECS={HOLD:g} RATE={RATE:g} CONSUMERS={CONSUMERS} SYSTEMS={' '.join(SYSTEM_NAMES)} KINDS={' '.join(KINDS)} "
-             f"SCANNERS={SCANNERS} SCAN_PAUSE={SCAN_PAUSE:g} SAMPLE_SECS={SAMPLE:g} WARM_SECS={WARM:g} FLOOR_MS={FLOOR_MS:g}"]
+             f"SCANNERS={SCANNERS} SCAN_PAUSE={SCAN_PAUSE:g} SCAN_PARALLEL={int(SCAN_PARALLEL)} SAMPLE_SECS={SAMPLE:g} WARM_SECS={WARM:g} FLOOR_MS={FLOOR_MS:g}"]
     with open("/proc/cpuinfo") as f:
         lines.insert(2, "cpu: " + next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "?"))
     with open(os.path.join(RESULTS, "machine.txt"), "w") as f:
