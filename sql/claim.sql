@@ -289,7 +289,12 @@ BEGIN
         IF v_limit IS NULL THEN
             EXIT;  -- a long-poll with no room or no token now: sleep (until v_token_at at most)
         ELSIF v_limit OPERATOR(pg_catalog.<=) 0 THEN
-            RETURN;  -- the queue row is locked: return, even empty, rather than sleep holding it
+            -- The queue row is locked: return, even empty, rather than sleep holding it; and end
+            -- the wait as every other return does (a waiter left registered in the caller's open
+            -- transaction could be chosen for a wakeup it never acts on; pg_test/tests/bgworker/
+            -- lost_wakeups.rs, a_capped_long_poll_that_returns_under_the_row_lock_ends_its_wait).
+            IF v_deadline IS NOT NULL THEN PERFORM jq._wait_done(); END IF;
+            RETURN;
         END IF;
         v_locked := true;
         v_below := NULL;  -- capped or rate-limited: the locked claim looks everywhere

@@ -242,3 +242,50 @@ fn a_wakeup_whose_latch_a_wait_in_the_look_reset_is_not_lost() {
     let got = w_done.recv_timeout(Duration::from_secs(5));
     assert!(matches!(got, Ok(Ok(1))), "the job committed during W's look was not claimed: W got {got:?} within 5 s");
 }
+
+/// A capped long-poll that takes the queue row lock and then finds the cap reached returns at
+/// once, empty (it never sleeps holding the lock), and ends its waiter registration as every
+/// other return does. Left registered in the caller's open transaction, it could be chosen for
+/// a wakeup (a capped queue wakes one waiter per freed slot) that it never acts on, while another
+/// consumer of the queue slept on. Here B's look sees the cap free (A's claim of the one slot is
+/// not committed), waits for the queue row lock A holds, and under it finds the slot taken.
+/// Seen failing before the fix: "B is still a registered waiter (1 row in jq._waiters())".
+#[test]
+fn a_capped_long_poll_that_returns_under_the_row_lock_ends_its_wait() {
+    let db = TestDb::new("capped_gate_done");
+    let mut a = db.connect();
+    a.batch_execute(
+        "SELECT jq.create_queue('cw'); SELECT jq.alter_queue('cw', max_concurrency => 1);
+         SELECT jq.enqueue('cw', '{}'); SELECT jq.enqueue('cw', '{}');",
+    )
+    .unwrap();
+    a.batch_execute("BEGIN").unwrap();
+    assert_eq!(claim(&mut a, "cw", "a", 1, None).len(), 1, "A takes the one slot and holds the queue row");
+    let mut b = db.connect();
+    let b_pid = backend_pid(&mut b);
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        b.batch_execute("BEGIN").unwrap();
+        let got = b.query("SELECT id FROM jq.claim('cw', 'b', wait => '10 s')", &[]).map(|r| r.len());
+        let _ = tx.send((got.map_err(|e| e.to_string()), b));
+    });
+    let mut c = db.connect();
+    let t = Instant::now();
+    loop {
+        let n: i64 = c
+            .query_one("SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'", &[&b_pid])
+            .unwrap()
+            .get(0);
+        if n == 1 {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "B never waited for the queue row lock");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    a.batch_execute("COMMIT").unwrap();
+    let (got, mut b) = rx.recv_timeout(Duration::from_secs(10)).expect("B's claim returns");
+    assert_eq!(got, Ok(0), "B finds the cap reached under the lock");
+    let registered: i64 = c.query_one("SELECT count(*) FROM jq._waiters() WHERE pid = $1", &[&b_pid]).unwrap().get(0);
+    b.batch_execute("COMMIT").unwrap();
+    assert_eq!(registered, 0, "B is still a registered waiter ({registered} row in jq._waiters())");
+}
