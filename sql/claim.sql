@@ -31,7 +31,8 @@
 -- capped one) and costs no second statement; inside a transaction that already wrote, an empty
 -- claim always looks again. If a job that sorts first became claimable between the two
 -- statements, the look by id claims that one and the locked row waits for this transaction to
--- end (then the next full claim, within about a second, finds it).
+-- end (then the next full claim, within about a second, or up to a minute while an old snapshot
+-- is open, finds it).
 -- pg_test/tests/exactly_once/one_job.rs, one_job_claims_find_rows_updated_since_their_snapshot.
 -- The queue row gates it (unpaused, and uncapped unless we hold the cap lock) and gives the
 -- default lease, so the common case costs one statement. Written as ctid (or id) = ANY

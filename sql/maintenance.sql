@@ -767,7 +767,7 @@ COMMENT ON FUNCTION jq._claim_hint(text) IS
 'Internal (src/claim_hint.rs): whether claims of queue may start at its claim-start hint now (the '
 'key of its last claimed job, in shared memory); the key is then what jq._hint_priority(), '
 'jq._hint_run_at() and jq._hint_id() return. False when there is none, jq.claim_hints is off, '
-'jq is not preloaded, or it is this claim''s turn to run the full claim (one claim of a queue at a time, at least a second and a hundred times the previous full claim''s duration apart, at most a minute).';
+'jq is not preloaded, or it is this claim''s turn to run the full claim (one claim of a queue at a time, at least a second and a hundred times the CPU time of the previous full claim apart, at most a minute).';
 COMMENT ON FUNCTION jq._hint_priority() IS
 'Internal: priority of the claim-start hint read by this backend''s last jq._claim_hint (NULL if none).';
 COMMENT ON FUNCTION jq._hint_run_at() IS
@@ -793,7 +793,7 @@ COMMENT ON FUNCTION jq._hint_watch(text) IS
 COMMENT ON FUNCTION jq._hint_turn_end(text) IS
 'Internal: called by jq.claim right after a full claim that claimed nothing: if this backend had '
 'the turn to run the full claim of queue, it ends now, and the next full claim is due a second or '
-'a hundred times this one''s duration later (at most a minute), not after the caller''s transaction. '
+'a hundred times the CPU time this one used later (at most a minute), not after the caller''s transaction. '
 'Returns true.';
 COMMENT ON FUNCTION jq._reap_start(timestamptz) IS
 'Internal (src/reap_start.rs): the lease_expires_at where a jq._reap call at now starts: 5 s before '

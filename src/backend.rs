@@ -61,6 +61,16 @@ pub fn now_us() -> i64 {
     unsafe { pg_sys::GetCurrentTimestamp() }
 }
 
+/// CPU time (user and system) this backend's process has used, µs (`CLOCK_PROCESS_CPUTIME_ID`).
+pub fn cpu_us() -> i64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: writes the clock's reading into `ts`, which lives for the call.
+    if unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) } != 0 {
+        return 0;
+    }
+    ts.tv_sec as i64 * 1_000_000 + ts.tv_nsec as i64 / 1_000
+}
+
 /// Sleeps on this backend's own latch until it is set or `deadline_us` (PostgreSQL µs) passes,
 /// at most `cap_ms` when given (the polling interval when no wakeup can come), and resets it.
 /// False, without sleeping, when the deadline had already passed. The long-poll claim

@@ -37,9 +37,9 @@
 //!   (one job only: every job the full claim finds waits for its walk of the dead head). One claim of a queue at
 //!   a time (its turn ends with its statement: at the first job it claims, right after it if
 //!   it claims none, or when a failed one's (sub)transaction ends), at least a second after
-//!   the previous one and at least a hundred times that one's duration after it (a full claim
-//!   that walks a long dead head is spaced out, so it never takes more than about a hundredth
-//!   of one worker), at most a minute. So a job can be passed over for about a
+//!   the previous one and at least a hundred times the CPU time that one used after it (a full
+//!   claim that walks a long dead head is spaced out, so it never takes more than about a
+//!   hundredth of one worker), at most a minute. So a job can be passed over for about a
 //!   second, longer only while an old snapshot is open; it is never lost.
 //! - A full claim runs only when a claim looks, and a long-poll asleep looks only when a commit
 //!   wakes it: with every consumer asleep, a job nothing wakes anyone for would wait for the
@@ -56,7 +56,7 @@
 //! hashes do: `queues_name_hash_idx`); slots are found by the tag, and two queues that share a
 //! slot only take it from each other.
 
-use crate::backend::{my_database, my_procno, now_us};
+use crate::backend::{cpu_us, my_database, my_procno, now_us};
 use crate::gucs;
 use crate::queue_hash::QueueHash;
 use crate::shmem::{Area, Zeroable};
@@ -70,12 +70,12 @@ pub const HINT_SLOTS: usize = 1024;
 
 /// Shortest time between two full claims of a queue that has a hint, µs.
 const FULL_CLAIM_EVERY_US: i64 = 1_000_000;
-/// A full claim is due again after this many times its own duration, if that is longer: while
-/// an old snapshot keeps the dead head alive, a full claim walks all of it (seconds, after
+/// A full claim is due again after this many times the CPU time it used, if that is longer:
+/// while an old snapshot keeps the dead head alive, a full claim walks all of it (seconds, after
 /// minutes of such a snapshot), and one a second would take most of the machine. A hundred
-/// keeps those walks at about a hundredth of one worker; at ten they were a tenth, a measurable
-/// part of the queue's whole CPU at a moderate load (pg_test/tests/claim_hint.rs,
-/// a_slow_full_claim_is_spaced_by_a_hundred_times_its_duration).
+/// keeps those walks at about a hundredth of one worker; at ten (of its wall time) they were a
+/// tenth, a measurable part of the queue's whole CPU at a moderate load
+/// (pg_test/tests/claim_hint.rs, a_full_claim_that_walks_a_long_dead_head_is_spaced_out).
 const FULL_CLAIM_SPACING: i64 = 100;
 /// How long one claim holds the turn to run the full claim before another may take it, µs.
 const FULL_CLAIM_TURN_US: i64 = 60_000_000;
@@ -153,6 +153,8 @@ struct Seen {
     key: Key,
     /// When this claim took the turn to run the full claim (0: it did not).
     turn_at: i64,
+    /// This backend's CPU time then, µs ([`cpu_us`]).
+    cpu_at: i64,
 }
 
 /// A change to apply when the transaction ends.
@@ -166,9 +168,10 @@ enum Change {
 
 thread_local! {
     static SEEN: Cell<Seen> = const { Cell::new(Seen { tag: 0, slot_tag: 0, gen: 0, valid: false,
-        key: Key { priority: 0, run_at: 0, id: 0 }, turn_at: 0 }) };
-    /// Turns to run the full claim taken in this transaction and not ended yet: (tag, turn_at).
-    static TURNS: RefCell<Vec<(u64, i64)>> = const { RefCell::new(Vec::new()) };
+        key: Key { priority: 0, run_at: 0, id: 0 }, turn_at: 0, cpu_at: 0 }) };
+    /// Turns to run the full claim taken in this transaction and not ended yet: (tag, turn_at,
+    /// cpu_at).
+    static TURNS: RefCell<Vec<(u64, i64, i64)>> = const { RefCell::new(Vec::new()) };
     /// Changes at commit (`.1 = false`) or at abort (`.1 = true`).
     static PENDING: RefCell<Vec<(u64, Change, bool)>> = const { RefCell::new(Vec::new()) };
     /// The tag of the queue this backend watches while it sleeps in a long-poll (0: none).
@@ -188,7 +191,7 @@ fn enabled() -> bool {
 /// hint now; the hint's key is then what [`_hint_priority`], [`_hint_run_at`] and [`_hint_id`]
 /// return until the next call. False (run the full claim) when there is no hint, hints are off,
 /// or it is this claim's turn to run the full claim: at most one claim of a queue at a time, at
-/// least a second and at least a hundred times the previous full claim's duration after it.
+/// least a second and at least a hundred times the CPU time the previous full claim used after it.
 #[pg_extern(create_or_replace, volatile, parallel_unsafe)]
 fn _claim_hint(queue: &str) -> bool {
     let Some(sh) = AREA.get().filter(|_| gucs::CLAIM_HINTS.get()) else {
@@ -204,8 +207,10 @@ fn _claim_hint(queue: &str) -> bool {
             // This claim runs the full claim; the others keep using the hint meanwhile.
             h.full_due = now + FULL_CLAIM_TURN_US;
         }
-        Seen { tag, slot_tag: h.tag, gen: h.gen, valid: mine && !turn, key: h.key, turn_at: if turn { now } else { 0 } }
+        Seen { tag, slot_tag: h.tag, gen: h.gen, valid: mine && !turn, key: h.key, turn_at: if turn { now } else { 0 },
+               cpu_at: 0 }
     });
+    let seen = if seen.turn_at > 0 { Seen { cpu_at: cpu_us(), ..seen } } else { seen };
     SEEN.set(seen);
     if seen.turn_at > 0 {
         // The turn ends at the first job the full claim claims (jq._hint_advance), or right
@@ -213,17 +218,19 @@ fn _claim_hint(queue: &str) -> bool {
         // the statement fails, when its subtransaction or transaction ends ([`at_subxact_abort`],
         // [`at_commit`], [`at_abort`]). A turn held until it times out would make a job behind
         // the hint wait a minute.
-        TURNS.with_borrow_mut(|t| t.push((tag, now)));
+        TURNS.with_borrow_mut(|t| t.push((tag, now, seen.cpu_at)));
     }
     seen.valid
 }
 
 /// Ends the turn that this backend took at `turn_at` on the queue with `tag`, if it still holds
-/// it: the next full claim is due after a second or a hundred times this one's duration, whichever is
-/// longer, at most a minute.
-fn end_turn(h: &mut Hint, tag: u64, turn_at: i64, now: i64) {
+/// it: the next full claim is due after a second or a hundred times the CPU time this one used
+/// (`cpu` µs), whichever is longer, at most a minute. CPU time, not wall time: the bound is on
+/// the CPU the walks take, and a full claim that waited (for a lock, or for a CPU on a loaded
+/// machine) walked no more for it.
+fn end_turn(h: &mut Hint, tag: u64, turn_at: i64, now: i64, cpu: i64) {
     if h.tag == tag && h.full_due == turn_at + FULL_CLAIM_TURN_US {
-        h.full_due = now + FULL_CLAIM_EVERY_US.max((FULL_CLAIM_SPACING * (now - turn_at)).min(FULL_CLAIM_TURN_US));
+        h.full_due = now + FULL_CLAIM_EVERY_US.max((FULL_CLAIM_SPACING * cpu.max(0)).min(FULL_CLAIM_TURN_US));
     }
 }
 
@@ -232,8 +239,8 @@ fn end_turns(tag: Option<u64>) {
     if TURNS.with_borrow(|t| t.is_empty()) {
         return;  // the usual case, at every commit of a claiming backend
     }
-    let ended: Vec<(u64, i64)> = TURNS.with_borrow_mut(|t| {
-        let (ended, kept) = t.drain(..).partition(|(g, _)| tag.is_none_or(|x| x == *g));
+    let ended: Vec<(u64, i64, i64)> = TURNS.with_borrow_mut(|t| {
+        let (ended, kept) = t.drain(..).partition(|(g, _, _)| tag.is_none_or(|x| x == *g));
         *t = kept;
         ended
     });
@@ -241,14 +248,14 @@ fn end_turns(tag: Option<u64>) {
         return;
     }
     let mut seen = SEEN.get();
-    if ended.iter().any(|(g, at)| *g == seen.tag && *at == seen.turn_at) {
+    if ended.iter().any(|(g, at, _)| *g == seen.tag && *at == seen.turn_at) {
         seen.turn_at = 0;
         SEEN.set(seen);
     }
     if let Some(sh) = AREA.get() {
-        let now = now_us();
-        for (g, at) in ended {
-            sh.slot(g).with(|h| end_turn(h, g, at, now));
+        let (now, cpu) = (now_us(), cpu_us());
+        for (g, at, cpu_at) in ended {
+            sh.slot(g).with(|h| end_turn(h, g, at, now, cpu - cpu_at));
         }
     }
 }
@@ -324,10 +331,11 @@ fn _hint_advance(queue: &str, priority: i32, run_at: TimestampWithTimeZone, id: 
     }
     if let Some(sh) = AREA.get() {
         let now = now_us();
+        let cpu = if seen.turn_at > 0 { cpu_us() - seen.cpu_at } else { 0 };
         let restarted = sh.slot(tag).with(|h| {
             if seen.turn_at > 0 && h.tag == tag {
-                // The full claim this backend ran is done: space the next one by its duration.
-                end_turn(h, tag, seen.turn_at, now);
+                // The full claim this backend ran is done: space the next one by its CPU time.
+                end_turn(h, tag, seen.turn_at, now, cpu);
                 // It took the queue's true head, so nothing claimable sorts before its first
                 // job: start the hint there, even behind where it was, so that jobs a race left
                 // behind the hint are swept by the hinted claims that follow instead of one full
@@ -359,7 +367,7 @@ fn _hint_advance(queue: &str, priority: i32, run_at: TimestampWithTimeZone, id: 
         if seen.turn_at > 0 {
             // The first claimed row ends the turn; the claim's other rows move the hint forward
             // from where the turn put it.
-            TURNS.with_borrow_mut(|t| t.retain(|(g, at)| !(*g == tag && *at == seen.turn_at)));
+            TURNS.with_borrow_mut(|t| t.retain(|(g, at, _)| !(*g == tag && *at == seen.turn_at)));
             SEEN.set(Seen { turn_at: 0, gen: restarted.unwrap_or(seen.gen), slot_tag: tag, ..seen });
         }
     }

@@ -35,6 +35,11 @@ fn claim_index_reads(c: &mut Client, queue: &str, n: i32) -> i64 {
 /// (returned: it holds the snapshot until its COMMIT) and claims and completes the first 20,000
 /// under it, so that their 20,000 dead entries at the head of the claim index cannot be removed.
 fn dead_head(db: &TestDb, c: &mut Client, queue: &str, jobs: i32) -> Client {
+    dead_head_of(db, c, queue, jobs, 20)
+}
+
+/// As [`dead_head`], with `thousands` × 1,000 jobs claimed and completed under the snapshot.
+fn dead_head_of(db: &TestDb, c: &mut Client, queue: &str, jobs: i32, thousands: usize) -> Client {
     c.batch_execute(&format!(
         "SELECT jq.create_queue('{queue}');
          SELECT count(*) FROM jq.enqueue_many('{queue}', (SELECT jsonb_agg(jsonb_build_object('n', g))
@@ -45,7 +50,7 @@ fn dead_head(db: &TestDb, c: &mut Client, queue: &str, jobs: i32) -> Client {
     holder
         .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM jq.jobs;")
         .expect("hold a snapshot");
-    for _ in 0..20 {
+    for _ in 0..thousands {
         let rows = c
             .query("SELECT id, lease_token FROM jq.claim($1, 'w', 1000)", &[&queue])
             .expect("claim");
@@ -366,8 +371,8 @@ fn ten_held_behind_the_hint(db: &TestDb, c: &mut Client, queue: &str) -> Client 
 }
 
 /// Claims of `queue` on `c` every 50 ms until 10 jobs are claimed or 10 s have passed; how many.
-/// The next full claim is due a second after the last, or a hundred times its duration if longer (a
-/// full claim slowed by a loaded machine); a turn held until it times out takes a minute.
+/// The next full claim is due a second after the last, or a hundred times the CPU time it used
+/// if longer; a turn held until it times out takes a minute.
 fn claimed_within_10s(c: &mut Client, queue: &str) -> usize {
     let start = std::time::Instant::now();
     let mut got = 0;
@@ -443,9 +448,7 @@ fn a_full_claim_that_fails_in_a_savepoint_ends_its_turn() {
     let mut locker = db.connect();
     locker.batch_execute("BEGIN; LOCK TABLE jq.jobs IN SHARE MODE").unwrap();
     let mut other = db.connect();
-    // A short lock timeout: the failed full claim's duration spaces the next one (a hundred
-    // times it), which must come well within the 10-s window below.
-    other.batch_execute("BEGIN; SAVEPOINT s; SET LOCAL lock_timeout = '10ms'").unwrap();
+    other.batch_execute("BEGIN; SAVEPOINT s; SET LOCAL lock_timeout = '50ms'").unwrap();
     let err = other.query("SELECT id FROM jq.claim('tx', 'o', 10)", &[]).expect_err("the claim waits for the lock and times out");
     assert_eq!(err.code().map(|s| s.code()), Some("55P03"), "{err}");
     other.batch_execute("ROLLBACK TO SAVEPOINT s").unwrap();
@@ -456,38 +459,69 @@ fn a_full_claim_that_fails_in_a_savepoint_ends_its_turn() {
     assert_eq!(got, 10, "{got} of the 10 jobs behind the hint claimed within 10 s while the failed claim's transaction was open");
 }
 
-/// A slow full claim is spaced out: the next one of the queue is due a hundred times its
-/// duration later (at most a minute), so that while an old snapshot keeps a long dead head alive
-/// the walks of it take about a hundredth of one worker (at ten times, up to a tenth of a core:
-/// about half the queue's whole database CPU at 800 jobs/s; docs/BENCHMARKS.md, "30-minute
-/// holds"). Here the full claim is
-/// made slow by a table lock it waits for (300 ms), and finds only held rows; the 10 jobs
-/// released behind the hint after it must then wait for the next full claim, 30 s later. Seen
-/// failing against the build with ten times the duration: the 10 were claimed about 3 s later.
+/// CPU time backend `pid` has spent running so far, from `/proc/PID/schedstat` (its first field,
+/// in ns); the tests run on the cluster's machine.
+fn backend_cpu(pid: i32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).expect("/proc/PID/schedstat of a backend");
+    Duration::from_nanos(stat.split_whitespace().next().and_then(|f| f.parse().ok()).expect("run time in ns"))
+}
+
+/// Takes the turn to run `queue`'s full claim on `probe` without running one, once it is due
+/// (`jq._claim_hint` false with `jq._hint_turn` true); the turn ends with the statement, having
+/// used next to no CPU, so the next is due a second later. False if the queue has no hint
+/// (its slot taken by another database's queue: the caller cannot tell the spacing then).
+fn take_turn(probe: &mut Client, queue: &str, limit: Duration) -> bool {
+    let t = Instant::now();
+    loop {
+        let row = probe.query_one("SELECT jq._claim_hint($1), jq._hint_turn()", &[&queue]).expect("probe");
+        match (row.get::<_, bool>(0), row.get::<_, bool>(1)) {
+            (false, true) => return true,
+            (false, false) => return false,
+            _ => {}
+        }
+        assert!(t.elapsed() < limit, "no turn to run the full claim of {queue} within {limit:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A full claim that walks a long dead head is spaced out: the next full claim of the queue is
+/// due a hundred times the CPU time it used later (at most a minute), so that while an old
+/// snapshot keeps the dead head alive the walks take about a hundredth of one worker (at ten
+/// times, up to a tenth of a core: about half the queue's whole database CPU at 800 jobs/s;
+/// docs/BENCHMARKS.md, "30-minute holds"). 300,000 jobs are claimed and completed under a held
+/// snapshot; a claim that takes the turn walks their dead entries; the next turn must not come
+/// before about a hundred times the CPU its backend used for that claim (read from /proc).
+/// Seen failing against a build that spaced by ten times the CPU time: "the next full claim came
+/// 1.009140543s after one that used 40.762502ms of CPU (due after at least 3.66862518s)".
 #[test]
-fn a_slow_full_claim_is_spaced_by_a_hundred_times_its_duration() {
+fn a_full_claim_that_walks_a_long_dead_head_is_spaced_out() {
     let db = TestDb::new("hint_spacing");
     let mut c = db.connect();
-    let mut holder = ten_held_behind_the_hint(&db, &mut c, "sp");
-    std::thread::sleep(Duration::from_millis(1100));
-    let mut locker = db.connect();
-    locker.batch_execute("BEGIN; LOCK TABLE jq.jobs IN SHARE MODE").unwrap();
-    let unlock = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(300));
-        locker.batch_execute("COMMIT").unwrap();
-    });
-    let t = Instant::now();
-    assert_eq!(claim(&mut c, "sp", "o", 10, None).len(), 0, "the full claim finds only held rows");
-    let took = t.elapsed();
-    unlock.join().unwrap();
-    assert!(took >= Duration::from_millis(300), "the full claim waited for the lock ({took:?})");
-    holder.batch_execute("COMMIT").expect("unlock");
-    let released = Instant::now();
-    while released.elapsed() < Duration::from_secs(8) {
-        let got = claim(&mut c, "sp", "w", 10, None);
-        assert!(got.is_empty(), "a job behind the hint was claimed {:?} after a full claim of {took:?}", released.elapsed());
-        std::thread::sleep(Duration::from_millis(100));
+    let mut holder = dead_head_of(&db, &mut c, "sp", 310_000, 300);
+    let mut probe = db.connect();
+    if !take_turn(&mut probe, "sp", Duration::from_secs(70)) {
+        eprintln!("queue sp lost its hint slot to another test's queue: the spacing cannot be told apart");
+        return;
     }
+    std::thread::sleep(Duration::from_millis(1100));
+    let pid = backend_pid(&mut c);
+    let before = backend_cpu(pid);
+    assert_eq!(claim(&mut c, "sp", "w", 1, None).len(), 1, "the full claim takes one job");
+    let used = backend_cpu(pid) - before;
+    let ended = Instant::now();
+    let took_turn = take_turn(&mut probe, "sp", Duration::from_secs(70));
+    let gap = ended.elapsed();
+    holder.batch_execute("COMMIT").expect("release the snapshot");
+    if !took_turn {
+        eprintln!("queue sp lost its hint slot to another test's queue: the spacing cannot be told apart");
+        return;
+    }
+    // Ten times its wall time would space it by a second: the walk must use enough CPU for a
+    // hundred times it to be well past that.
+    assert!(used >= Duration::from_millis(20), "the full claim used only {used:?} of CPU: too short a dead head to tell the spacing");
+    // A hundred times the CPU used (less a tenth: the statement's CPU beyond the turn's), at most a minute.
+    let least = (used * 90).min(Duration::from_secs(60));
+    assert!(gap >= least, "the next full claim came {gap:?} after one that used {used:?} of CPU (due after at least {least:?})");
 }
 
 /// Whether backend `pid` sleeps in a long-poll (the latch wait of `jq._wait`, wait event type
