@@ -63,6 +63,8 @@ static AREA: Area<Awaiters> = Area::new(c"jq awaiters");
 thread_local! {
     /// This backend holds an awaiter slot.
     static AWAITING: Cell<bool> = const { Cell::new(false) };
+    /// The subtransaction this backend registered in ([`backend::current_subxact`]).
+    static AWAIT_SUBXACT: Cell<u32> = const { Cell::new(0) };
 }
 
 /// Attaches the awaiter table. Called from `_PG_init` while preloading only.
@@ -108,6 +110,16 @@ pub fn stop() {
     }
 }
 
+/// At the rollback of subtransaction `my` (src/xact.rs): an await registered in `my` or below it
+/// failed there (a statement timeout, a cancel); its registration ends now, not at the end of
+/// the outer transaction (`an_await_that_fails_inside_a_savepoint_ends_its_registration` in
+/// pg_test/tests/bgworker/lost_wakeups.rs).
+pub fn at_subxact_abort(my: u32) {
+    if AWAITING.get() && AWAIT_SUBXACT.get() >= my {
+        stop();
+    }
+}
+
 /// `jq._await_register(queue text) RETURNS boolean`: registers this backend as awaiting a job of
 /// `queue` and resets its latch; lasts until [`_await_done`] or the end of the transaction.
 /// False when awaiting falls back to polling (jq not preloaded, or this backend's number is past
@@ -128,6 +140,7 @@ fn _await_register(queue: &str) -> bool {
     a.db.store(backend::my_database(), Ordering::Release);
     sh.active.fetch_add(1, Ordering::SeqCst);
     AWAITING.set(true);
+    AWAIT_SUBXACT.set(backend::current_subxact());
     true
 }
 

@@ -55,6 +55,14 @@ pub fn pid_of(procno: i32) -> i32 {
     }
 }
 
+/// The current subtransaction's id: ids grow within a top-level transaction, and one that
+/// aborts has a subtree of ids at least its own (so a registration made at id `s` was made in
+/// the aborting subtransaction `my` or below it exactly when `s >= my`).
+pub fn current_subxact() -> u32 {
+    // SAFETY: reads the backend's transaction state; valid inside a transaction.
+    unsafe { pg_sys::GetCurrentSubTransactionId() }
+}
+
 /// The current time, µs since 2000-01-01 (PostgreSQL's epoch).
 pub fn now_us() -> i64 {
     // SAFETY: reads the clock.

@@ -159,6 +159,9 @@ thread_local! {
     /// This backend consumed a wakeup and its look has not ended: if the transaction aborts
     /// now (a cancel during the look), the wakeup is passed on ([`stop_waiting`]).
     static LOOKING: Cell<bool> = const { Cell::new(false) };
+    /// The subtransaction this backend registered in ([`backend::current_subxact`]): its
+    /// rollback (or an ancestor's) ends the wait ([`at_subxact_abort`]).
+    static WAIT_SUBXACT: Cell<u32> = const { Cell::new(0) };
 }
 
 /// Records `n` events of queue `hash` for the end of the transaction (unless `jq.wakeups` is
@@ -227,12 +230,19 @@ pub fn at_prepare() {
     stop_waiting(false);
 }
 
-/// At the rollback of a subtransaction (src/xact.rs): a claim rolled back to a savepoint (or
+/// At the rollback of subtransaction `my` (src/xact.rs): a claim rolled back to a savepoint (or
 /// by a plpgsql EXCEPTION block) hands its jobs back now, so it wakes for them at once
 /// (`a_claim_rolled_back_to_a_savepoint_wakes_a_waiter`). The entries stay, so a later
 /// top-level abort wakes again (spurious, harmless); the commit of the outer transaction
-/// ignores them.
-pub fn at_subxact_abort() {
+/// ignores them. A long-poll registered in `my` or below it failed there (a statement timeout,
+/// a cancel, a dropped queue): its wait ends now, passing on a wakeup it consumed, as at a
+/// top-level abort; left registered in the open outer transaction it could be chosen for
+/// wakeups it never acts on (`a_long_poll_that_fails_inside_a_savepoint_ends_its_wait` in
+/// pg_test/tests/bgworker/lost_wakeups.rs).
+pub fn at_subxact_abort(my: u32) {
+    if WAITING.get() && WAIT_SUBXACT.get() >= my {
+        stop_waiting(true);
+    }
     let wakes: Vec<Pending> = PENDING.with_borrow(|pending| {
         pending.iter().filter(|p| p.abort > 0).map(Pending::rolled_back).collect()
     });
@@ -574,6 +584,7 @@ fn register(queues: Vec<String>, capped: Vec<bool>, batch: u32, watchable: bool)
     w.db.store(backend::my_database(), Ordering::Release);
     sh.active.fetch_add(1, Ordering::SeqCst);
     WAITING.set(true);
+    WAIT_SUBXACT.set(backend::current_subxact());
     true
 }
 

@@ -58,13 +58,14 @@ unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: 
 #[pg_guard]
 unsafe extern "C-unwind" fn subxact_callback(
     event: pg_sys::SubXactEvent::Type,
-    _my: pg_sys::SubTransactionId,
+    my: pg_sys::SubTransactionId,
     _parent: pg_sys::SubTransactionId,
     _arg: *mut std::ffi::c_void,
 ) {
     if event == pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB {
         claim_hint::at_subxact_abort();
-        wakeup::at_subxact_abort();
+        wakeup::at_subxact_abort(my);
+        awaiting::at_subxact_abort(my);
         reap_start::at_abort();
     }
 }

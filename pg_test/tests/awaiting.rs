@@ -248,3 +248,29 @@ fn a_finish_racing_the_awaiters_first_look_is_never_lost() {
     let woken: Option<i64> = c.query_one("SELECT jq._await_wakeups()", &[]).unwrap().get(0);
     assert!(woken.is_some(), "jq is preloaded in the test cluster: awaiters use shared memory");
 }
+
+/// An await that fails inside a savepoint (here its statement timeout) ends its registration when
+/// the savepoint is rolled back (src/awaiting.rs, at_subxact_abort): a job of its queue that
+/// ends afterwards sets no latch of it. Seen failing before the fix: "a finish after the
+/// rollback still woke 1 awaiter".
+#[test]
+fn an_await_that_fails_inside_a_savepoint_ends_its_registration() {
+    let db = TestDb::new("await_savepoint");
+    let mut c = db.connect();
+    c.batch_execute("SELECT jq.create_queue('sv')").unwrap();
+    let id: i64 = c.query_one("SELECT jq.enqueue('sv', '{}')", &[]).unwrap().get(0);
+    let mut a = db.connect();
+    a.batch_execute("BEGIN").unwrap();
+    a.batch_execute("SAVEPOINT s").unwrap();
+    a.batch_execute("SET LOCAL statement_timeout = '300ms'").unwrap();
+    let r = a.query("SELECT state FROM jq.await($1, '10 s')", &[&id]);
+    assert_eq!(sqlstate(r), "57014", "the await times out");
+    a.batch_execute("ROLLBACK TO SAVEPOINT s").unwrap();
+    let before: Option<i64> = c.query_one("SELECT jq._await_wakeups()", &[]).unwrap().get(0);
+    let j = claim(&mut c, "sv", "w", 1, None).pop().unwrap();
+    assert!(complete(&mut c, &j));
+    let after: Option<i64> = c.query_one("SELECT jq._await_wakeups()", &[]).unwrap().get(0);
+    a.batch_execute("COMMIT").unwrap();
+    let woken = after.unwrap() - before.expect("jq is preloaded in the test cluster");
+    assert_eq!(woken, 0, "a finish after the rollback still woke {woken} awaiter");
+}

@@ -289,3 +289,32 @@ fn a_capped_long_poll_that_returns_under_the_row_lock_ends_its_wait() {
     b.batch_execute("COMMIT").unwrap();
     assert_eq!(registered, 0, "B is still a registered waiter ({registered} row in jq._waiters())");
 }
+
+/// A long-poll that fails inside a savepoint (here its statement timeout; also a cancel, a lock
+/// timeout, or 42704 once its queue is dropped) ends its wait when the savepoint is rolled back,
+/// not when the outer transaction ends: left registered in the open transaction, the backend
+/// could be chosen for a wakeup it never acts on, while another consumer of the queue slept on.
+/// The registration made in an enclosing transaction level is not touched by the rollback of a
+/// savepoint below it (src/wakeup.rs, at_subxact_abort). Seen failing before the fix: "B is
+/// still a registered waiter after ROLLBACK TO SAVEPOINT (1 row in jq._waiters())".
+#[test]
+fn a_long_poll_that_fails_inside_a_savepoint_ends_its_wait() {
+    let db = TestDb::new("savepoint_wait");
+    let mut b = db.connect();
+    let b_pid = backend_pid(&mut b);
+    b.batch_execute("SELECT jq.create_queue('sv')").unwrap();
+    b.batch_execute("BEGIN").unwrap();
+    b.batch_execute("SAVEPOINT s").unwrap();
+    b.batch_execute("SET LOCAL statement_timeout = '300ms'").unwrap();
+    let r = b.query("SELECT id FROM jq.claim('sv', 'b', wait => '10 s')", &[]);
+    assert_eq!(sqlstate(r), "57014", "the long-poll times out");
+    b.batch_execute("ROLLBACK TO SAVEPOINT s").unwrap();
+    let mut c = db.connect();
+    let registered: i64 = c.query_one("SELECT count(*) FROM jq._waiters() WHERE pid = $1", &[&b_pid]).unwrap().get(0);
+    assert_eq!(registered, 0, "B is still a registered waiter after ROLLBACK TO SAVEPOINT ({registered} row in jq._waiters())");
+    // The transaction goes on: a job enqueued now is claimed by B's next call in it.
+    c.batch_execute("SELECT jq.enqueue('sv', '{}')").unwrap();
+    let got = b.query("SELECT id FROM jq.claim('sv', 'b', wait => '10 s')", &[]).unwrap();
+    b.batch_execute("COMMIT").unwrap();
+    assert_eq!(got.len(), 1, "B claims the job after the rollback to its savepoint");
+}
