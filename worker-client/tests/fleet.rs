@@ -109,7 +109,7 @@ fn kill_9_leaves_a_stale_entry_whose_beats_stopped() {
     w.signal("KILL");
     w.wait_for(Duration::from_secs(5)).expect("killed");
     let (_, _, _, last) = entry(&mut c, "K").unwrap();
-    wait_until(Duration::from_secs(10), "the killed worker goes stale (3 x 500 ms without a beat)", || {
+    wait_until(Duration::from_secs(30), "the killed worker goes stale (3 x 500 ms without a beat)", || {
         entry(&mut c, "K").unwrap().0 == "stale"
     });
     let (_, _, _, after) = entry(&mut c, "K").unwrap();

@@ -14,7 +14,7 @@ use super::{eventually, served, status};
 #[test]
 fn a_new_database_with_jq_is_served_within_seconds_and_others_are_not() {
     let db = TestDb::new("bgw_new");
-    served(&db, Duration::from_secs(5));
+    served(&db, Duration::from_secs(20));
     let other = TestDb::new("nobgw");
     let mut c = other.connect();
     std::thread::sleep(Duration::from_millis(1500));
@@ -59,7 +59,7 @@ fn a_database_with_jq_created_last_is_served_past_many_without_jq() {
     let created = Instant::now();
     // Due in 1 s: only a worker's promotion makes it claimable.
     c.batch_execute("SELECT jq.create_queue('q'); SELECT jq.enqueue('q', '{}', delay => '1 second')").unwrap();
-    wait_until(Duration::from_secs(8), "the worker promotes withjq's job", || {
+    wait_until(Duration::from_secs(30), "the worker promotes withjq's job", || {
         !claim(&mut c, "q", "w", 1, None).is_empty()
     });
     eprintln!("withjq served {:?} after CREATE EXTENSION (its job was due after 1 s)", created.elapsed());
@@ -84,7 +84,7 @@ fn databases_with_jq_past_the_slots_are_warned_once_and_named_in_status() {
         cl.connect(db).batch_execute("CREATE EXTENSION jq").unwrap();
     }
     let warnings = || cl.log().lines().filter(|l| l.contains("not served")).count();
-    wait_until(Duration::from_secs(10), "a warning about a database with jq not served", || warnings() > 0);
+    wait_until(Duration::from_secs(30), "a warning about a database with jq not served", || warnings() > 0);
     // Three more passes of a served worker: the launcher, which passes every second, passed at
     // least twice meanwhile.
     let mut c = cl.connect("jq_a");
@@ -92,7 +92,7 @@ fn databases_with_jq_past_the_slots_are_warned_once_and_named_in_status() {
         status_rows(c).iter().filter(|r| r.1 == "running").map(|r| r.2).max().unwrap_or(0)
     };
     let p0 = passes(&mut c);
-    wait_until(Duration::from_secs(10), "three more passes of a served worker", || passes(&mut c) >= p0 + 3);
+    wait_until(Duration::from_secs(30), "three more passes of a served worker", || passes(&mut c) >= p0 + 3);
     let n = warnings();
     assert_eq!(n, 1, "the warning was logged {n} times in 3 worker passes:\n{}", cl.log());
     assert!(cl.log().contains("raise jq.max_databases"), "{}", cl.log());
@@ -106,7 +106,7 @@ fn databases_with_jq_past_the_slots_are_warned_once_and_named_in_status() {
     // A served database drops jq: its slot goes to the one waiting.
     cl.connect(&served).batch_execute("DROP EXTENSION jq").unwrap();
     let mut w = cl.connect(&waiting);
-    wait_until(Duration::from_secs(8), "the waiting database gets the freed slot", || {
+    wait_until(Duration::from_secs(30), "the waiting database gets the freed slot", || {
         status_rows(&mut w).iter().any(|r| r.0 == waiting && r.1 == "running" && r.2 > 0)
     });
     let rows = status_rows(&mut w);
@@ -137,13 +137,13 @@ fn with_no_free_background_worker_the_launcher_warns_once_and_goes_on() {
             .unwrap()
             .map(|r| (r.get(0), r.get(1)))
     };
-    wait_until(Duration::from_secs(10), "jq_a served", || worker(&mut c).is_some_and(|w| w.1 > 0));
+    wait_until(Duration::from_secs(30), "jq_a served", || worker(&mut c).is_some_and(|w| w.1 > 0));
     a.batch_execute("CREATE DATABASE jq_b").unwrap();
     cl.connect("jq_b").batch_execute("CREATE EXTENSION jq").unwrap();
     let warnings = || cl.log().lines().filter(|l| l.contains("raise max_worker_processes")).count();
-    wait_until(Duration::from_secs(10), "a warning that no background worker is free", || warnings() > 0);
+    wait_until(Duration::from_secs(30), "a warning that no background worker is free", || warnings() > 0);
     let (pid, p0) = worker(&mut c).expect("jq_a still served");
-    wait_until(Duration::from_secs(10), "three more passes of jq_a's worker", || {
+    wait_until(Duration::from_secs(30), "three more passes of jq_a's worker", || {
         worker(&mut c).is_some_and(|w| w.1 >= p0 + 3)
     });
     assert_eq!(worker(&mut c).map(|w| w.0), Some(pid), "jq_a's worker changed");
@@ -164,7 +164,7 @@ fn two_databases_are_both_served() {
     }
     for db in [&a, &b] {
         let mut c = db.connect();
-        let got = eventually(Duration::from_secs(5), || !claim(&mut c, "q", "w", 1, None).is_empty());
+        let got = eventually(Duration::from_secs(20), || !claim(&mut c, "q", "w", 1, None).is_empty());
         assert!(got.is_some(), "{}: the scheduled job was never promoted", db.name);
     }
 }
@@ -172,11 +172,11 @@ fn two_databases_are_both_served() {
 #[test]
 fn terminated_workers_and_launcher_come_back_within_seconds() {
     let db = TestDb::new("bgw_kill");
-    let pid = served(&db, Duration::from_secs(5));
+    let pid = served(&db, Duration::from_secs(20));
     let mut a = admin();
     a.execute("SELECT pg_terminate_backend($1)", &[&pid]).unwrap();
     let mut c = db.connect();
-    let back = eventually(Duration::from_secs(5), || {
+    let back = eventually(Duration::from_secs(20), || {
         matches!(status(&mut c, &db.name), Some((s, Some(p), _, _)) if s == "running" && p != pid)
     });
     assert!(back.is_some(), "worker not back: {:?}", status(&mut c, &db.name));
@@ -186,7 +186,7 @@ fn terminated_workers_and_launcher_come_back_within_seconds() {
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type = 'jq launcher'",
     )
     .unwrap();
-    let launcher = eventually(Duration::from_secs(5), || {
+    let launcher = eventually(Duration::from_secs(20), || {
         a.batch_execute("SELECT pg_stat_clear_snapshot()").unwrap();
         a.query_one("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'jq launcher'", &[])
             .unwrap()
@@ -209,7 +209,7 @@ fn terminated_workers_and_launcher_come_back_within_seconds() {
 #[test]
 fn drop_database_and_template_use_are_not_blocked_by_the_worker() {
     let db = TestDb::new("bgw_drop");
-    served(&db, Duration::from_secs(5));
+    served(&db, Duration::from_secs(20));
     let mut a = admin();
     // Without FORCE: refused while another session is connected, so the worker must leave.
     let copy = format!("{}_copy", db.name);
@@ -221,17 +221,17 @@ fn drop_database_and_template_use_are_not_blocked_by_the_worker() {
 #[test]
 fn drop_and_create_extension_stop_and_start_the_worker() {
     let db = TestDb::new("bgw_ext");
-    let pid = served(&db, Duration::from_secs(5));
+    let pid = served(&db, Duration::from_secs(20));
     let mut c = db.connect();
     c.batch_execute("DROP EXTENSION jq").unwrap();
     let mut a = admin();
-    let gone = eventually(Duration::from_secs(4), || {
+    let gone = eventually(Duration::from_secs(20), || {
         a.batch_execute("SELECT pg_stat_clear_snapshot()").unwrap();
         a.query_one("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", &[&pid]).unwrap().get::<_, i64>(0) == 0
     });
     assert!(gone.is_some(), "worker still running after DROP EXTENSION");
     c.batch_execute("CREATE EXTENSION jq").unwrap();
-    served(&db, Duration::from_secs(4));
+    served(&db, Duration::from_secs(20));
 }
 
 /// SIGTERM reaches a maintenance worker that waits for a lock (PostgreSQL's die handler).
@@ -241,27 +241,27 @@ fn drop_and_create_extension_stop_and_start_the_worker() {
 #[test]
 fn a_worker_waiting_for_a_lock_can_be_terminated() {
     let db = TestDb::new("bgw_lockterm");
-    let pid = served(&db, Duration::from_secs(5));
+    let pid = served(&db, Duration::from_secs(20));
     let mut holder = db.connect();
     holder.batch_execute("BEGIN; LOCK TABLE jq.queues IN ACCESS EXCLUSIVE MODE").unwrap();
     let mut a = admin();
-    let blocked = eventually(Duration::from_secs(4), || waiting_on_lock(&mut a, pid));
+    let blocked = eventually(Duration::from_secs(20), || waiting_on_lock(&mut a, pid));
     assert!(blocked.is_some(), "the worker never waited for the lock");
     a.execute("SELECT pg_terminate_backend($1)", &[&pid]).unwrap();
-    let gone = eventually(Duration::from_secs(3), || {
+    let gone = eventually(Duration::from_secs(20), || {
         a.batch_execute("SELECT pg_stat_clear_snapshot()").unwrap();
         a.query_one("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", &[&pid]).unwrap().get::<_, i64>(0) == 0
     });
     holder.batch_execute("ROLLBACK").unwrap();
     assert!(gone.is_some(), "SIGTERM did not interrupt the lock wait");
-    served(&db, Duration::from_secs(5));
+    served(&db, Duration::from_secs(20));
 }
 
 /// Only a role that may drop a database can make its worker step aside for DROP DATABASE.
 #[test]
 fn a_refused_drop_database_does_not_suspend_maintenance() {
     let db = TestDb::new("bgw_mallory");
-    served(&db, Duration::from_secs(5));
+    served(&db, Duration::from_secs(20));
     let mut a = admin();
     let role = format!("mallory_{}", std::process::id());
     a.batch_execute(&format!("DROP ROLE IF EXISTS {role}; CREATE ROLE {role} LOGIN")).unwrap();
