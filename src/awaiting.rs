@@ -113,7 +113,7 @@ pub fn stop() {
 /// At the rollback of subtransaction `my` (src/xact.rs): an await registered in `my` or below it
 /// failed there (a statement timeout, a cancel); its registration ends now, not at the end of
 /// the outer transaction (`an_await_that_fails_inside_a_savepoint_ends_its_registration` in
-/// pg_test/tests/bgworker/lost_wakeups.rs).
+/// pg_test/tests/awaiting.rs).
 pub fn at_subxact_abort(my: u32) {
     if AWAITING.get() && AWAIT_SUBXACT.get() >= my {
         stop();

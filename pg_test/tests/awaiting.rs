@@ -29,6 +29,17 @@ fn apply_breaks(c: &mut Client) {
     }
 }
 
+/// Held by every test that finishes jobs while awaiters may be registered: `jq._await_wakeups()`
+/// counts the latches set for awaiters of the whole cluster, and
+/// `an_await_that_fails_inside_a_savepoint_ends_its_registration` requires that count not to
+/// move while it finishes a job (the test runner runs several tests at once).
+static WAKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Takes [`WAKING`] (also after a test that held it panicked).
+fn waking() -> std::sync::MutexGuard<'static, ()> {
+    WAKING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The row jq.await returns.
 #[derive(Debug, Clone, PartialEq)]
 struct Outcome {
@@ -75,6 +86,7 @@ fn until_sleeping(c: &mut Client, n: i64) {
 
 #[test]
 fn await_returns_a_finished_job_at_once_and_the_current_state_when_the_wait_runs_out() {
+    let _waking = waking();
     let db = TestDb::new("await_basic");
     let mut c = db.connect();
     c.batch_execute("SELECT jq.create_queue('q', max_attempts => 1)").unwrap();
@@ -129,6 +141,7 @@ fn await_refuses_bad_input_with_clear_sqlstates() {
 // made this test fail: the awaiters returned only at their deadline, after 40 s.
 #[test]
 fn awaiters_are_woken_by_concurrent_finishes_and_each_gets_its_own_outcome() {
+    let _waking = waking();
     let db = TestDb::new("await_many");
     let mut c = db.connect();
     apply_breaks(&mut c);
@@ -191,6 +204,7 @@ fn awaiters_are_woken_by_concurrent_finishes_and_each_gets_its_own_outcome() {
 // too.
 #[test]
 fn a_cancelled_waiting_job_and_a_dropped_queue_wake_their_awaiters() {
+    let _waking = waking();
     let db = TestDb::new("await_cancel");
     let mut c = db.connect();
     apply_breaks(&mut c);
@@ -228,6 +242,7 @@ fn a_cancelled_waiting_job_and_a_dropped_queue_wake_their_awaiters() {
 // that came after it would be lost.
 #[test]
 fn a_finish_racing_the_awaiters_first_look_is_never_lost() {
+    let _waking = waking();
     let db = TestDb::new("await_race");
     let mut c = db.connect();
     apply_breaks(&mut c);
@@ -255,6 +270,7 @@ fn a_finish_racing_the_awaiters_first_look_is_never_lost() {
 /// rollback still woke 1 awaiter".
 #[test]
 fn an_await_that_fails_inside_a_savepoint_ends_its_registration() {
+    let _waking = waking();
     let db = TestDb::new("await_savepoint");
     let mut c = db.connect();
     c.batch_execute("SELECT jq.create_queue('sv')").unwrap();

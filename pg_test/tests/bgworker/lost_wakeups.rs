@@ -294,9 +294,9 @@ fn a_capped_long_poll_that_returns_under_the_row_lock_ends_its_wait() {
 /// timeout, or 42704 once its queue is dropped) ends its wait when the savepoint is rolled back,
 /// not when the outer transaction ends: left registered in the open transaction, the backend
 /// could be chosen for a wakeup it never acts on, while another consumer of the queue slept on.
-/// The registration made in an enclosing transaction level is not touched by the rollback of a
-/// savepoint below it (src/wakeup.rs, at_subxact_abort). Seen failing before the fix: "B is
-/// still a registered waiter after ROLLBACK TO SAVEPOINT (1 row in jq._waiters())".
+/// (src/wakeup.rs, at_subxact_abort; the registration of an enclosing level stays:
+/// `a_savepoint_rolled_back_inside_a_long_polls_look_leaves_it_waiting`). Seen failing before
+/// the fix: "B is still a registered waiter after ROLLBACK TO SAVEPOINT (1 row in jq._waiters())".
 #[test]
 fn a_long_poll_that_fails_inside_a_savepoint_ends_its_wait() {
     let db = TestDb::new("savepoint_wait");
@@ -317,4 +317,32 @@ fn a_long_poll_that_fails_inside_a_savepoint_ends_its_wait() {
     let got = b.query("SELECT id FROM jq.claim('sv', 'b', wait => '10 s')", &[]).unwrap();
     b.batch_execute("COMMIT").unwrap();
     assert_eq!(got.len(), 1, "B claims the job after the rollback to its savepoint");
+}
+
+/// A subtransaction that starts and rolls back inside a long-poll's look (here a statement
+/// trigger on jq.jobs with an EXCEPTION block that catches an error) leaves the long-poll
+/// registered: only the rollback of the level it registered in, or of one above it, ends its
+/// wait (src/wakeup.rs, at_subxact_abort). Ended there, the claim would sleep unregistered and
+/// no commit would wake it. Seen failing against a build that ended the wait at every
+/// subtransaction rollback: "W sleeps in its long-poll but is not a registered waiter".
+#[test]
+fn a_savepoint_rolled_back_inside_a_long_polls_look_leaves_it_waiting() {
+    let db = TestDb::new("inner_savepoint");
+    let mut c = db.connect();
+    c.batch_execute(
+        "SELECT jq.create_queue('q');
+         CREATE FUNCTION public.catching() RETURNS trigger LANGUAGE plpgsql AS
+           $$ BEGIN BEGIN PERFORM 1 / 0; EXCEPTION WHEN division_by_zero THEN NULL; END; RETURN NULL; END $$;
+         CREATE TRIGGER catching BEFORE UPDATE ON jq.jobs FOR EACH STATEMENT EXECUTE FUNCTION public.catching()",
+    )
+    .unwrap();
+    let mut w = db.connect();
+    let pid = backend_pid(&mut w);
+    let w_done = long_poll_on(w, "SELECT id FROM jq.claim('q', 'w', wait => '30 s')");
+    await_asleep(&mut c, pid);
+    let registered: i64 = c.query_one("SELECT count(*) FROM jq._waiters() WHERE pid = $1", &[&pid]).unwrap().get(0);
+    assert_eq!(registered, 1, "W sleeps in its long-poll but is not a registered waiter");
+    c.batch_execute("SELECT jq.enqueue('q', '{}')").unwrap();
+    let got = w_done.recv_timeout(Duration::from_secs(20));
+    assert!(matches!(got, Ok(Ok(1))), "W did not claim the job enqueued while it waited: {got:?}");
 }
