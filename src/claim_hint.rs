@@ -210,6 +210,8 @@ fn _claim_hint(queue: &str) -> bool {
         Seen { tag, slot_tag: h.tag, gen: h.gen, valid: mine && !turn, key: h.key, turn_at: if turn { now } else { 0 },
                cpu_at: 0 }
     });
+    // Read after the slot's spin lock is released (a system call does not belong under it), and
+    // only by the claim that took the turn: the hinted claims never pay for it.
     let seen = if seen.turn_at > 0 { Seen { cpu_at: cpu_us(), ..seen } } else { seen };
     SEEN.set(seen);
     if seen.turn_at > 0 {

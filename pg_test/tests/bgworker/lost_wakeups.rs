@@ -195,6 +195,18 @@ fn await_asleep(c: &mut Client, pid: i32) {
     }
 }
 
+/// Creates queue `q` and a statement trigger `name` on jq.jobs that runs the plpgsql statements
+/// `body` before every UPDATE, so inside every claim's look (it fires even when the claim
+/// updates no row).
+fn queue_with_look_trigger(c: &mut Client, name: &str, body: &str) {
+    c.batch_execute(&format!(
+        "SELECT jq.create_queue('q');
+         CREATE FUNCTION public.{name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN {body} RETURN NULL; END $$;
+         CREATE TRIGGER {name} BEFORE UPDATE ON jq.jobs FOR EACH STATEMENT EXECUTE FUNCTION public.{name}()"
+    ))
+    .unwrap();
+}
+
 /// A wakeup that lands while PostgreSQL itself waits inside the woken claim's look is not lost.
 /// Any wait of PostgreSQL's own on the backend's latch (a heavyweight lock, `pg_sleep`) resets
 /// the latch when it ends, so a committer's latch can be gone while its `woken` bit stays set;
@@ -212,13 +224,7 @@ fn a_wakeup_whose_latch_a_wait_in_the_look_reset_is_not_lost() {
     let _counting = super::wakeup_counting();
     let db = super::unwoken_db("latchreset");
     let mut c = db.connect();
-    c.batch_execute(
-        "SELECT jq.create_queue('q');
-         CREATE FUNCTION public.slow_update() RETURNS trigger LANGUAGE plpgsql AS
-           $$ BEGIN PERFORM pg_sleep(0.5); RETURN NULL; END $$;
-         CREATE TRIGGER slow_update BEFORE UPDATE ON jq.jobs FOR EACH STATEMENT EXECUTE FUNCTION public.slow_update()",
-    )
-    .unwrap();
+    queue_with_look_trigger(&mut c, "slow_update", "PERFORM pg_sleep(0.5);");
     let mut w = db.connect();
     let pid = backend_pid(&mut w);
     let w_done = long_poll_on(w, "SELECT id FROM jq.claim('q', 'w', wait => '60 s')");
@@ -329,13 +335,7 @@ fn a_long_poll_that_fails_inside_a_savepoint_ends_its_wait() {
 fn a_savepoint_rolled_back_inside_a_long_polls_look_leaves_it_waiting() {
     let db = TestDb::new("inner_savepoint");
     let mut c = db.connect();
-    c.batch_execute(
-        "SELECT jq.create_queue('q');
-         CREATE FUNCTION public.catching() RETURNS trigger LANGUAGE plpgsql AS
-           $$ BEGIN BEGIN PERFORM 1 / 0; EXCEPTION WHEN division_by_zero THEN NULL; END; RETURN NULL; END $$;
-         CREATE TRIGGER catching BEFORE UPDATE ON jq.jobs FOR EACH STATEMENT EXECUTE FUNCTION public.catching()",
-    )
-    .unwrap();
+    queue_with_look_trigger(&mut c, "catching", "BEGIN PERFORM 1 / 0; EXCEPTION WHEN division_by_zero THEN NULL; END;");
     let mut w = db.connect();
     let pid = backend_pid(&mut w);
     let w_done = long_poll_on(w, "SELECT id FROM jq.claim('q', 'w', wait => '30 s')");
