@@ -336,7 +336,8 @@ BEGIN
     FOREACH f IN ARRAY jq._queue_admin_functions() || ARRAY[
         'jq.create_queue(text, integer, interval, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, interval, interval, integer, integer, boolean, boolean, integer, interval)',
         'jq.drop_queue(text, boolean, bigint)', 'jq.tick()', 'jq.cron_tick(timestamptz)',
-        'jq.grant(text, regrole, text, bigint)', 'jq.revoke(text, regrole, text)']::regprocedure[]
+        'jq.grant(text, regrole, text, bigint)', 'jq.revoke(text, regrole, text)',
+        'jq.history_tables()']::regprocedure[]
     LOOP
         EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO jq_admin', f);
     END LOOP;

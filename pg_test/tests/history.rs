@@ -167,6 +167,49 @@ fn a_history_table_in_use_is_left_for_the_next_pass_without_waiting() {
     assert_eq!(state(&mut c, id), None);
 }
 
+// An operator can see why the history does not shrink: jq.history_tables() (and
+// jq.table_health) say that a table is due and name the sessions whose locks keep it.
+// Negative control: JQ_TEST_BREAK=due_never (truncation_due never set) made this test fail:
+// "jobs_done_0 is past retention and not current, so it is due".
+#[test]
+fn history_tables_names_the_sessions_that_keep_a_due_table_from_truncation() {
+    let db = TestDb::new("history_blocked_by");
+    let mut c = db.connect();
+    if broken("due_never") {
+        sabotage(&mut c, "jq.history_tables()", "truncation_due := v_held AND", "truncation_due := false AND", 1);
+    }
+    c.batch_execute("SELECT jq.create_queue('v', retention => '0', history_retention => '0')").unwrap();
+    let id = one_i64(&mut c, "SELECT jq.enqueue('v')");
+    let j = claim(&mut c, "v", "w", 1, None).pop().unwrap();
+    assert!(complete(&mut c, &j));
+    let status = "SELECT truncation_due, truncation_blocked_by FROM jq.history_tables() WHERE table_name = 'jobs_done_0'";
+    // Table 0 is current: never due, whatever its jobs.
+    let row = c.query_one(status, &[]).unwrap();
+    assert_eq!((row.get::<_, bool>(0), row.get::<_, Option<Vec<i32>>>(1)), (false, None), "the current table is never due");
+    // The ring moves on; a reporting transaction then reads jq.jobs and holds every history table.
+    assert_eq!(one_i64(&mut c, "SELECT jq._prune(now() + interval '1 hour')::int8"), 0);
+    let mut reader = db.connect();
+    let reader_pid: i32 = reader.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
+    reader.batch_execute("BEGIN; SELECT count(*) FROM jq.jobs").unwrap();
+    let row = c.query_one(status, &[]).unwrap();
+    assert!(row.get::<_, bool>(0), "jobs_done_0 is past retention and not current, so it is due");
+    assert_eq!(row.get::<_, Option<Vec<i32>>>(1), Some(vec![reader_pid]), "the reader's lock keeps it");
+    let health = "SELECT truncation_due, truncation_blocked_by FROM jq.table_health WHERE table_name = 'jobs_done_0'";
+    let row = c.query_one(health, &[]).unwrap();
+    assert_eq!((row.get::<_, Option<bool>>(0), row.get::<_, Option<Vec<i32>>>(1)), (Some(true), Some(vec![reader_pid])));
+    let row = c.query_one("SELECT truncation_due FROM jq.table_health WHERE table_name = 'jobs'", &[]).unwrap();
+    assert_eq!(row.get::<_, Option<bool>>(0), None, "the hot table is no history table");
+    // The pass leaves it; once the reader ends, nothing holds it and the next pass empties it.
+    assert_eq!(one_i64(&mut c, "SELECT jq._prune(now() + interval '1 hour')::int8"), 0);
+    reader.batch_execute("COMMIT").unwrap();
+    let row = c.query_one(status, &[]).unwrap();
+    assert_eq!((row.get::<_, bool>(0), row.get::<_, Option<Vec<i32>>>(1)), (true, Some(vec![])), "due, and nothing holds it");
+    assert_eq!(one_i64(&mut c, "SELECT jq._prune(now() + interval '1 hour')::int8"), 1);
+    assert_eq!(state(&mut c, id), None);
+    let row = c.query_one(status, &[]).unwrap();
+    assert!(!row.get::<_, bool>(0), "an empty table is not due");
+}
+
 // Negative control: JQ_TEST_BREAK=truncate_in_block (the transaction-block check taken out)
 // made this test fail: the pass inside BEGIN truncated the table (it returned 1, not 0), and
 // would have held it, and every reader of jq.jobs such as the jq.fail below, until COMMIT.

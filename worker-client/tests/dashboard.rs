@@ -183,6 +183,30 @@ fn pages_follow_the_markup_contract_and_escape_payloads() {
     assert_eq!(d.get("/assets/dashboard.js").status, 200);
 }
 
+/// The overview raises a signal when a history table past retention is kept from truncation by
+/// another session's locks, and names its pid (jq.table_health, truncation_blocked_by). Seen
+/// failing with the signal left out: the overview did not name the table.
+#[test]
+fn the_overview_names_a_session_that_keeps_a_history_table_from_truncation() {
+    let db = TestDb::new("dash_hist");
+    let mut c = db.connect();
+    c.batch_execute("SELECT jq.create_queue('dh', retention => '0', history_retention => '0'); SELECT jq.enqueue('dh')")
+        .unwrap();
+    let r = c.query_one("SELECT id, lease_token FROM jq.claim('dh', 'w')", &[]).unwrap();
+    assert!(c.query_one("SELECT jq.complete($1, $2)", &[&r.get::<_, i64>(0), &r.get::<_, uuid::Uuid>(1)]).unwrap().get::<_, bool>(0));
+    c.batch_execute("SELECT jq._prune(now() + interval '1 hour')").unwrap();
+    let mut reader = db.connect();
+    let pid: i32 = reader.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
+    reader.batch_execute("BEGIN; SELECT count(*) FROM jq.jobs").unwrap();
+    let d = Dashboard::start(&db, &[]);
+    let body = d.get("/").body;
+    let signal = "table jobs_done_0: past retention, truncation blocked";
+    assert!(body.contains(signal), "{signal:?} missing from the overview");
+    assert!(body.contains(&format!("by pid {pid}")), "the overview does not name the reader's pid {pid}");
+    reader.batch_execute("COMMIT").unwrap();
+    assert!(!d.get("/").body.contains(signal), "the signal stays after the reader ended");
+}
+
 #[test]
 fn another_roles_queue_and_job_are_not_found() {
     let db = TestDb::new("dash_roles");

@@ -24,6 +24,38 @@ fn metrics_once_exposes_queue_gauges_and_table_health() {
     }
 }
 
+/// A history table past retention that a reporting transaction keeps from truncation is
+/// counted (jq.history_tables(); docs/observability.md, JqHistoryRetentionBlocked); the hot
+/// table gets no such series. Seen failing with the gauge left out: the line was missing.
+#[test]
+fn metrics_count_the_sessions_that_keep_a_history_table_from_truncation() {
+    let db = TestDb::new("metrics_hist");
+    let mut c = db.connect();
+    c.batch_execute("SELECT jq.create_queue('mh', retention => '0', history_retention => '0'); SELECT jq.enqueue('mh')")
+        .unwrap();
+    let row = c.query_one("SELECT id, lease_token FROM jq.claim('mh', 'w')", &[]).unwrap();
+    let (id, token): (i64, uuid::Uuid) = (row.get(0), row.get(1));
+    assert!(c.query_one("SELECT jq.complete($1, $2)", &[&id, &token]).unwrap().get::<_, bool>(0));
+    // The ring moves on from table 0, whose one job is past retention; a reader then holds it.
+    c.batch_execute("SELECT jq._prune(now() + interval '1 hour')").unwrap();
+    let mut reader = db.connect();
+    reader.batch_execute("BEGIN; SELECT count(*) FROM jq.jobs").unwrap();
+    let scrape = || {
+        let out = db.jqctl().args(["metrics", "--once"]).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let text = scrape();
+    for line in ["jq_history_truncation_blocked_sessions{table=\"jobs_done_0\"} 1.0",
+                 "jq_history_truncation_blocked_sessions{table=\"jobs_done_1\"} 0.0"] {
+        assert!(text.contains(line), "{line:?} missing from:\n{text}");
+    }
+    assert!(!text.contains("jq_history_truncation_blocked_sessions{table=\"jobs\"}"), "the hot table has no such series");
+    reader.batch_execute("COMMIT").unwrap();
+    let text = scrape();
+    assert!(text.contains("jq_history_truncation_blocked_sessions{table=\"jobs_done_0\"} 0.0"), "{text}");
+}
+
 #[test]
 fn alter_queue_sets_flow_control_options() {
     let db = TestDb::new("alterq");

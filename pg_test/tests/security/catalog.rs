@@ -30,6 +30,8 @@ fn expected_execute(proname: &str) -> Option<&'static [&'static str]> {
         | "cancel_dead" => QUEUE_ADMIN,
         // drop_queue locks jq.jobs against writes until its transaction ends: global admins only.
         "create_queue" | "drop_queue" | "tick" | "cron_tick" | "grant" | "revoke" => ADMIN,
+        // Reads every history table and pg_locks (sql/history.sql).
+        "history_tables" => ADMIN,
         n if n.starts_with('_') => NOBODY,
         _ => return None,
     })

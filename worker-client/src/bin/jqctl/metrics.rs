@@ -99,6 +99,8 @@ async fn scrape(client: &tokio_postgres::Client) -> Result<String, CliError> {
     let ratio = t(&mut reg, "jq_table_dead_ratio", "dead / (live + dead)");
     let xmin_age = family::<DatabaseLabel>(&mut reg, "jq_oldest_xmin_age", "Age in transactions of the oldest xmin holding back vacuum");
     let xact_age = family::<DatabaseLabel>(&mut reg, "jq_oldest_xact_age_seconds", "Seconds the oldest snapshot-holding transaction has been open");
+    let blocked = t(&mut reg, "jq_history_truncation_blocked_sessions",
+                    "History tables only: sessions whose locks keep a table due for truncation from it (0 when not due)");
     let db: String = client.query_typed_one("SELECT current_database()::text", &[]).await?.get(0);
     // jq.table_health is jq_admin's (docs/security.md): a least-privilege monitoring role gets
     // the queue and worker gauges without the table ones.
@@ -106,10 +108,11 @@ async fn scrape(client: &tokio_postgres::Client) -> Result<String, CliError> {
         client.query_typed_one("SELECT has_table_privilege('jq.table_health', 'SELECT')", &[]).await?.get(0);
     let health_sql = if health {
         "SELECT table_name, total_bytes::float8, coalesce(dead_tuples, 0)::float8, coalesce(dead_ratio, 0)::float8,
-                coalesce(oldest_xmin_age, 0)::float8, coalesce(extract(epoch FROM oldest_xact_age), 0)::float8
+                coalesce(oldest_xmin_age, 0)::float8, coalesce(extract(epoch FROM oldest_xact_age), 0)::float8,
+                CASE WHEN truncation_due IS NOT NULL THEN coalesce(cardinality(truncation_blocked_by), 0)::float8 END
          FROM jq.table_health"
     } else {
-        "SELECT ''::text, 0::float8, 0::float8, 0::float8, 0::float8, 0::float8 WHERE false"
+        "SELECT ''::text, 0::float8, 0::float8, 0::float8, 0::float8, 0::float8, NULL::float8 WHERE false"
     };
     for (k, r) in client
         .query_typed(
@@ -124,6 +127,9 @@ async fn scrape(client: &tokio_postgres::Client) -> Result<String, CliError> {
         bytes.get_or_create(&l).set(r.get(1));
         dead_t.get_or_create(&l).set(r.get(2));
         ratio.get_or_create(&l).set(r.get(3));
+        if let Some(n) = r.get::<_, Option<f64>>(6) {
+            blocked.get_or_create(&l).set(n);
+        }
         if k == 0 {
             let d = DatabaseLabel { database: db.clone() };
             xmin_age.get_or_create(&d).set(r.get(4));

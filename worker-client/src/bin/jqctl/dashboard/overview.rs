@@ -259,7 +259,8 @@ async fn table_health(app: &AppRef, signals: &mut Vec<Signal>) -> Result<(Option
         .rows(
             "SELECT table_name, total_bytes, coalesce(live_tuples, 0), coalesce(dead_tuples, 0),
                     coalesce(dead_ratio, 0)::float8, coalesce(to_char(last_autovacuum, 'YYYY-MM-DD HH24:MI:SS'), '-'),
-                    extract(epoch FROM oldest_xact_age)::float8
+                    extract(epoch FROM oldest_xact_age)::float8,
+                    array_to_string(truncation_blocked_by, ', ')
              FROM jq.table_health",
             &[],
         )
@@ -286,6 +287,15 @@ async fn table_health(app: &AppRef, signals: &mut Vec<Signal>) -> Result<(Option
                     value: format!("{:.1} %", ratio * 100.0),
                     threshold: format!("{:.1} %", max * 100.0),
                     crossed: alert,
+                });
+            }
+            // A history table due for truncation that other sessions' locks keep (jq.history_tables()).
+            if let Some(pids) = r.get::<_, Option<String>>(7).filter(|p| !p.is_empty()) {
+                signals.push(Signal {
+                    name: format!("table {table}: past retention, truncation blocked"),
+                    value: format!("by pid {pids}"),
+                    threshold: "no session".into(),
+                    crossed: true,
                 });
             }
             HealthRow {
