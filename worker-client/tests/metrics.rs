@@ -56,6 +56,22 @@ fn metrics_count_the_sessions_that_keep_a_history_table_from_truncation() {
     assert!(text.contains("jq_history_truncation_blocked_sessions{table=\"jobs_done_0\"} 0.0"), "{text}");
 }
 
+/// jqctl may be newer than the extension: against jq 0.1.0 (no hooks_pending, no history
+/// tables) a scrape still answers, with the table gauges and without the history series. Seen
+/// failing with the columns read by name: "column \"truncation_due\" does not exist".
+#[test]
+fn metrics_answer_against_an_older_jq() {
+    let db = TestDb::with_setup("metrics_old", "CREATE EXTENSION jq VERSION '0.1.0'");
+    let mut c = db.connect();
+    c.batch_execute("SELECT jq.create_queue('mo'); SELECT jq.enqueue('mo')").unwrap();
+    let out = db.jqctl().args(["metrics", "--once"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("jq_queue_depth{queue=\"mo\"} 1.0"), "{text}");
+    assert!(text.contains("jq_table_total_bytes{table=\"jobs\"}"), "{text}");
+    assert!(!text.contains("jq_history_truncation_blocked_sessions{"), "{text}");
+}
+
 #[test]
 fn alter_queue_sets_flow_control_options() {
     let db = TestDb::new("alterq");

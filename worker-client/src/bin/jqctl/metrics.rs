@@ -51,21 +51,32 @@ where
 /// One scrape: the exposition text.
 async fn scrape(client: &tokio_postgres::Client) -> Result<String, CliError> {
     let mut reg = Registry::default();
+    queues(client, &mut reg).await?;
+    tables(client, &mut reg).await?;
+    maintenance_workers(client, &mut reg).await?;
+    fleet(client, &mut reg).await?;
+    let mut out = String::new();
+    encode(&mut out, &reg).map_err(|e| CliError(format!("cannot encode the metrics: {e}")))?;
+    Ok(out)
+}
+
+/// The per-queue gauges (jq.queue_stats: the queues the role may see).
+async fn queues(client: &tokio_postgres::Client, reg: &mut Registry) -> Result<(), CliError> {
     let q = |reg: &mut Registry, n: &str, h: &str| family::<QueueLabel>(reg, n, h);
-    let depth = q(&mut reg, "jq_queue_depth", "Jobs claimable now or scheduled (jq.queue_stats.depth)");
-    let claimable = q(&mut reg, "jq_queue_claimable", "Jobs in state ready");
-    let scheduled = q(&mut reg, "jq_queue_scheduled", "Jobs in state scheduled (delayed or backing off)");
-    let running = q(&mut reg, "jq_queue_running", "Jobs in state running");
-    let dead = q(&mut reg, "jq_queue_dead", "Dead jobs within retention");
-    let oldest = q(&mut reg, "jq_queue_oldest_claimable_age_seconds", "Seconds since the oldest claimable job became due (0 when none)");
-    let paused = q(&mut reg, "jq_queue_paused", "1 when the queue is paused");
-    let blocked = q(&mut reg, "jq_queue_blocked", "Jobs waiting for a slot of their concurrency_key");
-    let completed5 = q(&mut reg, "jq_queue_completed_5m", "Executions completed in the last 5 minutes");
-    let failed5 = q(&mut reg, "jq_queue_failed_5m", "Executions failed in the last 5 minutes");
-    let failed15 = q(&mut reg, "jq_queue_failed_15m", "Executions failed in the last 15 minutes");
-    let expired15 = q(&mut reg, "jq_queue_lease_expired_15m", "Expired leases reaped in the last 15 minutes");
-    let wait95 = q(&mut reg, "jq_queue_wait_p95_5m_seconds", "95th percentile of due-to-claim wait of jobs claimed in the last 5 minutes");
-    let hooks = q(&mut reg, "jq_hooks_pending", "Dead jobs whose kind's on_dead hook has not succeeded yet (jq.queue_stats.hooks_pending)");
+    let depth = q(reg, "jq_queue_depth", "Jobs claimable now or scheduled (jq.queue_stats.depth)");
+    let claimable = q(reg, "jq_queue_claimable", "Jobs in state ready");
+    let scheduled = q(reg, "jq_queue_scheduled", "Jobs in state scheduled (delayed or backing off)");
+    let running = q(reg, "jq_queue_running", "Jobs in state running");
+    let dead = q(reg, "jq_queue_dead", "Dead jobs within retention");
+    let oldest = q(reg, "jq_queue_oldest_claimable_age_seconds", "Seconds since the oldest claimable job became due (0 when none)");
+    let paused = q(reg, "jq_queue_paused", "1 when the queue is paused");
+    let blocked = q(reg, "jq_queue_blocked", "Jobs waiting for a slot of their concurrency_key");
+    let completed5 = q(reg, "jq_queue_completed_5m", "Executions completed in the last 5 minutes");
+    let failed5 = q(reg, "jq_queue_failed_5m", "Executions failed in the last 5 minutes");
+    let failed15 = q(reg, "jq_queue_failed_15m", "Executions failed in the last 15 minutes");
+    let expired15 = q(reg, "jq_queue_lease_expired_15m", "Expired leases reaped in the last 15 minutes");
+    let wait95 = q(reg, "jq_queue_wait_p95_5m_seconds", "95th percentile of due-to-claim wait of jobs claimed in the last 5 minutes");
+    let hooks = q(reg, "jq_hooks_pending", "Dead jobs whose kind's on_dead hook has not succeeded yet (jq.queue_stats.hooks_pending)");
     for r in client
         .query_typed(
             "SELECT queue, depth::float8, claimable::float8, scheduled::float8, running::float8, dead::float8,
@@ -93,36 +104,41 @@ async fn scrape(client: &tokio_postgres::Client) -> Result<String, CliError> {
         }
         hooks.get_or_create(&l).set(r.get::<_, f64>(14));
     }
+    Ok(())
+}
+
+/// The table gauges (jq.table_health), when the role may read it: it is jq_admin's
+/// (docs/security.md), so a least-privilege monitoring role gets the queue and worker gauges
+/// without these.
+async fn tables(client: &tokio_postgres::Client, reg: &mut Registry) -> Result<(), CliError> {
     let t = |reg: &mut Registry, n: &str, h: &str| family::<TableLabel>(reg, n, h);
-    let bytes = t(&mut reg, "jq_table_total_bytes", "Table + indexes + TOAST size (jq.table_health)");
-    let dead_t = t(&mut reg, "jq_table_dead_tuples", "Dead tuples (pg_stat_all_tables)");
-    let ratio = t(&mut reg, "jq_table_dead_ratio", "dead / (live + dead)");
-    let xmin_age = family::<DatabaseLabel>(&mut reg, "jq_oldest_xmin_age", "Age in transactions of the oldest xmin holding back vacuum");
-    let xact_age = family::<DatabaseLabel>(&mut reg, "jq_oldest_xact_age_seconds", "Seconds the oldest snapshot-holding transaction has been open");
-    let blocked = t(&mut reg, "jq_history_truncation_blocked_sessions",
+    let bytes = t(reg, "jq_table_total_bytes", "Table + indexes + TOAST size (jq.table_health)");
+    let dead_t = t(reg, "jq_table_dead_tuples", "Dead tuples (pg_stat_all_tables)");
+    let ratio = t(reg, "jq_table_dead_ratio", "dead / (live + dead)");
+    let blocked = t(reg, "jq_history_truncation_blocked_sessions",
                     "History tables only: sessions whose locks keep a table due for truncation from it (0 when not due)");
-    let db: String = client.query_typed_one("SELECT current_database()::text", &[]).await?.get(0);
-    // jq.table_health is jq_admin's (docs/security.md): a least-privilege monitoring role gets
-    // the queue and worker gauges without the table ones.
-    let health: bool =
-        client.query_typed_one("SELECT has_table_privilege('jq.table_health', 'SELECT')", &[]).await?.get(0);
-    let health_sql = if health {
-        "SELECT table_name, total_bytes::float8, coalesce(dead_tuples, 0)::float8, coalesce(dead_ratio, 0)::float8,
-                coalesce(oldest_xmin_age, 0)::float8, coalesce(extract(epoch FROM oldest_xact_age), 0)::float8,
-                CASE WHEN truncation_due IS NOT NULL THEN coalesce(cardinality(truncation_blocked_by), 0)::float8 END
-         FROM jq.table_health"
-    } else {
-        "SELECT ''::text, 0::float8, 0::float8, 0::float8, 0::float8, 0::float8, NULL::float8 WHERE false"
-    };
-    for (k, r) in client
+    let xmin_age = family::<DatabaseLabel>(reg, "jq_oldest_xmin_age", "Age in transactions of the oldest xmin holding back vacuum");
+    let xact_age = family::<DatabaseLabel>(reg, "jq_oldest_xact_age_seconds", "Seconds the oldest snapshot-holding transaction has been open");
+    let row = client
+        .query_typed_one("SELECT current_database()::text, has_table_privilege('jq.table_health', 'SELECT')", &[])
+        .await?;
+    let (db, health): (String, bool) = (row.get(0), row.get(1));
+    if !health {
+        return Ok(());
+    }
+    let rows = client
         .query_typed(
-            health_sql,
+            "SELECT table_name, total_bytes::float8, coalesce(dead_tuples, 0)::float8, coalesce(dead_ratio, 0)::float8,
+                    coalesce(oldest_xmin_age, 0)::float8, coalesce(extract(epoch FROM oldest_xact_age), 0)::float8,
+                    -- history tables only; from jq 0.2.0 on, read through the row's JSON so that an
+                    -- older jq (no such columns) still answers, without the series
+                    CASE WHEN to_jsonb(h) ->> 'truncation_due' IS NOT NULL
+                         THEN coalesce(jsonb_array_length(nullif(to_jsonb(h) -> 'truncation_blocked_by', 'null')), 0)::float8 END
+             FROM jq.table_health h",
             &[],
         )
-        .await?
-        .into_iter()
-        .enumerate()
-    {
+        .await?;
+    for (k, r) in rows.into_iter().enumerate() {
         let l = TableLabel { table: r.get(0) };
         bytes.get_or_create(&l).set(r.get(1));
         dead_t.get_or_create(&l).set(r.get(2));
@@ -136,9 +152,14 @@ async fn scrape(client: &tokio_postgres::Client) -> Result<String, CliError> {
             xact_age.get_or_create(&d).set(r.get::<_, f64>(5).max(0.0));
         }
     }
-    let up = family::<DatabaseLabel>(&mut reg, "jq_worker_up", "1 when the database's maintenance worker is running");
-    let pass_age = family::<DatabaseLabel>(&mut reg, "jq_worker_last_pass_age_seconds", "Seconds since the worker's last maintenance pass");
-    let has_error = family::<DatabaseLabel>(&mut reg, "jq_worker_last_error", "1 when the last recorded worker error is less than 5 minutes old");
+    Ok(())
+}
+
+/// The maintenance workers' gauges (jq.status(): every database of the cluster with jq).
+async fn maintenance_workers(client: &tokio_postgres::Client, reg: &mut Registry) -> Result<(), CliError> {
+    let up = family::<DatabaseLabel>(reg, "jq_worker_up", "1 when the database's maintenance worker is running");
+    let pass_age = family::<DatabaseLabel>(reg, "jq_worker_last_pass_age_seconds", "Seconds since the worker's last maintenance pass");
+    let has_error = family::<DatabaseLabel>(reg, "jq_worker_last_error", "1 when the last recorded worker error is less than 5 minutes old");
     for r in client
         .query_typed(
             "SELECT coalesce(database::text, '?'), CASE WHEN state = 'running' THEN 1 ELSE 0 END::float8,
@@ -158,10 +179,7 @@ async fn scrape(client: &tokio_postgres::Client) -> Result<String, CliError> {
         }
         has_error.get_or_create(&d).set(r.get(3));
     }
-    fleet(client, &mut reg).await?;
-    let mut out = String::new();
-    encode(&mut out, &reg).map_err(|e| CliError(format!("cannot encode the metrics: {e}")))?;
-    Ok(out)
+    Ok(())
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
