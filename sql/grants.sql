@@ -337,7 +337,7 @@ BEGIN
         'jq.create_queue(text, integer, interval, jq.backoff_policy, interval, interval, jq.jitter_mode, interval, interval, interval, integer, integer, boolean, boolean, integer, interval)',
         'jq.drop_queue(text, boolean, bigint)', 'jq.tick()', 'jq.cron_tick(timestamptz)',
         'jq.grant(text, regrole, text, bigint)', 'jq.revoke(text, regrole, text)',
-        'jq.history_tables()']::regprocedure[]
+        'jq.history_tables(timestamptz)']::regprocedure[]
     LOOP
         EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO jq_admin', f);
     END LOOP;

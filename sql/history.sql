@@ -149,8 +149,10 @@ COMMENT ON FUNCTION jq._history_retained(text, text, timestamptz) IS
 -- emptied, and which sessions keep it (jq._truncate_history leaves a table another session
 -- holds a lock on for the next pass, without a word). The same checks as that pass, at the
 -- time of the call (pg_test/tests/history.rs,
--- history_tables_names_the_sessions_that_keep_a_due_table_from_truncation).
-CREATE OR REPLACE FUNCTION jq.history_tables()
+-- history_tables_names_the_sessions_that_keep_a_due_table_from_truncation). It reads the
+-- tables, whose locks last until the caller's transaction ends, so no view calls it: a
+-- monitor reading a view in a transaction left open would itself keep the history.
+CREATE OR REPLACE FUNCTION jq.history_tables(at timestamptz DEFAULT NULL)
 RETURNS TABLE (table_name text, ring text, slot integer, is_current boolean, truncation_due boolean,
                truncation_blocked_by integer[])
 LANGUAGE plpgsql STABLE
@@ -158,40 +160,46 @@ SECURITY DEFINER
 SET search_path = pg_catalog, jq, pg_temp
 AS $$
 DECLARE
-    v_now  timestamptz := clock_timestamp();
-    v_held boolean;
+    v_now   timestamptz := coalesce(history_tables.at, clock_timestamp());
+    v_spare boolean;
+    v_held  boolean;
 BEGIN
-    FOR ring, slot, is_current IN
-        SELECT r.ring, s.slot, s.slot = r.current
+    FOR ring, slot, is_current, v_spare IN
+        SELECT r.ring, s.slot, s.slot = r.current,
+               -- the table the ring left less than 10 s ago, spared by the pass for that long
+               s.slot = (r.current + 7) % 8 AND v_now - r.since < interval '10 seconds'
         FROM jq.history_rings r CROSS JOIN generate_series(0, 7) AS s(slot)
         ORDER BY r.ring DESC, s.slot
     LOOP
         table_name := format('jobs_%s_%s', ring, slot);
         truncation_due := false;
         truncation_blocked_by := NULL;
-        IF NOT is_current THEN
+        IF NOT is_current AND NOT v_spare THEN
             EXECUTE format('SELECT EXISTS (SELECT 1 FROM jq.%I)', table_name) INTO STRICT v_held;
             truncation_due := v_held AND NOT jq._history_retained(table_name, ring, v_now);
         END IF;
         IF truncation_due THEN
-            SELECT coalesce(array_agg(DISTINCT l.pid ORDER BY l.pid), '{}') INTO truncation_blocked_by
+            -- A prepared transaction's locks have no pid: 0 stands for it.
+            SELECT coalesce(array_agg(DISTINCT coalesce(l.pid, 0) ORDER BY coalesce(l.pid, 0)), '{}')
+            INTO truncation_blocked_by
             FROM pg_locks l
-            WHERE l.locktype = 'relation' AND l.granted AND l.pid <> pg_backend_pid()
+            WHERE l.locktype = 'relation' AND l.granted AND l.pid IS DISTINCT FROM pg_backend_pid()
               AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
               AND l.relation = format('jq.%I', table_name)::regclass;
         END IF;
         RETURN NEXT;
     END LOOP;
 END $$;
-COMMENT ON FUNCTION jq.history_tables() IS
+COMMENT ON FUNCTION jq.history_tables(timestamptz) IS
 'The 16 history tables that finished jobs move to (docs/semantics.md, "Where finished jobs live"), '
-'one row each: table_name (jobs_done_N, jobs_dead_N), ring (done or dead), slot (0..7), '
+'judged at at (default: now), one row each: table_name (jobs_done_N, jobs_dead_N), ring (done or dead), slot (0..7), '
 'is_current (finishing jobs are written to it; never truncated), truncation_due (not current, '
-'holds jobs, and every one is past its queue''s retention now: maintenance empties it at its '
-'next pass), truncation_blocked_by (when due, else NULL: the other sessions holding a lock on the '
-'table, which keep it from being truncated until their transactions end; a query of jq.jobs '
-'holds every history table). Reads each table not current (a brief ACCESS SHARE lock, kept '
-'until the caller''s transaction ends: call it in a transaction of its own). jq_admin only.';
+'not left by its ring less than 10 seconds ago, holds jobs, and every one is past its queue''s '
+'retention at at: maintenance empties it at its next pass), truncation_blocked_by (when due, else '
+'NULL: the pids of the other sessions of this server holding a lock on the table, 0 for a '
+'prepared transaction; they keep it from being truncated until their transactions end; a query '
+'of jq.jobs holds every history table). Reads each table that may be due: its ACCESS SHARE lock '
+'lasts until the caller''s transaction ends, so call it in a transaction of its own. jq_admin only.';
 
 CREATE OR REPLACE FUNCTION jq._truncate_history(now timestamptz) RETURNS integer
 LANGUAGE plpgsql AS $$

@@ -721,13 +721,10 @@ SELECT c.relname::text AS table_name,
        st.autovacuum_count,
        o.oldest_xmin_age,
        o.oldest_xact_age,
-       o.oldest_xact_pid,
-       ht.truncation_due,
-       ht.truncation_blocked_by
+       o.oldest_xact_pid
 FROM pg_catalog.pg_class c
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'jq'
 LEFT JOIN pg_catalog.pg_stat_all_tables st ON st.relid = c.oid
-LEFT JOIN jq.history_tables() ht ON ht.table_name = c.relname::text
 CROSS JOIN LATERAL (
     -- What holds vacuum back: the oldest snapshot (xmin) of any session, prepared transaction or
     -- replication slot. Dead jobs older than it cannot be removed, whatever autovacuum does.
@@ -753,10 +750,8 @@ COMMENT ON VIEW jq.table_health IS
 'row, what holds vacuum back: oldest_xmin_age (transactions, the oldest xmin of any session, '
 'prepared transaction or replication slot), oldest_xact_age (interval) and oldest_xact_pid of '
 'the longest-open transaction holding a snapshot. A growing dead_tuples with a large '
-'oldest_xact_age means a long transaction keeps the queue''s dead rows alive. On the history '
-'tables (NULL on the others), from jq.history_tables(): truncation_due (all its jobs past '
-'retention: the next maintenance pass empties it) and truncation_blocked_by (the other sessions '
-'whose locks keep it from that until their transactions end).';
+'oldest_xact_age means a long transaction keeps the queue''s dead rows alive. History tables '
+'that stay large although past retention: jq.history_tables().';
 
 -- The functions written in Rust (src/wakeup.rs, src/claim_hint.rs, src/bgworker/).
 COMMENT ON FUNCTION jq._wake(text) IS

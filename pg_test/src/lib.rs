@@ -237,6 +237,42 @@ pub fn sabotage(c: &mut Client, func: &str, from: &str, to: &str, times: usize) 
     c.batch_execute(&def.replace(from, to)).expect("install the broken variant");
 }
 
+/// A completed job left in a history table that is past retention and no longer current:
+/// creates `queue` with retention 0, completes one job of it and runs a maintenance pass an
+/// hour on, which moves the done ring on from that table (and truncates nothing). Returns the
+/// job's id; the next pass would truncate the table.
+pub fn job_past_retention_in_history(c: &mut Client, queue: &str) -> i64 {
+    c.execute("SELECT jq.create_queue($1, retention => '0', history_retention => '0')", &[&queue]).expect("create_queue");
+    let id: i64 = c.query_one("SELECT jq.enqueue($1)", &[&queue]).expect("enqueue").get(0);
+    let job = claim(c, queue, "w", 1, None).pop().expect("claim the job");
+    assert!(complete(c, &job), "complete the job");
+    let gone: i64 = c.query_one("SELECT jq._prune(now() + interval '1 hour')::int8", &[]).expect("_prune").get(0);
+    assert_eq!(gone, 0, "the pass that moves the ring on truncates nothing");
+    id
+}
+
+/// Waits (at most 30 s) until `jq.history_tables()` says history table `table` is due for
+/// truncation now: the pass spares the table its ring left for 10 s of real time (sql/history.sql).
+pub fn await_history_due(c: &mut Client, table: &str) {
+    let t0 = std::time::Instant::now();
+    while !c
+        .query_one("SELECT truncation_due FROM jq.history_tables() WHERE table_name = $1", &[&table])
+        .expect("jq.history_tables")
+        .get::<_, bool>(0)
+    {
+        assert!(t0.elapsed() < std::time::Duration::from_secs(30), "{table} is not due for truncation after 30 s");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// A reporting transaction on `reader`: it reads `jq.jobs` (not ONLY) and so holds every
+/// history table until it ends. Returns the reader's backend pid.
+pub fn hold_history(reader: &mut Client) -> i32 {
+    let pid = backend_pid(reader);
+    reader.batch_execute("BEGIN; SELECT count(*) FROM jq.jobs").expect("a reporting transaction");
+    pid
+}
+
 /// The whole job row as JSON text, to compare before and after a call that must change nothing.
 pub fn job_row(c: &mut Client, id: i64) -> String {
     c.query_one("SELECT to_jsonb(j)::text FROM jq.jobs j WHERE id = $1", &[&id]).expect("job row").get(0)

@@ -21,7 +21,7 @@ pub mod dashboard;
 pub mod scenarios;
 
 pub use jq_pg_test::waiting::{cluster_cmd, cluster_sh, wait_until, Ticker};
-pub use jq_pg_test::{conninfo_at, host, port, state, Client, NoTls, TestDb};
+pub use jq_pg_test::{await_history_due, conninfo_at, hold_history, host, job_past_retention_in_history, port, state, Client, NoTls, TestDb};
 
 /// `jqctl` against a test database.
 pub trait Jqctl {

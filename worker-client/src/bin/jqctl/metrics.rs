@@ -1,7 +1,7 @@
 //! `jqctl metrics`: jq's per-queue gauges, table health and background-worker status in the
 //! Prometheus text exposition format, served on `--listen ADDR` at `/metrics` (or printed once
-//! with `--once`). Every scrape reads `jq.queue_stats`, `jq.table_health` (when the role may:
-//! it is jq_admin's), `jq.status()` and `jq.fleet`
+//! with `--once`). Every scrape reads `jq.queue_stats`, `jq.table_health` and
+//! `jq.history_tables()` (when the role may: they are jq_admin's), `jq.status()` and `jq.fleet`
 //! afresh, so a dropped queue's series disappear. Alert rules: docs/observability.md.
 
 use crate::{connect, Cli, CliError, CliResult};
@@ -53,6 +53,7 @@ async fn scrape(client: &tokio_postgres::Client) -> Result<String, CliError> {
     let mut reg = Registry::default();
     queues(client, &mut reg).await?;
     tables(client, &mut reg).await?;
+    history(client, &mut reg).await?;
     maintenance_workers(client, &mut reg).await?;
     fleet(client, &mut reg).await?;
     let mut out = String::new();
@@ -115,8 +116,6 @@ async fn tables(client: &tokio_postgres::Client, reg: &mut Registry) -> Result<(
     let bytes = t(reg, "jq_table_total_bytes", "Table + indexes + TOAST size (jq.table_health)");
     let dead_t = t(reg, "jq_table_dead_tuples", "Dead tuples (pg_stat_all_tables)");
     let ratio = t(reg, "jq_table_dead_ratio", "dead / (live + dead)");
-    let blocked = t(reg, "jq_history_truncation_blocked_sessions",
-                    "History tables only: sessions whose locks keep a table due for truncation from it (0 when not due)");
     let xmin_age = family::<DatabaseLabel>(reg, "jq_oldest_xmin_age", "Age in transactions of the oldest xmin holding back vacuum");
     let xact_age = family::<DatabaseLabel>(reg, "jq_oldest_xact_age_seconds", "Seconds the oldest snapshot-holding transaction has been open");
     let row = client
@@ -129,12 +128,8 @@ async fn tables(client: &tokio_postgres::Client, reg: &mut Registry) -> Result<(
     let rows = client
         .query_typed(
             "SELECT table_name, total_bytes::float8, coalesce(dead_tuples, 0)::float8, coalesce(dead_ratio, 0)::float8,
-                    coalesce(oldest_xmin_age, 0)::float8, coalesce(extract(epoch FROM oldest_xact_age), 0)::float8,
-                    -- history tables only; from jq 0.2.0 on, read through the row's JSON so that an
-                    -- older jq (no such columns) still answers, without the series
-                    CASE WHEN to_jsonb(h) ->> 'truncation_due' IS NOT NULL
-                         THEN coalesce(jsonb_array_length(nullif(to_jsonb(h) -> 'truncation_blocked_by', 'null')), 0)::float8 END
-             FROM jq.table_health h",
+                    coalesce(oldest_xmin_age, 0)::float8, coalesce(extract(epoch FROM oldest_xact_age), 0)::float8
+             FROM jq.table_health",
             &[],
         )
         .await?;
@@ -143,14 +138,37 @@ async fn tables(client: &tokio_postgres::Client, reg: &mut Registry) -> Result<(
         bytes.get_or_create(&l).set(r.get(1));
         dead_t.get_or_create(&l).set(r.get(2));
         ratio.get_or_create(&l).set(r.get(3));
-        if let Some(n) = r.get::<_, Option<f64>>(6) {
-            blocked.get_or_create(&l).set(n);
-        }
         if k == 0 {
             let d = DatabaseLabel { database: db.clone() };
             xmin_age.get_or_create(&d).set(r.get(4));
             xact_age.get_or_create(&d).set(r.get::<_, f64>(5).max(0.0));
         }
+    }
+    Ok(())
+}
+
+/// Per history table, the sessions whose locks keep it from a truncation that is due
+/// (jq.history_tables(), jq_admin's; from jq 0.2.0 on: an older jq has no such series).
+async fn history(client: &tokio_postgres::Client, reg: &mut Registry) -> Result<(), CliError> {
+    let blocked = family::<TableLabel>(reg, "jq_history_truncation_blocked_sessions",
+                                       "Sessions whose locks keep a history table due for truncation from it (0 when not due; jq.history_tables())");
+    let callable: bool = client
+        .query_typed_one(
+            "SELECT CASE WHEN to_regproc('jq.history_tables') IS NULL THEN false
+                         ELSE has_function_privilege(to_regproc('jq.history_tables')::oid, 'EXECUTE') END",
+            &[],
+        )
+        .await?
+        .get(0);
+    if !callable {
+        return Ok(());
+    }
+    // Autocommit: the call's locks on the history tables end with it.
+    for r in client
+        .query_typed("SELECT table_name, coalesce(cardinality(truncation_blocked_by), 0)::float8 FROM jq.history_tables()", &[])
+        .await?
+    {
+        blocked.get_or_create(&TableLabel { table: r.get(0) }).set(r.get(1));
     }
     Ok(())
 }

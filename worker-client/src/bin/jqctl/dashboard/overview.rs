@@ -249,6 +249,9 @@ async fn live(app: &AppRef) -> Result<Live, tokio_postgres::Error> {
         })
         .collect();
     let (health, oldest_xact) = table_health(app, &mut signals).await?;
+    if health.is_some() {
+        history_signals(app, &mut signals).await?;
+    }
     Ok(Live { queues, status, health, oldest_xact, signals, base: app.base.clone() })
 }
 
@@ -259,8 +262,7 @@ async fn table_health(app: &AppRef, signals: &mut Vec<Signal>) -> Result<(Option
         .rows(
             "SELECT table_name, total_bytes, coalesce(live_tuples, 0), coalesce(dead_tuples, 0),
                     coalesce(dead_ratio, 0)::float8, coalesce(to_char(last_autovacuum, 'YYYY-MM-DD HH24:MI:SS'), '-'),
-                    extract(epoch FROM oldest_xact_age)::float8,
-                    array_to_string(truncation_blocked_by, ', ')
+                    extract(epoch FROM oldest_xact_age)::float8
              FROM jq.table_health",
             &[],
         )
@@ -289,15 +291,6 @@ async fn table_health(app: &AppRef, signals: &mut Vec<Signal>) -> Result<(Option
                     crossed: alert,
                 });
             }
-            // A history table due for truncation that other sessions' locks keep (jq.history_tables()).
-            if let Some(pids) = r.get::<_, Option<String>>(7).filter(|p| !p.is_empty()) {
-                signals.push(Signal {
-                    name: format!("table {table}: past retention, truncation blocked"),
-                    value: format!("by pid {pids}"),
-                    threshold: "no session".into(),
-                    crossed: true,
-                });
-            }
             HealthRow {
                 table,
                 size: bytes(r.get(1)),
@@ -310,6 +303,31 @@ async fn table_health(app: &AppRef, signals: &mut Vec<Signal>) -> Result<(Option
         })
         .collect();
     Ok((Some(health), oldest))
+}
+
+/// A signal for each history table due for truncation that other sessions' locks keep from it,
+/// naming them (jq.history_tables(), jq_admin's like jq.table_health; called only when that
+/// was readable). Each call is a transaction of its own, so its locks end with it.
+async fn history_signals(app: &AppRef, signals: &mut Vec<Signal>) -> Result<(), tokio_postgres::Error> {
+    let rows = app
+        .db
+        .rows(
+            "SELECT table_name,
+                    array_to_string(ARRAY(SELECT CASE WHEN p = 0 THEN 'a prepared transaction' ELSE 'pid ' || p END
+                                          FROM unnest(truncation_blocked_by) p), ', ')
+             FROM jq.history_tables() WHERE cardinality(truncation_blocked_by) > 0",
+            &[],
+        )
+        .await?;
+    for r in rows {
+        signals.push(Signal {
+            name: format!("table {}: past retention, truncation blocked", r.get::<_, String>(0)),
+            value: format!("by {}", r.get::<_, String>(1)),
+            threshold: "no session".into(),
+            crossed: true,
+        });
+    }
+    Ok(())
 }
 
 /// GET / (with `fragment=1`: only the live part, for the 2 s refresh).
