@@ -151,11 +151,13 @@ COMMENT ON FUNCTION jq._history_retained(text, text, timestamptz) IS
 -- time of the call (pg_test/tests/history.rs,
 -- history_tables_names_the_sessions_that_keep_a_due_table_from_truncation). It reads the
 -- tables, whose locks last until the caller's transaction ends, so no view calls it: a
--- monitor reading a view in a transaction left open would itself keep the history.
+-- monitor reading a view in a transaction left open would itself keep the history. Like the
+-- pass it never waits for a lock: a table it cannot lock at once (a TRUNCATE waits for it behind
+-- its holders) is reported as undecided, with its holders. Volatile: it takes locks.
 CREATE OR REPLACE FUNCTION jq.history_tables(at timestamptz DEFAULT NULL)
 RETURNS TABLE (table_name text, ring text, slot integer, is_current boolean, truncation_due boolean,
                truncation_blocked_by integer[])
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, jq, pg_temp
 AS $$
@@ -164,6 +166,9 @@ DECLARE
     v_spare boolean;
     v_held  boolean;
 BEGIN
+    IF NOT isfinite(v_now) THEN
+        RAISE EXCEPTION 'jq.history_tables: at must be a finite instant, not %', v_now USING ERRCODE = '22023';
+    END IF;
     FOR ring, slot, is_current, v_spare IN
         SELECT r.ring, s.slot, s.slot = r.current,
                -- the table the ring left less than 10 s ago, spared by the pass for that long
@@ -175,17 +180,23 @@ BEGIN
         truncation_due := false;
         truncation_blocked_by := NULL;
         IF NOT is_current AND NOT v_spare THEN
-            EXECUTE format('SELECT EXISTS (SELECT 1 FROM jq.%I)', table_name) INTO STRICT v_held;
-            truncation_due := v_held AND NOT jq._history_retained(table_name, ring, v_now);
+            BEGIN
+                EXECUTE format('LOCK TABLE jq.%I IN ACCESS SHARE MODE NOWAIT', table_name);
+                EXECUTE format('SELECT EXISTS (SELECT 1 FROM jq.%I)', table_name) INTO STRICT v_held;
+                truncation_due := v_held AND NOT jq._history_retained(table_name, ring, v_now);
+            EXCEPTION WHEN lock_not_available THEN
+                truncation_due := NULL;  -- undecided: a lock on it is waited for
+            END;
         END IF;
-        IF truncation_due THEN
-            -- A prepared transaction's locks have no pid: 0 stands for it.
-            SELECT coalesce(array_agg(DISTINCT coalesce(l.pid, 0) ORDER BY coalesce(l.pid, 0)), '{}')
-            INTO truncation_blocked_by
-            FROM pg_locks l
-            WHERE l.locktype = 'relation' AND l.granted AND l.pid IS DISTINCT FROM pg_backend_pid()
-              AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
-              AND l.relation = format('jq.%I', table_name)::regclass;
+        IF truncation_due IS DISTINCT FROM false THEN
+            -- One entry per holder: a session's pid, or 0 for each prepared transaction (its
+            -- locks have no pid).
+            SELECT coalesce(array_agg(h.pid ORDER BY h.pid), '{}') INTO truncation_blocked_by
+            FROM (SELECT DISTINCT coalesce(l.pid, 0) AS pid, l.virtualtransaction
+                  FROM pg_locks l
+                  WHERE l.locktype = 'relation' AND l.granted AND l.pid IS DISTINCT FROM pg_backend_pid()
+                    AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
+                    AND l.relation = format('jq.%I', table_name)::regclass) h;
         END IF;
         RETURN NEXT;
     END LOOP;
@@ -195,11 +206,14 @@ COMMENT ON FUNCTION jq.history_tables(timestamptz) IS
 'judged at at (default: now), one row each: table_name (jobs_done_N, jobs_dead_N), ring (done or dead), slot (0..7), '
 'is_current (finishing jobs are written to it; never truncated), truncation_due (not current, '
 'not left by its ring less than 10 seconds ago, holds jobs, and every one is past its queue''s '
-'retention at at: maintenance empties it at its next pass), truncation_blocked_by (when due, else '
-'NULL: the pids of the other sessions of this server holding a lock on the table, 0 for a '
-'prepared transaction; they keep it from being truncated until their transactions end; a query '
+'retention at at: maintenance empties it at its next pass; NULL: undecided, as the table could '
+'not be locked without waiting, which a TRUNCATE queued behind its holders causes), '
+'truncation_blocked_by (when due or undecided, else NULL: one entry per other session of this '
+'server holding a lock on the table, its pid, or 0 for each prepared transaction; they keep it '
+'from being truncated until their transactions end; a query '
 'of jq.jobs holds every history table). Reads each table that may be due: its ACCESS SHARE lock '
-'lasts until the caller''s transaction ends, so call it in a transaction of its own. jq_admin only.';
+'lasts until the caller''s transaction ends, so call it in a transaction of its own. Never waits '
+'for a lock. Errors: 22023 at not finite. jq_admin only.';
 
 CREATE OR REPLACE FUNCTION jq._truncate_history(now timestamptz) RETURNS integer
 LANGUAGE plpgsql AS $$

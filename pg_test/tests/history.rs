@@ -7,7 +7,10 @@
 //! Negative controls: `JQ_TEST_BREAK=<name>` breaks one piece in the test's own database (see
 //! `jq_pg_test::sabotage`); the comment at each test records how the test then failed.
 
-use jq_pg_test::{broken, claim, complete, hold_history, job_past_retention_in_history, sabotage, state, Client, TestDb};
+use jq_pg_test::{
+    await_lock_wait, backend_pid, broken, claim, complete, hold_history, job_past_retention_in_history, sabotage, sqlstate,
+    state, Client, TestDb,
+};
 
 fn one_i64(c: &mut Client, sql: &str) -> i64 {
     c.query_one(sql, &[]).expect(sql).get(0)
@@ -197,14 +200,19 @@ fn history_tables_names_the_sessions_that_keep_a_due_table_from_truncation() {
     };
     assert!(!c.query_one(&at("9 seconds"), &[]).unwrap().get::<_, bool>(0), "the table the ring left is spared for 10 s");
     assert!(c.query_one(&at("11 seconds"), &[]).unwrap().get::<_, bool>(0), "and due after");
-    // A prepared transaction holding the table is named 0 (its locks have no pid).
+    // Each prepared transaction holding the table is named 0 (its locks have no pid).
     let mut preparer = db.connect();
-    hold_history(&mut preparer);
-    let gid = format!("{}_prepared", db.name);
-    preparer.batch_execute(&format!("PREPARE TRANSACTION '{gid}'")).unwrap();
+    let gids: Vec<String> = (0..2).map(|i| format!("{}_prepared_{i}", db.name)).collect();
+    for gid in &gids {
+        hold_history(&mut preparer);
+        preparer.batch_execute(&format!("PREPARE TRANSACTION '{gid}'")).unwrap();
+    }
     let held: Option<Vec<i32>> = c.query_one(status, &[]).unwrap().get(1);
-    preparer.batch_execute(&format!("ROLLBACK PREPARED '{gid}'")).unwrap();
-    assert_eq!(held, Some(vec![0, reader_pid]), "a prepared transaction and the reader keep it");
+    for gid in &gids {
+        preparer.batch_execute(&format!("ROLLBACK PREPARED '{gid}'")).unwrap();
+    }
+    assert_eq!(held, Some(vec![0, 0, reader_pid]), "two prepared transactions and the reader keep it");
+    assert_eq!(sqlstate(c.query("SELECT * FROM jq.history_tables('infinity')", &[])), "22023", "at must be finite");
     // The pass leaves it; once the reader ends, nothing holds it and the next pass empties it.
     assert_eq!(one_i64(&mut c, "SELECT jq._prune(now() + interval '1 hour')::int8"), 0);
     reader.batch_execute("COMMIT").unwrap();
@@ -214,6 +222,37 @@ fn history_tables_names_the_sessions_that_keep_a_due_table_from_truncation() {
     assert_eq!(state(&mut c, id), None);
     let row = c.query_one(status, &[]).unwrap();
     assert!(!row.get::<_, bool>(0), "an empty table is not due");
+}
+
+// Like the pass, jq.history_tables() never waits for a lock: with an exclusive lock queued behind
+// a reader's (a TRUNCATE, a LOCK TABLE), the table is reported undecided, with the reader.
+// Negative control: JQ_TEST_BREAK=history_waits (NOWAIT taken out) made this test fail: the call
+// waited behind the queued lock until its statement_timeout of 5 s ended it (57014).
+#[test]
+fn history_tables_never_waits_for_a_lock() {
+    let db = TestDb::new("history_no_wait");
+    let mut c = db.connect();
+    if broken("history_waits") {
+        sabotage(&mut c, "jq.history_tables(timestamptz)", "IN ACCESS SHARE MODE NOWAIT", "IN ACCESS SHARE MODE", 1);
+    }
+    job_past_retention_in_history(&mut c, "n");
+    let mut reader = db.connect();
+    let reader_pid = hold_history(&mut reader);
+    let mut locker = db.connect();
+    let locker_pid = backend_pid(&mut locker);
+    let queued = std::thread::spawn(move || {
+        locker.batch_execute("SET lock_timeout = '60s'; BEGIN; LOCK TABLE jq.jobs_done_0 IN ACCESS EXCLUSIVE MODE; ROLLBACK")
+    });
+    await_lock_wait(&mut c, locker_pid, "the LOCK TABLE never queued behind the reader", || queued.is_finished());
+    c.batch_execute("SET statement_timeout = '5s'").unwrap();
+    let row = c
+        .query_one("SELECT truncation_due, truncation_blocked_by FROM jq.history_tables(now() + interval '1 hour')
+                    WHERE table_name = 'jobs_done_0'", &[])
+        .expect("jq.history_tables() answers without waiting");
+    assert_eq!((row.get::<_, Option<bool>>(0), row.get::<_, Option<Vec<i32>>>(1)), (None, Some(vec![reader_pid])),
+               "undecided, and the reader holds it");
+    reader.batch_execute("COMMIT").unwrap();
+    queued.join().unwrap().expect("the queued lock is granted once the reader ends");
 }
 
 // Negative control: JQ_TEST_BREAK=truncate_in_block (the transaction-block check taken out)

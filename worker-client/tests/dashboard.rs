@@ -204,6 +204,26 @@ fn the_overview_names_a_session_that_keeps_a_history_table_from_truncation() {
     assert!(!d.get("/").body.contains(signal), "the signal stays after the reader ended");
 }
 
+/// A monitoring role granted jq.table_health but not jq.history_tables() still gets the overview,
+/// with table health and without the history signals. Seen failing when the overview called
+/// jq.history_tables() whenever table health was readable: 403, "permission denied for function
+/// history_tables".
+#[test]
+fn a_role_that_may_read_table_health_only_gets_the_overview() {
+    let db = TestDb::new("dash_monitor");
+    let mut c = db.connect();
+    let role = format!("dash_monitor_{}", std::process::id());
+    c.batch_execute(&format!(
+        "DROP ROLE IF EXISTS {role}; CREATE ROLE {role} LOGIN IN ROLE jq_worker;
+         GRANT SELECT ON jq.table_health TO {role}; SELECT jq.create_queue('mon');"
+    ))
+    .unwrap();
+    let url = format!("postgresql://{role}@{}:{}/{}", host(), db.port, db.name);
+    let o = Dashboard::start_at(&url, &[]).get("/");
+    assert_eq!(o.status, 200, "{}", o.body);
+    assert!(o.body.contains("<table class=\"health\">"), "table health is shown: {}", o.body);
+}
+
 #[test]
 fn another_roles_queue_and_job_are_not_found() {
     let db = TestDb::new("dash_roles");

@@ -249,9 +249,7 @@ async fn live(app: &AppRef) -> Result<Live, tokio_postgres::Error> {
         })
         .collect();
     let (health, oldest_xact) = table_health(app, &mut signals).await?;
-    if health.is_some() {
-        history_signals(app, &mut signals).await?;
-    }
+    history_signals(app, &mut signals).await?;
     Ok(Live { queues, status, health, oldest_xact, signals, base: app.base.clone() })
 }
 
@@ -305,10 +303,21 @@ async fn table_health(app: &AppRef, signals: &mut Vec<Signal>) -> Result<(Option
     Ok((Some(health), oldest))
 }
 
-/// A signal for each history table due for truncation that other sessions' locks keep from it,
-/// naming them (jq.history_tables(), jq_admin's like jq.table_health; called only when that
-/// was readable). Each call is a transaction of its own, so its locks end with it.
+/// A signal for each history table due for truncation (or undecided) that other sessions' locks
+/// keep from it, naming them (jq.history_tables(): nothing when the role may not call it). Each
+/// call is a transaction of its own, so its locks end with it.
 async fn history_signals(app: &AppRef, signals: &mut Vec<Signal>) -> Result<(), tokio_postgres::Error> {
+    let callable = app
+        .db
+        .opt(
+            "SELECT 1 FROM (SELECT to_regproc('jq.history_tables') AS f) r
+             WHERE r.f IS NOT NULL AND has_function_privilege(r.f::oid, 'EXECUTE')",
+            &[],
+        )
+        .await?;
+    if callable.is_none() {
+        return Ok(());
+    }
     let rows = app
         .db
         .rows(
