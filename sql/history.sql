@@ -145,6 +145,29 @@ COMMENT ON FUNCTION jq._history_retained(text, text, timestamptz) IS
 'Internal: whether history table jq.<tbl> of ring (done or dead) holds a job still within its '
 'queue''s retention at now.';
 
+-- The sessions holding a lock on each history table, from one read of pg_locks (a snapshot of
+-- the whole lock table): one entry per holder, a session's pid, or 0 for each prepared
+-- transaction (its locks have no pid); the caller's own locks left out.
+CREATE OR REPLACE FUNCTION jq._history_holders() RETURNS jsonb
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
+AS $$
+    SELECT coalesce(jsonb_object_agg(h.relname, h.pids), '{}')
+    FROM (SELECT c.relname, jsonb_agg(x.pid ORDER BY x.pid) AS pids
+          FROM (SELECT DISTINCT l.relation, coalesce(l.pid, 0) AS pid, l.virtualtransaction
+                FROM pg_locks l
+                WHERE l.locktype = 'relation' AND l.granted AND l.pid IS DISTINCT FROM pg_backend_pid()
+                  AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())) x
+          JOIN pg_class c ON c.oid = x.relation
+          WHERE c.relnamespace = 'jq'::regnamespace AND c.relname ~ '^jobs_(done|dead)_[0-7]$'
+          GROUP BY c.relname) h
+$$;
+COMMENT ON FUNCTION jq._history_holders() IS
+'Internal: {history table name: [holder, ...]} (jsonb) over the other sessions of this database '
+'holding a granted lock on jq.jobs_done_N / jq.jobs_dead_N: a pid, or 0 for each prepared '
+'transaction. Read by jq.history_tables().';
+
 -- What an operator asks when the history does not shrink: which history table is due to be
 -- emptied, and which sessions keep it (jq._truncate_history leaves a table another session
 -- holds a lock on for the next pass, without a word). The same checks as that pass, at the
@@ -160,11 +183,13 @@ RETURNS TABLE (table_name text, ring text, slot integer, is_current boolean, tru
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
 AS $$
 DECLARE
-    v_now   timestamptz := coalesce(history_tables.at, clock_timestamp());
-    v_spare boolean;
-    v_held  boolean;
+    v_now     timestamptz := coalesce(history_tables.at, clock_timestamp());
+    v_spare   boolean;
+    v_held    boolean;
+    v_holders jsonb;  -- history table name -> its holders, from one read of pg_locks
 BEGIN
     IF NOT isfinite(v_now) THEN
         RAISE EXCEPTION 'jq.history_tables: at must be a finite instant, not %', v_now USING ERRCODE = '22023';
@@ -189,14 +214,8 @@ BEGIN
             END;
         END IF;
         IF truncation_due IS DISTINCT FROM false THEN
-            -- One entry per holder: a session's pid, or 0 for each prepared transaction (its
-            -- locks have no pid).
-            SELECT coalesce(array_agg(h.pid ORDER BY h.pid), '{}') INTO truncation_blocked_by
-            FROM (SELECT DISTINCT coalesce(l.pid, 0) AS pid, l.virtualtransaction
-                  FROM pg_locks l
-                  WHERE l.locktype = 'relation' AND l.granted AND l.pid IS DISTINCT FROM pg_backend_pid()
-                    AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
-                    AND l.relation = format('jq.%I', table_name)::regclass) h;
+            v_holders := coalesce(v_holders, jq._history_holders());
+            truncation_blocked_by := ARRAY(SELECT e::integer FROM jsonb_array_elements_text(v_holders -> table_name) e);
         END IF;
         RETURN NEXT;
     END LOOP;

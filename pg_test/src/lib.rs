@@ -254,15 +254,11 @@ pub fn job_past_retention_in_history(c: &mut Client, queue: &str) -> i64 {
 /// Waits (at most 30 s) until `jq.history_tables()` says history table `table` is due for
 /// truncation now: the pass spares the table its ring left for 10 s of real time (sql/history.sql).
 pub fn await_history_due(c: &mut Client, table: &str) {
-    let t0 = std::time::Instant::now();
-    while !c
-        .query_one("SELECT truncation_due FROM jq.history_tables() WHERE table_name = $1", &[&table])
-        .expect("jq.history_tables")
-        .get::<_, bool>(0)
-    {
-        assert!(t0.elapsed() < std::time::Duration::from_secs(30), "{table} is not due for truncation after 30 s");
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    waiting::wait_until(std::time::Duration::from_secs(30), &format!("{table} due for truncation"), || {
+        c.query_one("SELECT truncation_due IS TRUE FROM jq.history_tables() WHERE table_name = $1", &[&table])
+            .expect("jq.history_tables")
+            .get::<_, bool>(0)
+    });
 }
 
 /// A reporting transaction on `reader`: it reads `jq.jobs` (not ONLY) and so holds every

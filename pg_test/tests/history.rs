@@ -244,6 +244,9 @@ fn history_tables_never_waits_for_a_lock() {
         locker.batch_execute("SET lock_timeout = '60s'; BEGIN; LOCK TABLE jq.jobs_done_0 IN ACCESS EXCLUSIVE MODE; ROLLBACK")
     });
     await_lock_wait(&mut c, locker_pid, "the LOCK TABLE never queued behind the reader", || queued.is_finished());
+    if queued.is_finished() {
+        panic!("the LOCK TABLE ended instead of queueing: {:?}", queued.join());
+    }
     c.batch_execute("SET statement_timeout = '5s'").unwrap();
     let row = c
         .query_one("SELECT truncation_due, truncation_blocked_by FROM jq.history_tables(now() + interval '1 hour')

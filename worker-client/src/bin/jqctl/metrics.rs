@@ -151,7 +151,7 @@ async fn tables(client: &tokio_postgres::Client, reg: &mut Registry) -> Result<(
 /// (jq.history_tables(), jq_admin's; from jq 0.2.0 on: an older jq has no such series).
 async fn history(client: &tokio_postgres::Client, reg: &mut Registry) -> Result<(), CliError> {
     let blocked = family::<TableLabel>(reg, "jq_history_truncation_blocked_sessions",
-                                       "Sessions whose locks keep a history table due for truncation from it (0 when not due; jq.history_tables())");
+                                       "Sessions whose locks keep a history table due for truncation from it (0 when not due or undecided; jq.history_tables())");
     let callable: bool = client
         .query_typed_one(
             "SELECT CASE WHEN to_regproc('jq.history_tables') IS NULL THEN false
@@ -165,7 +165,11 @@ async fn history(client: &tokio_postgres::Client, reg: &mut Registry) -> Result<
     }
     // Autocommit: the call's locks on the history tables end with it.
     for r in client
-        .query_typed("SELECT table_name, coalesce(cardinality(truncation_blocked_by), 0)::float8 FROM jq.history_tables()", &[])
+        .query_typed(
+            "SELECT table_name, CASE WHEN truncation_due THEN cardinality(truncation_blocked_by) ELSE 0 END::float8
+             FROM jq.history_tables()",
+            &[],
+        )
         .await?
     {
         blocked.get_or_create(&TableLabel { table: r.get(0) }).set(r.get(1));

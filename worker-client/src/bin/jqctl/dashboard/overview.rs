@@ -303,8 +303,7 @@ async fn table_health(app: &AppRef, signals: &mut Vec<Signal>) -> Result<(Option
     Ok((Some(health), oldest))
 }
 
-/// A signal for each history table due for truncation (or undecided) that other sessions' locks
-/// keep from it, naming them (jq.history_tables(): nothing when the role may not call it). Each
+/// A signal for each history table due for truncation that other sessions' locks keep from it, naming them (jq.history_tables(): nothing when the role may not call it). Each
 /// call is a transaction of its own, so its locks end with it.
 async fn history_signals(app: &AppRef, signals: &mut Vec<Signal>) -> Result<(), tokio_postgres::Error> {
     let callable = app
@@ -324,7 +323,7 @@ async fn history_signals(app: &AppRef, signals: &mut Vec<Signal>) -> Result<(), 
             "SELECT table_name,
                     array_to_string(ARRAY(SELECT CASE WHEN p = 0 THEN 'a prepared transaction' ELSE 'pid ' || p END
                                           FROM unnest(truncation_blocked_by) p), ', ')
-             FROM jq.history_tables() WHERE cardinality(truncation_blocked_by) > 0",
+             FROM jq.history_tables() WHERE truncation_due AND cardinality(truncation_blocked_by) > 0",
             &[],
         )
         .await?;
