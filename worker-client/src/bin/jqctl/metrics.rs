@@ -147,19 +147,18 @@ async fn tables(client: &tokio_postgres::Client, reg: &mut Registry) -> Result<(
     Ok(())
 }
 
+/// One row, one boolean: whether this role may call jq.history_tables() (false on a jq older
+/// than 0.2.0, which has none). Read by the scrape and by the dashboard's overview.
+pub const HISTORY_TABLES_CALLABLE: &str =
+    "SELECT CASE WHEN to_regproc('jq.history_tables') IS NULL THEN false
+                 ELSE has_function_privilege(to_regproc('jq.history_tables')::oid, 'EXECUTE') END";
+
 /// Per history table, the sessions whose locks keep it from a truncation that is due
 /// (jq.history_tables(), jq_admin's; from jq 0.2.0 on: an older jq has no such series).
 async fn history(client: &tokio_postgres::Client, reg: &mut Registry) -> Result<(), CliError> {
     let blocked = family::<TableLabel>(reg, "jq_history_truncation_blocked_sessions",
                                        "Sessions whose locks keep a history table due for truncation from it (0 when not due or undecided; jq.history_tables())");
-    let callable: bool = client
-        .query_typed_one(
-            "SELECT CASE WHEN to_regproc('jq.history_tables') IS NULL THEN false
-                         ELSE has_function_privilege(to_regproc('jq.history_tables')::oid, 'EXECUTE') END",
-            &[],
-        )
-        .await?
-        .get(0);
+    let callable: bool = client.query_typed_one(HISTORY_TABLES_CALLABLE, &[]).await?.get(0);
     if !callable {
         return Ok(());
     }

@@ -303,18 +303,12 @@ async fn table_health(app: &AppRef, signals: &mut Vec<Signal>) -> Result<(Option
     Ok((Some(health), oldest))
 }
 
-/// A signal for each history table due for truncation that other sessions' locks keep from it, naming them (jq.history_tables(): nothing when the role may not call it). Each
-/// call is a transaction of its own, so its locks end with it.
+/// A signal for each history table due for truncation that other sessions' locks keep from it,
+/// naming them (jq.history_tables(): nothing when the role may not call it). Each call is a
+/// transaction of its own, so its locks end with it.
 async fn history_signals(app: &AppRef, signals: &mut Vec<Signal>) -> Result<(), tokio_postgres::Error> {
-    let callable = app
-        .db
-        .opt(
-            "SELECT 1 FROM (SELECT to_regproc('jq.history_tables') AS f) r
-             WHERE r.f IS NOT NULL AND has_function_privilege(r.f::oid, 'EXECUTE')",
-            &[],
-        )
-        .await?;
-    if callable.is_none() {
+    let callable = app.db.opt(crate::metrics::HISTORY_TABLES_CALLABLE, &[]).await?;
+    if !callable.is_some_and(|r| r.get::<_, bool>(0)) {
         return Ok(());
     }
     let rows = app
