@@ -712,7 +712,9 @@ COMMENT ON VIEW jq.queue_stats IS
 
 CREATE OR REPLACE VIEW jq.table_health AS
 SELECT c.relname::text AS table_name,
-       pg_catalog.pg_total_relation_size(c.oid) AS total_bytes,
+       -- NULL rather than waiting when another session holds or awaits a conflicting lock
+       -- (src/table_size.rs).
+       jq._table_bytes(c.oid) AS total_bytes,
        st.n_live_tup AS live_tuples,
        st.n_dead_tup AS dead_tuples,
        CASE WHEN st.n_live_tup + st.n_dead_tup > 0
@@ -743,9 +745,11 @@ CROSS JOIN LATERAL (
           ORDER BY a.xact_start NULLS LAST LIMIT 1) a
     RIGHT JOIN (SELECT 1) one ON true) o
 WHERE c.relkind = 'r'
-ORDER BY pg_catalog.pg_total_relation_size(c.oid) DESC;
+ORDER BY total_bytes DESC NULLS LAST;
 COMMENT ON VIEW jq.table_health IS
-'One row per jq table: total_bytes (table, indexes and TOAST), live_tuples and dead_tuples with '
+'One row per jq table: total_bytes (table, indexes and TOAST; NULL when another session holds or '
+'awaits a lock on the table, an index or its TOAST table that conflicts with reading its size: '
+'it never waits for a lock), live_tuples and dead_tuples with '
 'dead_ratio, last_autovacuum and autovacuum_count (pg_stat_all_tables); and, the same on every '
 'row, what holds vacuum back: oldest_xmin_age (transactions, the oldest xmin of any session, '
 'prepared transaction or replication slot), oldest_xact_age (interval) and oldest_xact_pid of '
@@ -852,6 +856,11 @@ COMMENT ON FUNCTION jq._wakeups() IS
 'jobs for claims of n jobs.';
 COMMENT ON FUNCTION jq._status() IS
 'Internal: the background workers'' shared-memory table behind jq.status(), by database oid.';
+COMMENT ON FUNCTION jq._table_bytes(oid) IS
+'Internal (src/table_size.rs), jq.table_health''s sizes: pg_total_relation_size(rel) in bytes (table, '
+'indexes and TOAST), or NULL when another session holds or awaits a lock on the table, one of its '
+'indexes or its TOAST table that conflicts with ACCESS SHARE, or rel is no relation. Never waits for '
+'a lock and holds none when it returns.';
 COMMENT ON FUNCTION jq._preloaded() IS
 'Whether jq is in shared_preload_libraries (background workers and shared-memory wakeups on).';
 COMMENT ON FUNCTION jq._launcher_wake() IS

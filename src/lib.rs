@@ -6,7 +6,8 @@
 //! the configuration ([`gucs`]), the caller tickets of the privilege checks ([`security`]) and
 //! their random bits ([`random`]), the planner hook ([`planner`]), the wakeups of long-polling
 //! claims ([`wakeup`]), the claim-start hints ([`claim_hint`]), where the reaper's passes start
-//! ([`reap_start`]) and the background workers ([`bgworker`]). [`xact`] owns the
+//! ([`reap_start`]), the sizes of `jq.table_health` taken without waiting for a lock
+//! ([`table_size`]) and the background workers ([`bgworker`]). [`xact`] owns the
 //! end-of-transaction callbacks that call down into the wakeups, the hints, the launcher and the
 //! reaper's start; each of the first three owns its shared memory ([`shmem`] is the registration
 //! point); [`queue_hash`] is the one hash of a queue name.
@@ -30,6 +31,7 @@ pub mod reap_start;
 pub mod security;
 pub mod shmem;
 pub mod spin;
+pub mod table_size;
 pub mod wakeup;
 pub mod xact;
 
@@ -94,7 +96,7 @@ extension_sql_file!(
     "../sql/maintenance.sql",
     name = "maintenance",
     requires = ["cron", bgworker::_status, bgworker::_preloaded, bgworker::_launcher_wake, reap_start::_reap_start,
-                reap_start::_reap_end]
+                reap_start::_reap_end, table_size::_table_bytes]
 );
 extension_sql_file!("../sql/kinds.sql", name = "kinds", requires = ["maintenance", hook_timer::_hook_timer_start, hook_timer::_hook_timer_stop]);
 extension_sql_file!(

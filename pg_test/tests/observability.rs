@@ -64,3 +64,64 @@ fn table_health_names_the_transaction_holding_vacuum_back() {
     assert!(at_least_ours);
     holder.batch_execute("COMMIT").unwrap();
 }
+
+/// jq.table_health never waits for a lock (src/table_size.rs): a table whose size it cannot read
+/// at once shows a NULL total_bytes, the others their sizes. Two ways a scrape used to hang:
+/// an ACCESS EXCLUSIVE request queued behind a reader of jq.jobs (an ALTER TABLE behind a
+/// report), and an index held by an open REINDEX. Negative control: JQ_TEST_BREAK=health_waits
+/// (jq._table_bytes as a plain pg_total_relation_size) made it fail with 57014 on both.
+#[test]
+fn table_health_never_waits_for_a_lock() {
+    let db = TestDb::new("obs_health_nowait");
+    let mut c = db.connect();
+    if broken("health_waits") {
+        c.batch_execute("CREATE OR REPLACE FUNCTION jq._table_bytes(rel oid) RETURNS bigint LANGUAGE sql
+                         AS 'SELECT pg_catalog.pg_total_relation_size($1)'").unwrap();
+    }
+    let sizes = |c: &mut Client| -> Result<Vec<(String, Option<i64>)>, postgres::Error> {
+        c.batch_execute("SET statement_timeout = '5s'")?;
+        let rows = c.query("SELECT table_name, total_bytes FROM jq.table_health", &[])?;
+        c.batch_execute("RESET statement_timeout")?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    };
+    let unmeasured = |s: &[(String, Option<i64>)]| -> Vec<String> {
+        s.iter().filter(|(_, b)| b.is_none()).map(|(t, _)| t.clone()).collect()
+    };
+    assert_eq!(unmeasured(&sizes(&mut c).unwrap()), Vec::<String>::new(), "every size, with nobody in the way");
+
+    // An open REINDEX of one index of jq.jobs_done_3: ACCESS EXCLUSIVE on the index (SHARE on
+    // the table, which readers do not conflict with).
+    let mut reindex = db.connect();
+    let index: String = reindex
+        .query_one("SELECT indexrelid::regclass::text FROM pg_index WHERE indrelid = 'jq.jobs_done_3'::regclass
+                    ORDER BY indexrelid LIMIT 1", &[])
+        .unwrap()
+        .get(0);
+    reindex.batch_execute(&format!("BEGIN; REINDEX INDEX {index}")).unwrap();
+    let s = sizes(&mut c).expect("jq.table_health answers beside an open REINDEX");
+    assert_eq!(unmeasured(&s), vec!["jobs_done_3".to_string()], "{s:?}");
+    reindex.batch_execute("ROLLBACK").unwrap();
+
+    // A reader of jq.jobs, and an ACCESS EXCLUSIVE request on jq.jobs alone queued behind it.
+    let mut reader = db.connect();
+    reader.batch_execute("BEGIN; SELECT count(*) FROM ONLY jq.jobs").unwrap();
+    let mut locker = db.connect();
+    let locker_pid = backend_pid(&mut locker);
+    let queued = std::thread::spawn(move || {
+        locker.batch_execute("SET lock_timeout = '60s'; BEGIN; LOCK TABLE ONLY jq.jobs IN ACCESS EXCLUSIVE MODE; ROLLBACK")
+    });
+    await_lock_wait(&mut c, locker_pid, "the LOCK TABLE never queued behind the reader", || queued.is_finished());
+    assert!(!queued.is_finished(), "the LOCK TABLE ended instead of queueing: {:?}", queued.join());
+    let s = sizes(&mut c).expect("jq.table_health answers beside a queued exclusive lock");
+    assert_eq!(unmeasured(&s), vec!["jobs".to_string()], "{s:?}");
+    assert!(s.iter().filter(|(t, _)| t != "jobs").all(|(_, b)| b.unwrap() > 0), "{s:?}");
+    reader.batch_execute("COMMIT").unwrap();
+    queued.join().unwrap().expect("the queued lock is granted once the reader ends");
+    assert_eq!(unmeasured(&sizes(&mut c).unwrap()), Vec::<String>::new(), "every size again");
+    // It holds no lock once it has answered: an exclusive lock is granted at once after it.
+    c.batch_execute("BEGIN; SELECT total_bytes FROM jq.table_health; SET LOCAL lock_timeout = '1s';").unwrap();
+    let mut other = db.connect();
+    other.batch_execute("SET lock_timeout = '5s'; BEGIN; LOCK TABLE ONLY jq.jobs_done_5 IN ACCESS EXCLUSIVE MODE; ROLLBACK")
+        .expect("table_health left no lock behind in its open transaction");
+    c.batch_execute("COMMIT").unwrap();
+}

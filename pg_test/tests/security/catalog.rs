@@ -20,6 +20,8 @@ fn expected_execute(proname: &str) -> Option<&'static [&'static str]> {
         | "max_error_length" | "max_claim_batch" | "max_progress_bytes" | "cron_log_retention"
         | "cron_misfire_grace" | "cron_max_catchup" | "hook_lock_timeout" | "await"
         | "worker_beat_interval" | "worker_retention" | "worker_state" => EVERYONE,
+        // jq.table_health's sizes, called by whoever reads the view (src/table_size.rs).
+        "_table_bytes" => EVERYONE,
         // The dashboard's read API (sql/observe.sql): filtered by the caller's grants inside.
         n if OBSERVE.contains(&n) => EVERYONE,
         "enqueue" | "enqueue_many" => PRODUCE,

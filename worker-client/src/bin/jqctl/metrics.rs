@@ -135,7 +135,10 @@ async fn tables(client: &tokio_postgres::Client, reg: &mut Registry) -> Result<(
         .await?;
     for (k, r) in rows.into_iter().enumerate() {
         let l = TableLabel { table: r.get(0) };
-        bytes.get_or_create(&l).set(r.get(1));
+        // NULL while another session holds or awaits a conflicting lock on it: no sample.
+        if let Some(b) = r.get::<_, Option<f64>>(1) {
+            bytes.get_or_create(&l).set(b);
+        }
         dead_t.get_or_create(&l).set(r.get(2));
         ratio.get_or_create(&l).set(r.get(3));
         if k == 0 {

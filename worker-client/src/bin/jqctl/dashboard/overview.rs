@@ -291,7 +291,8 @@ async fn table_health(app: &AppRef, signals: &mut Vec<Signal>) -> Result<(Option
             }
             HealthRow {
                 table,
-                size: bytes(r.get(1)),
+                // NULL while another session holds or awaits a conflicting lock on it.
+                size: r.get::<_, Option<i64>>(1).map_or_else(|| "locked".to_string(), bytes),
                 live: thousands(r.get(2)),
                 dead: thousands(r.get(3)),
                 ratio: format!("{:.1} %", ratio * 100.0),
