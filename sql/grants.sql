@@ -297,8 +297,9 @@ GRANT EXECUTE ON FUNCTION
     jq.max_payload_bytes(), jq.max_error_length(), jq.max_claim_batch(), jq.max_progress_bytes(),
     jq.cron_log_retention(), jq.cron_misfire_grace(), jq.cron_max_catchup(), jq.hook_lock_timeout(),
     jq.worker_beat_interval(), jq.worker_retention(), jq.worker_state(timestamptz, timestamptz),
-    -- jq.table_health's sizes (a role granted SELECT on the view calls it, src/table_size.rs).
-    jq._table_bytes(oid)
+    -- jq.table_health's sizes (a role granted SELECT on the view calls it, src/table_size.rs)
+    -- and jq.queue_stats' figures of one queue (it checks the caller's grants itself).
+    jq._table_bytes(oid), jq._queue_figures(text, bigint)
     TO jq_admin, jq_producer, jq_worker;
 -- jq.fleet shows each reader the workers of the queues it holds a privilege on (sql/fleet.sql).
 GRANT SELECT ON jq.queue_stats, jq.kind_policies, jq.fleet TO jq_admin, jq_producer, jq_worker;

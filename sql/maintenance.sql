@@ -621,42 +621,44 @@ COMMENT ON FUNCTION jq.status() IS
 -- A database that just got jq is served within a second rather than at the next recheck.
 SELECT jq._launcher_wake();
 
--- security_barrier: a reader's own (leaky) function in a WHERE on this view is evaluated only
--- on the rows the view lets it see (docs/security.md).
-CREATE OR REPLACE VIEW jq.queue_stats WITH (security_barrier) AS
-SELECT t.name AS queue,
-       c.claimable + s.scheduled AS depth,
-       c.claimable,
-       s.scheduled,
-       r.running,
-       f.dead,
-       f.completed,
-       f.cancelled,
-       c.oldest_claimable_age,
-       t.paused,
-       b.blocked,
-       hc.completed_5m,
-       h.failed_5m,
-       h.failed_15m,
-       h.lease_expired_15m,
-       w.wait_p95_5m,
+-- One queue's figures for jq.queue_stats. A function with JIT off, not the view's own joins:
+-- a view cannot carry settings, and its plan over jq.jobs and the 16 history tables is estimated
+-- in the millions on any installation (tables never analyzed), far past jit_above_cost, so
+-- every read of the view compiled it with LLVM first: about 4 s of CPU for one queue on this
+-- project's 2-core test machine (pg_test/tests/plans/tables.rs,
+-- monitoring_views_stay_below_the_jit_threshold). Called per queue, so a reader's WHERE queue
+-- = ... still reads one queue only. SECURITY DEFINER (it reads jq's tables as the owner), so it
+-- answers only for a queue the caller may see, as the view's own filter.
+CREATE OR REPLACE FUNCTION jq._queue_figures(queue text, caller_ticket bigint DEFAULT jq._ticket())
+RETURNS TABLE (claimable bigint, oldest_claimable_age interval, scheduled bigint, running bigint,
+               dead bigint, completed bigint, cancelled bigint, blocked bigint, completed_5m bigint,
+               failed_5m bigint, failed_15m bigint, lease_expired_15m bigint, wait_p95_5m interval,
+               hooks_pending bigint)
+LANGUAGE sql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, jq, pg_temp
+SET jit = off
+ROWS 1
+AS $$
+SELECT c.claimable, c.oldest_claimable_age, s.scheduled, r.running, f.dead, f.completed, f.cancelled,
+       b.blocked, hc.completed_5m, h.failed_5m, h.failed_15m, h.lease_expired_15m, w.wait_p95_5m,
        ph.hooks_pending
-FROM jq.queues t
+FROM (SELECT _queue_figures.queue AS name) q
 CROSS JOIN LATERAL (
     SELECT count(*) AS claimable, pg_catalog.now() - min(j.run_at) AS oldest_claimable_age
     FROM ONLY jq.jobs j  -- jobs_claim_idx's key (sql/schema.sql); index-only
-    WHERE pg_catalog.hashtextextended(j.queue, 0) = pg_catalog.hashtextextended(t.name, 0) AND j.state = 'ready') c
+    WHERE pg_catalog.hashtextextended(j.queue, 0) = pg_catalog.hashtextextended(q.name, 0) AND j.state = 'ready') c
 CROSS JOIN LATERAL (
-    SELECT count(*) AS scheduled FROM ONLY jq.jobs j WHERE j.queue = t.name AND j.state = 'scheduled') s
+    SELECT count(*) AS scheduled FROM ONLY jq.jobs j WHERE j.queue = q.name AND j.state = 'scheduled') s
 CROSS JOIN LATERAL (
-    SELECT count(*) AS running FROM ONLY jq.jobs j WHERE j.queue = t.name AND j.state = 'running') r
+    SELECT count(*) AS running FROM ONLY jq.jobs j WHERE j.queue = q.name AND j.state = 'running') r
 CROSS JOIN LATERAL (
     SELECT count(*) FILTER (WHERE j.state = 'dead') AS dead,
            count(*) FILTER (WHERE j.state = 'completed') AS completed,
            count(*) FILTER (WHERE j.state = 'cancelled') AS cancelled
-    FROM jq.jobs j WHERE j.queue = t.name AND j.state IN ('completed', 'dead', 'cancelled')) f
+    FROM jq.jobs j WHERE j.queue = q.name AND j.state IN ('completed', 'dead', 'cancelled')) f
 CROSS JOIN LATERAL (
-    SELECT count(*) AS blocked FROM ONLY jq.jobs j WHERE j.queue = t.name AND j.state = 'blocked') b
+    SELECT count(*) AS blocked FROM ONLY jq.jobs j WHERE j.queue = q.name AND j.state = 'blocked') b
 -- Recent history. Completions are the completed job rows (in the history tables, by their
 -- (queue, finished_at, id) index); the other
 -- outcomes are in jq.execution_log, whose BRIN index on finished_at limits the scan to the last
@@ -664,7 +666,7 @@ CROSS JOIN LATERAL (
 CROSS JOIN LATERAL (
     SELECT count(*) AS completed_5m
     FROM jq.jobs j
-    WHERE j.queue = t.name AND j.state = 'completed'
+    WHERE j.queue = q.name AND j.state = 'completed'
       AND j.finished_at > pg_catalog.now() - interval '5 minutes') hc
 CROSS JOIN LATERAL (
     SELECT count(*) FILTER (WHERE e.outcome = 'failed'
@@ -672,25 +674,55 @@ CROSS JOIN LATERAL (
            count(*) FILTER (WHERE e.outcome = 'failed') AS failed_15m,
            count(*) FILTER (WHERE e.outcome = 'lease_expired') AS lease_expired_15m
     FROM jq.execution_log e
-    WHERE e.finished_at > pg_catalog.now() - interval '15 minutes' AND e.queue = t.name) h
+    WHERE e.finished_at > pg_catalog.now() - interval '15 minutes' AND e.queue = q.name) h
 -- Wait = claim time - due time (started_at - run_at) of the jobs claimed in the last 5 minutes
 -- that are still running or completed since (a failed job's run_at has moved to its retry).
 CROSS JOIN LATERAL (
     SELECT pg_catalog.percentile_cont(0.95) WITHIN GROUP (ORDER BY x.wait) AS wait_p95_5m
     FROM (SELECT j.started_at - j.run_at AS wait
           FROM ONLY jq.jobs j
-          WHERE j.queue = t.name AND j.state = 'running'
+          WHERE j.queue = q.name AND j.state = 'running'
             AND j.started_at > pg_catalog.now() - interval '5 minutes'
           UNION ALL
           SELECT j.started_at - j.run_at
           FROM jq.jobs j
-          WHERE j.queue = t.name AND j.state = 'completed'
+          WHERE j.queue = q.name AND j.state = 'completed'
             AND j.finished_at > pg_catalog.now() - interval '5 minutes'
             AND j.started_at > pg_catalog.now() - interval '5 minutes') x) w
 -- Dead jobs whose kind's on_dead hook has not succeeded yet (sql/kinds.sql).
 CROSS JOIN LATERAL (
-    SELECT count(*) AS hooks_pending FROM jq.pending_hooks p WHERE p.queue = t.name) ph
--- Only the queues the reader holds a jq privilege on (docs/security.md).
+    SELECT count(*) AS hooks_pending FROM jq.pending_hooks p WHERE p.queue = q.name) ph
+WHERE jq._may(jq._redeem(_queue_figures.caller_ticket), _queue_figures.queue, 'any')
+$$;
+COMMENT ON FUNCTION jq._queue_figures(text, bigint) IS
+'Internal: the figures of jq.queue_stats for one queue (one row; none when the caller may not see '
+'the queue: a superuser or member of jq_admin, or a jq.grant on it or ''*''). JIT off: see '
+'sql/maintenance.sql. 42501 for a caller_ticket not issued in this session.';
+
+-- security_barrier: a reader's own (leaky) function in a WHERE on this view is evaluated only
+-- on the rows the view lets it see (docs/security.md).
+CREATE OR REPLACE VIEW jq.queue_stats WITH (security_barrier) AS
+SELECT t.name AS queue,
+       x.claimable + x.scheduled AS depth,
+       x.claimable,
+       x.scheduled,
+       x.running,
+       x.dead,
+       x.completed,
+       x.cancelled,
+       x.oldest_claimable_age,
+       t.paused,
+       x.blocked,
+       x.completed_5m,
+       x.failed_5m,
+       x.failed_15m,
+       x.lease_expired_15m,
+       x.wait_p95_5m,
+       x.hooks_pending
+FROM jq.queues t
+CROSS JOIN LATERAL jq._queue_figures(t.name) x
+-- Only the queues the reader holds a jq privilege on (docs/security.md); evaluated before a
+-- reader's own conditions (security_barrier), and checked again inside jq._queue_figures.
 WHERE pg_catalog.pg_has_role('jq_admin', 'USAGE')
    OR EXISTS (SELECT 1 FROM jq.queue_grants g
               WHERE g.queue IN (t.name, '*') AND pg_catalog.pg_has_role(g.grantee, 'USAGE'));

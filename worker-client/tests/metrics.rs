@@ -87,6 +87,39 @@ fn metrics_answer_while_a_table_is_locked() {
     assert!(text.contains("jq_table_dead_tuples{table=\"cron_runs\"}"), "{text}");
 }
 
+/// A scrape stuck behind a lock fails after --scrape-timeout instead of waiting for as long as
+/// the lock is held (an open REINDEX of a history table: every read of jq.jobs waits for its
+/// indexes). Seen failing with the timeout not set: the scrape was still waiting after 30 s.
+#[test]
+fn a_scrape_behind_a_lock_fails_after_its_timeout() {
+    let db = TestDb::new("metrics_timeout");
+    let mut c = db.connect();
+    c.batch_execute("SELECT jq.create_queue('mt')").unwrap();
+    let mut locker = db.connect();
+    locker.batch_execute("BEGIN; REINDEX TABLE jq.jobs_done_2").unwrap();
+    let mut child = db
+        .jqctl()
+        .args(["metrics", "--once", "--scrape-timeout", "2"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed() > Duration::from_secs(30) {
+            child.kill().unwrap();
+            panic!("the scrape was still waiting after 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    locker.batch_execute("ROLLBACK").unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("statement timeout"), "{err}");
+    let out = db.jqctl().args(["metrics", "--once", "--scrape-timeout", "2"]).output().unwrap();
+    assert!(out.status.success(), "the next scrape answers: {}", String::from_utf8_lossy(&out.stderr));
+}
+
 #[test]
 fn alter_queue_sets_flow_control_options() {
     let db = TestDb::new("alterq");

@@ -22,6 +22,9 @@ fn expected_execute(proname: &str) -> Option<&'static [&'static str]> {
         | "worker_beat_interval" | "worker_retention" | "worker_state" => EVERYONE,
         // jq.table_health's sizes, called by whoever reads the view (src/table_size.rs).
         "_table_bytes" => EVERYONE,
+        // jq.queue_stats' figures of one queue, called by whoever reads the view; it checks the
+        // caller's grants on the queue itself (sql/maintenance.sql).
+        "_queue_figures" => EVERYONE,
         // The dashboard's read API (sql/observe.sql): filtered by the caller's grants inside.
         n if OBSERVE.contains(&n) => EVERYONE,
         "enqueue" | "enqueue_many" => PRODUCE,
@@ -50,6 +53,7 @@ fn must_be_definer(proname: &str) -> bool {
     matches!(
         expected_execute(proname),
         Some(r) if (!r.is_empty() && r != EVERYONE) || proname == "status" || proname == "await"
+            || proname == "_queue_figures"
             || OBSERVE.contains(&proname)
     )
 }

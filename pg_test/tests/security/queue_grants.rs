@@ -331,6 +331,22 @@ fn a_tenant_sees_and_claims_only_its_own_queues_payloads() {
     let seen: Vec<String> = t.query("SELECT DISTINCT q FROM seen ORDER BY 1", &[]).unwrap().iter().map(|r| r.get(0)).collect();
     t.rollback().unwrap();
     assert_eq!(seen, vec!["qa"], "a reader's function saw other tenants' queues");
+    // jq.queue_stats' figures come from jq._queue_figures (SECURITY DEFINER, callable by every jq
+    // role): called directly, it answers only for a queue the caller may see. Negative control
+    // JQ_TEST_BREAK=stats_unchecked (its grant check taken out): seen failing, "(1, 1)".
+    if broken("stats_unchecked") {
+        sabotage(&mut c, "jq._queue_figures(text,bigint)", "jq._may(jq._redeem(_queue_figures.caller_ticket), _queue_figures.queue, 'any')",
+                 "jq._redeem(_queue_figures.caller_ticket) IS NOT NULL", 1);
+    }
+    let mut t = c.transaction().unwrap();
+    t.batch_execute(&format!("SET LOCAL ROLE {work}")).unwrap();
+    let direct: (i64, i64) = {
+        let r = t.query_one("SELECT (SELECT count(*) FROM jq._queue_figures('qa')), (SELECT count(*) FROM jq._queue_figures('qb'))", &[]).unwrap();
+        (r.get(0), r.get(1))
+    };
+    t.rollback().unwrap();
+    assert_eq!(direct, (1, 0), "jq._queue_figures answers for the reader's own queue only");
+    assert_eq!(as_role(&mut c, work, "SELECT * FROM jq._queue_figures('qa', 42)"), Err("42501".into()));
     // A ticket cannot be forged or reused.
     assert_eq!(as_role(&mut c, work, "SELECT * FROM jq.claim('qa', 'w', caller_ticket => 42)"), Err("42501".into()));
     // The every-queue grant reaches a queue created later.

@@ -20,6 +20,18 @@ pub struct MetricsArgs {
     /// Print the metrics once to stdout and exit.
     #[arg(long)]
     pub once: bool,
+    /// Seconds each query of a scrape may run (the session's statement_timeout; 0: no limit).
+    /// A scrape stuck behind a lock (a migration holding a jq table) then fails, with HTTP 503,
+    /// instead of holding the one connection every later scrape waits for.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    pub scrape_timeout: u32,
+}
+
+/// Connects for scraping: statement_timeout set to `--scrape-timeout`.
+async fn connect_scraper(cli: &Cli, args: &MetricsArgs) -> Result<tokio_postgres::Client, CliError> {
+    let client = connect(cli).await?;
+    client.batch_execute(&format!("SET statement_timeout = '{}s'", args.scrape_timeout)).await?;
+    Ok(client)
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -246,7 +258,7 @@ async fn fleet(client: &tokio_postgres::Client, reg: &mut Registry) -> Result<()
 }
 
 pub async fn run(cli: &Cli, args: &MetricsArgs) -> CliResult {
-    let client = connect(cli).await?;
+    let client = connect_scraper(cli, args).await?;
     if args.once {
         print!("{}", scrape(&client).await?);
         return Ok(());
@@ -257,6 +269,7 @@ pub async fn run(cli: &Cli, args: &MetricsArgs) -> CliResult {
     let handle = tokio::runtime::Handle::current();
     let client = std::sync::Arc::new(tokio::sync::Mutex::new(client));
     let cli_url = cli.database_url.clone();
+    let timeout = args.scrape_timeout;
     tokio::task::spawn_blocking(move || {
         for req in server.incoming_requests() {
             if req.url() != "/metrics" {
@@ -268,7 +281,8 @@ pub async fn run(cli: &Cli, args: &MetricsArgs) -> CliResult {
                 if guard.is_closed() {
                     // Reconnect after a server restart or a dropped connection.
                     let cli = Cli { database_url: cli_url.clone(), verbose: 0, quiet: true, command: crate::Command::Queues { format: Default::default() } };
-                    *guard = connect(&cli).await?;
+                    let args = MetricsArgs { listen: None, once: false, scrape_timeout: timeout };
+                    *guard = connect_scraper(&cli, &args).await?;
                 }
                 scrape(&guard).await
             });
