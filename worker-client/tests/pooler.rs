@@ -192,6 +192,16 @@ fn every_jqctl_command_through_pgbouncer() {
         run(&["unschedule", "nightly"]);
     }
     assert!(run(&["metrics", "--once"]).contains("jq_queue_depth"));
+    // The scrape's statement_timeout (--scrape-timeout) ended with its transaction: the pool's
+    // one server connection, which the next client gets, has none. Seen failing with a
+    // session-wide SET: "10s".
+    let mut next = Client::connect(&url, NoTls).unwrap();
+    let shown = next.simple_query("SHOW statement_timeout").unwrap();
+    let timeout = shown.iter().find_map(|m| match m {
+        postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
+        _ => None,
+    });
+    assert_eq!(timeout.as_deref(), Some("0"), "a scrape left its statement_timeout on the pooled connection");
     assert!(run(&["workers"]).contains("(0 rows)"));
     assert_eq!(db.count(&mut c, "SELECT count(*) FROM jq.jobs WHERE queue = 'cmds' AND state = 'ready'"), 3);
 }

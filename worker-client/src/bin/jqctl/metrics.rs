@@ -20,19 +20,15 @@ pub struct MetricsArgs {
     /// Print the metrics once to stdout and exit.
     #[arg(long)]
     pub once: bool,
-    /// Seconds each query of a scrape may run (the session's statement_timeout; 0: no limit).
+    /// Seconds each query of a scrape may run (statement_timeout of the scrape's transaction;
+    /// 0: no limit).
     /// A scrape stuck behind a lock (a migration holding a jq table) then fails, with HTTP 503,
     /// instead of holding the one connection every later scrape waits for.
     #[arg(long, value_name = "SECONDS", default_value_t = 10)]
     pub scrape_timeout: u32,
 }
 
-/// Connects for scraping: statement_timeout set to `--scrape-timeout`.
-async fn connect_scraper(cli: &Cli, args: &MetricsArgs) -> Result<tokio_postgres::Client, CliError> {
-    let client = connect(cli).await?;
-    client.batch_execute(&format!("SET statement_timeout = '{}s'", args.scrape_timeout)).await?;
-    Ok(client)
-}
+
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct QueueLabel {
@@ -61,20 +57,26 @@ where
 }
 
 /// One scrape: the exposition text.
-async fn scrape(client: &tokio_postgres::Client) -> Result<String, CliError> {
+/// One scrape, in one transaction whose statement_timeout is `timeout_s` seconds (0: none):
+/// SET LOCAL, so that the limit ends with it, also on a server connection a transaction-mode
+/// pooler hands to other clients next. A failed query rolls it back (the transaction's drop).
+async fn scrape(client: &mut tokio_postgres::Client, timeout_s: u32) -> Result<String, CliError> {
+    let tx = client.transaction().await?;
+    tx.batch_execute(&format!("SET LOCAL statement_timeout = '{timeout_s}s'")).await?;
     let mut reg = Registry::default();
-    queues(client, &mut reg).await?;
-    tables(client, &mut reg).await?;
-    history(client, &mut reg).await?;
-    maintenance_workers(client, &mut reg).await?;
-    fleet(client, &mut reg).await?;
+    queues(&tx, &mut reg).await?;
+    tables(&tx, &mut reg).await?;
+    history(&tx, &mut reg).await?;
+    maintenance_workers(&tx, &mut reg).await?;
+    fleet(&tx, &mut reg).await?;
+    tx.commit().await?;
     let mut out = String::new();
     encode(&mut out, &reg).map_err(|e| CliError(format!("cannot encode the metrics: {e}")))?;
     Ok(out)
 }
 
 /// The per-queue gauges (jq.queue_stats: the queues the role may see).
-async fn queues(client: &tokio_postgres::Client, reg: &mut Registry) -> Result<(), CliError> {
+async fn queues(client: &tokio_postgres::Transaction<'_>, reg: &mut Registry) -> Result<(), CliError> {
     let q = |reg: &mut Registry, n: &str, h: &str| family::<QueueLabel>(reg, n, h);
     let depth = q(reg, "jq_queue_depth", "Jobs claimable now or scheduled (jq.queue_stats.depth)");
     let claimable = q(reg, "jq_queue_claimable", "Jobs in state ready");
@@ -123,7 +125,7 @@ async fn queues(client: &tokio_postgres::Client, reg: &mut Registry) -> Result<(
 /// The table gauges (jq.table_health), when the role may read it: it is jq_admin's
 /// (docs/security.md), so a least-privilege monitoring role gets the queue and worker gauges
 /// without these.
-async fn tables(client: &tokio_postgres::Client, reg: &mut Registry) -> Result<(), CliError> {
+async fn tables(client: &tokio_postgres::Transaction<'_>, reg: &mut Registry) -> Result<(), CliError> {
     let t = |reg: &mut Registry, n: &str, h: &str| family::<TableLabel>(reg, n, h);
     let bytes = t(reg, "jq_table_total_bytes", "Table + indexes + TOAST size (jq.table_health)");
     let dead_t = t(reg, "jq_table_dead_tuples", "Dead tuples (pg_stat_all_tables)");
@@ -170,7 +172,7 @@ pub const HISTORY_TABLES_CALLABLE: &str =
 
 /// Per history table, the sessions whose locks keep it from a truncation that is due
 /// (jq.history_tables(), jq_admin's; from jq 0.2.0 on: an older jq has no such series).
-async fn history(client: &tokio_postgres::Client, reg: &mut Registry) -> Result<(), CliError> {
+async fn history(client: &tokio_postgres::Transaction<'_>, reg: &mut Registry) -> Result<(), CliError> {
     let blocked = family::<TableLabel>(reg, "jq_history_truncation_blocked_sessions",
                                        "Sessions whose locks keep a history table due for truncation from it (0 when not due or undecided; jq.history_tables())");
     let callable: bool = client.query_typed_one(HISTORY_TABLES_CALLABLE, &[]).await?.get(0);
@@ -192,7 +194,7 @@ async fn history(client: &tokio_postgres::Client, reg: &mut Registry) -> Result<
 }
 
 /// The maintenance workers' gauges (jq.status(): every database of the cluster with jq).
-async fn maintenance_workers(client: &tokio_postgres::Client, reg: &mut Registry) -> Result<(), CliError> {
+async fn maintenance_workers(client: &tokio_postgres::Transaction<'_>, reg: &mut Registry) -> Result<(), CliError> {
     let up = family::<DatabaseLabel>(reg, "jq_worker_up", "1 when the database's maintenance worker is running");
     let pass_age = family::<DatabaseLabel>(reg, "jq_worker_last_pass_age_seconds", "Seconds since the worker's last maintenance pass");
     let has_error = family::<DatabaseLabel>(reg, "jq_worker_last_error", "1 when the last recorded worker error is less than 5 minutes old");
@@ -226,7 +228,7 @@ struct StateLabel {
 /// The fleet gauges (jq.fleet, the workers the role may see): workers per state, always the
 /// three states, and the jobs held and slots of the active ones in total. Bounded cardinality:
 /// no per-worker series. Nothing for a jq without the registry.
-async fn fleet(client: &tokio_postgres::Client, reg: &mut Registry) -> Result<(), CliError> {
+async fn fleet(client: &tokio_postgres::Transaction<'_>, reg: &mut Registry) -> Result<(), CliError> {
     let has_fleet: bool = client
         .query_typed_one("SELECT to_regclass('jq.fleet') IS NOT NULL AND has_table_privilege('jq.fleet', 'SELECT')", &[])
         .await?
@@ -258,9 +260,9 @@ async fn fleet(client: &tokio_postgres::Client, reg: &mut Registry) -> Result<()
 }
 
 pub async fn run(cli: &Cli, args: &MetricsArgs) -> CliResult {
-    let client = connect_scraper(cli, args).await?;
+    let mut client = connect(cli).await?;
     if args.once {
-        print!("{}", scrape(&client).await?);
+        print!("{}", scrape(&mut client, args.scrape_timeout).await?);
         return Ok(());
     }
     let addr = args.listen.clone().unwrap_or_default();
@@ -281,10 +283,9 @@ pub async fn run(cli: &Cli, args: &MetricsArgs) -> CliResult {
                 if guard.is_closed() {
                     // Reconnect after a server restart or a dropped connection.
                     let cli = Cli { database_url: cli_url.clone(), verbose: 0, quiet: true, command: crate::Command::Queues { format: Default::default() } };
-                    let args = MetricsArgs { listen: None, once: false, scrape_timeout: timeout };
-                    *guard = connect_scraper(&cli, &args).await?;
+                    *guard = connect(&cli).await?;
                 }
-                scrape(&guard).await
+                scrape(&mut guard, timeout).await
             });
             let resp = match result {
                 Ok(body) => tiny_http::Response::from_string(body).with_header(
