@@ -634,70 +634,84 @@ RETURNS TABLE (claimable bigint, oldest_claimable_age interval, scheduled bigint
                dead bigint, completed bigint, cancelled bigint, blocked bigint, completed_5m bigint,
                failed_5m bigint, failed_15m bigint, lease_expired_15m bigint, wait_p95_5m interval,
                hooks_pending bigint)
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, jq, pg_temp
 SET jit = off
 ROWS 1
 AS $$
-SELECT c.claimable, c.oldest_claimable_age, s.scheduled, r.running, f.dead, f.completed, f.cancelled,
-       b.blocked, hc.completed_5m, h.failed_5m, h.failed_15m, h.lease_expired_15m, w.wait_p95_5m,
-       ph.hooks_pending
-FROM (SELECT _queue_figures.queue AS name) q
-CROSS JOIN LATERAL (
-    SELECT count(*) AS claimable, pg_catalog.now() - min(j.run_at) AS oldest_claimable_age
-    FROM ONLY jq.jobs j  -- jobs_claim_idx's key (sql/schema.sql); index-only
-    WHERE pg_catalog.hashtextextended(j.queue, 0) = pg_catalog.hashtextextended(q.name, 0) AND j.state = 'ready') c
-CROSS JOIN LATERAL (
-    SELECT count(*) AS scheduled FROM ONLY jq.jobs j WHERE j.queue = q.name AND j.state = 'scheduled') s
-CROSS JOIN LATERAL (
-    SELECT count(*) AS running FROM ONLY jq.jobs j WHERE j.queue = q.name AND j.state = 'running') r
-CROSS JOIN LATERAL (
-    SELECT count(*) FILTER (WHERE j.state = 'dead') AS dead,
-           count(*) FILTER (WHERE j.state = 'completed') AS completed,
-           count(*) FILTER (WHERE j.state = 'cancelled') AS cancelled
-    FROM jq.jobs j WHERE j.queue = q.name AND j.state IN ('completed', 'dead', 'cancelled')) f
-CROSS JOIN LATERAL (
-    SELECT count(*) AS blocked FROM ONLY jq.jobs j WHERE j.queue = q.name AND j.state = 'blocked') b
--- Recent history. Completions are the completed job rows (in the history tables, by their
--- (queue, finished_at, id) index); the other
--- outcomes are in jq.execution_log, whose BRIN index on finished_at limits the scan to the last
--- 15 minutes.
-CROSS JOIN LATERAL (
-    SELECT count(*) AS completed_5m
-    FROM jq.jobs j
-    WHERE j.queue = q.name AND j.state = 'completed'
-      AND j.finished_at > pg_catalog.now() - interval '5 minutes') hc
-CROSS JOIN LATERAL (
-    SELECT count(*) FILTER (WHERE e.outcome = 'failed'
-                              AND e.finished_at > pg_catalog.now() - interval '5 minutes') AS failed_5m,
-           count(*) FILTER (WHERE e.outcome = 'failed') AS failed_15m,
-           count(*) FILTER (WHERE e.outcome = 'lease_expired') AS lease_expired_15m
-    FROM jq.execution_log e
-    WHERE e.finished_at > pg_catalog.now() - interval '15 minutes' AND e.queue = q.name) h
--- Wait = claim time - due time (started_at - run_at) of the jobs claimed in the last 5 minutes
--- that are still running or completed since (a failed job's run_at has moved to its retry).
-CROSS JOIN LATERAL (
-    SELECT pg_catalog.percentile_cont(0.95) WITHIN GROUP (ORDER BY x.wait) AS wait_p95_5m
-    FROM (SELECT j.started_at - j.run_at AS wait
-          FROM ONLY jq.jobs j
-          WHERE j.queue = q.name AND j.state = 'running'
-            AND j.started_at > pg_catalog.now() - interval '5 minutes'
-          UNION ALL
-          SELECT j.started_at - j.run_at
-          FROM jq.jobs j
-          WHERE j.queue = q.name AND j.state = 'completed'
-            AND j.finished_at > pg_catalog.now() - interval '5 minutes'
-            AND j.started_at > pg_catalog.now() - interval '5 minutes') x) w
--- Dead jobs whose kind's on_dead hook has not succeeded yet (sql/kinds.sql).
-CROSS JOIN LATERAL (
-    SELECT count(*) AS hooks_pending FROM jq.pending_hooks p WHERE p.queue = q.name) ph
-WHERE jq._may(jq._redeem(_queue_figures.caller_ticket), _queue_figures.queue, 'any')
+DECLARE
+    v_caller oid := jq._redeem(_queue_figures.caller_ticket);
+BEGIN
+    -- Checked before anything is counted (a denied call reads nothing): a nondeterministic
+    -- collation on the argument would make the check and the counts match other queues' names
+    -- (0A000, as every function naming a queue); then the caller's grants and the queue.
+    PERFORM jq._refuse_collation(_queue_figures.queue);
+    IF _queue_figures.queue IS NULL OR NOT jq._may(v_caller, _queue_figures.queue, 'any')
+       OR NOT EXISTS (SELECT 1 FROM jq.queues t WHERE t.name = _queue_figures.queue) THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    SELECT c.claimable, c.oldest_claimable_age, s.scheduled, r.running, f.dead, f.completed, f.cancelled,
+           b.blocked, hc.completed_5m, h.failed_5m, h.failed_15m, h.lease_expired_15m, w.wait_p95_5m,
+           ph.hooks_pending
+    FROM (SELECT _queue_figures.queue AS name) q
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS claimable, pg_catalog.now() - min(j.run_at) AS oldest_claimable_age
+        FROM ONLY jq.jobs j  -- jobs_claim_idx's key (sql/schema.sql); index-only
+        WHERE pg_catalog.hashtextextended(j.queue, 0) = pg_catalog.hashtextextended(q.name, 0) AND j.state = 'ready') c
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS scheduled FROM ONLY jq.jobs j WHERE j.queue = q.name AND j.state = 'scheduled') s
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS running FROM ONLY jq.jobs j WHERE j.queue = q.name AND j.state = 'running') r
+    CROSS JOIN LATERAL (
+        SELECT count(*) FILTER (WHERE j.state = 'dead') AS dead,
+               count(*) FILTER (WHERE j.state = 'completed') AS completed,
+               count(*) FILTER (WHERE j.state = 'cancelled') AS cancelled
+        FROM jq.jobs j WHERE j.queue = q.name AND j.state IN ('completed', 'dead', 'cancelled')) f
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS blocked FROM ONLY jq.jobs j WHERE j.queue = q.name AND j.state = 'blocked') b
+    -- Recent history. Completions are the completed job rows (in the history tables, by their
+    -- (queue, finished_at, id) index); the other
+    -- outcomes are in jq.execution_log, whose BRIN index on finished_at limits the scan to the last
+    -- 15 minutes.
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS completed_5m
+        FROM jq.jobs j
+        WHERE j.queue = q.name AND j.state = 'completed'
+          AND j.finished_at > pg_catalog.now() - interval '5 minutes') hc
+    CROSS JOIN LATERAL (
+        SELECT count(*) FILTER (WHERE e.outcome = 'failed'
+                                  AND e.finished_at > pg_catalog.now() - interval '5 minutes') AS failed_5m,
+               count(*) FILTER (WHERE e.outcome = 'failed') AS failed_15m,
+               count(*) FILTER (WHERE e.outcome = 'lease_expired') AS lease_expired_15m
+        FROM jq.execution_log e
+        WHERE e.finished_at > pg_catalog.now() - interval '15 minutes' AND e.queue = q.name) h
+    -- Wait = claim time - due time (started_at - run_at) of the jobs claimed in the last 5 minutes
+    -- that are still running or completed since (a failed job's run_at has moved to its retry).
+    CROSS JOIN LATERAL (
+        SELECT pg_catalog.percentile_cont(0.95) WITHIN GROUP (ORDER BY x.wait) AS wait_p95_5m
+        FROM (SELECT j.started_at - j.run_at AS wait
+              FROM ONLY jq.jobs j
+              WHERE j.queue = q.name AND j.state = 'running'
+                AND j.started_at > pg_catalog.now() - interval '5 minutes'
+              UNION ALL
+              SELECT j.started_at - j.run_at
+              FROM jq.jobs j
+              WHERE j.queue = q.name AND j.state = 'completed'
+                AND j.finished_at > pg_catalog.now() - interval '5 minutes'
+                AND j.started_at > pg_catalog.now() - interval '5 minutes') x) w
+    -- Dead jobs whose kind's on_dead hook has not succeeded yet (sql/kinds.sql).
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS hooks_pending FROM jq.pending_hooks p WHERE p.queue = q.name) ph;
+END
 $$;
 COMMENT ON FUNCTION jq._queue_figures(text, bigint) IS
-'Internal: the figures of jq.queue_stats for one queue (one row; none when the caller may not see '
-'the queue: a superuser or member of jq_admin, or a jq.grant on it or ''*''). JIT off: see '
-'sql/maintenance.sql. 42501 for a caller_ticket not issued in this session.';
+'Internal: the figures of jq.queue_stats for one queue (one row; none when the queue does not '
+'exist or the caller may not see it: a superuser or member of jq_admin, or a jq.grant on it or '
+'''*''). STABLE: one snapshot for every queue of a read of the view. JIT off: see '
+'sql/maintenance.sql. Errors: 42501 for a caller_ticket not issued in this session, 0A000 for a '
+'queue name under a nondeterministic collation.';
 
 -- security_barrier: a reader's own (leaky) function in a WHERE on this view is evaluated only
 -- on the rows the view lets it see (docs/security.md).

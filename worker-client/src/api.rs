@@ -263,8 +263,11 @@ pub(crate) async fn jq_installed(conn: &mut Conn) -> Result<bool, QueryError> {
 pub(crate) async fn first_missing_queue(conn: &mut Conn, queues: &[String]) -> Result<Option<String>, QueryError> {
     let rows = conn
         .query(
-            "SELECT q FROM unnest($1::text[]) WITH ORDINALITY AS u(q, i) \
-             WHERE NOT EXISTS (SELECT 1 FROM jq.queue_stats s WHERE s.queue = u.q) ORDER BY i",
+            // Per queue named (a LATERAL with the name pushed into the view): the view's figures of
+            // the other queues are not computed.
+            "SELECT u.q FROM unnest($1::text[]) WITH ORDINALITY AS u(q, i) \
+             LEFT JOIN LATERAL (SELECT s.queue FROM jq.queue_stats s WHERE s.queue = u.q LIMIT 1) v ON true \
+             WHERE v.queue IS NULL ORDER BY u.i",
             &[(&queues, Type::TEXT_ARRAY)],
         )
         .await?;
