@@ -24,7 +24,8 @@ pub struct MetricsArgs {
     /// 0: no limit).
     /// A scrape stuck behind a lock (a migration holding a jq table) then fails, with HTTP 503,
     /// instead of holding the one connection every later scrape waits for.
-    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    /// At most 2147483 (PostgreSQL's largest statement_timeout).
+    #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=2_147_483))]
     pub scrape_timeout: u32,
 }
 
