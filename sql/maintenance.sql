@@ -624,8 +624,8 @@ SELECT jq._launcher_wake();
 -- One queue's figures for jq.queue_stats. A function with JIT off, not the view's own joins:
 -- a view cannot carry settings, and its plan over jq.jobs and the 16 history tables is estimated
 -- in the millions on any installation (tables never analyzed), far past jit_above_cost, so
--- every read of the view compiled it with LLVM first: about 4 s of CPU for one queue on this
--- project's 2-core test machine (pg_test/tests/plans/tables.rs,
+-- every read of the view compiled it with LLVM first, seconds of CPU for one queue
+-- (pg_test/tests/plans/tables.rs,
 -- monitoring_views_stay_below_the_jit_threshold). Called per queue, so a reader's WHERE queue
 -- = ... still reads one queue only. SECURITY DEFINER (it reads jq's tables as the owner), so it
 -- answers only for a queue the caller may see, as the view's own filter.

@@ -21,15 +21,12 @@ pub struct MetricsArgs {
     #[arg(long)]
     pub once: bool,
     /// Seconds each query of a scrape may run (statement_timeout of the scrape's transaction;
-    /// 0: no limit).
-    /// A scrape stuck behind a lock (a migration holding a jq table) then fails, with HTTP 503,
-    /// instead of holding the one connection every later scrape waits for.
-    /// At most 2147483 (PostgreSQL's largest statement_timeout).
+    /// 0: no limit; at most 2147483, PostgreSQL's largest). A scrape stuck behind a lock (a
+    /// migration holding a jq table) then fails, with HTTP 503, instead of holding the one
+    /// connection every later scrape waits for.
     #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=2_147_483))]
     pub scrape_timeout: u32,
 }
-
-
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct QueueLabel {
@@ -57,19 +54,20 @@ where
     f
 }
 
-/// One scrape: the exposition text.
-/// One scrape, in one transaction whose statement_timeout is `timeout_s` seconds (0: none):
-/// SET LOCAL, so that the limit ends with it, also on a server connection a transaction-mode
-/// pooler hands to other clients next. A failed query rolls it back (the transaction's drop).
+/// One scrape (the exposition text), in one transaction whose statement_timeout is `timeout_s`
+/// seconds (0: none): SET LOCAL, so that the limit ends with it, also on a server connection a
+/// transaction-mode pooler hands to other clients next. A failed query rolls it back (the
+/// transaction's drop).
 async fn scrape(client: &mut tokio_postgres::Client, timeout_s: u32) -> Result<String, CliError> {
     let tx = client.transaction().await?;
     tx.batch_execute(&format!("SET LOCAL statement_timeout = '{timeout_s}s'")).await?;
     let mut reg = Registry::default();
     queues(&tx, &mut reg).await?;
     tables(&tx, &mut reg).await?;
-    history(&tx, &mut reg).await?;
     maintenance_workers(&tx, &mut reg).await?;
     fleet(&tx, &mut reg).await?;
+    // Last: jq.history_tables()' locks on the history tables last until the commit below.
+    history(&tx, &mut reg).await?;
     tx.commit().await?;
     let mut out = String::new();
     encode(&mut out, &reg).map_err(|e| CliError(format!("cannot encode the metrics: {e}")))?;
@@ -180,7 +178,7 @@ async fn history(client: &tokio_postgres::Transaction<'_>, reg: &mut Registry) -
     if !callable {
         return Ok(());
     }
-    // Autocommit: the call's locks on the history tables end with it.
+    // Its locks on the history tables end with the scrape's transaction, right after it.
     for r in client
         .query_typed(
             "SELECT table_name, CASE WHEN truncation_due THEN cardinality(truncation_blocked_by) ELSE 0 END::float8
