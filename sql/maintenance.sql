@@ -661,7 +661,9 @@ BEGIN
         FROM ONLY jq.jobs j  -- jobs_claim_idx's key (sql/schema.sql); index-only
         WHERE pg_catalog.hashtextextended(j.queue, 0) = pg_catalog.hashtextextended(q.name, 0) AND j.state = 'ready') c
     CROSS JOIN LATERAL (
-        SELECT count(*) AS scheduled FROM ONLY jq.jobs j WHERE j.queue = q.name AND j.state = 'scheduled') s
+        SELECT count(*) AS scheduled FROM ONLY jq.jobs j  -- jobs_scheduled_queue_idx: this queue's only
+        WHERE pg_catalog.hashtextextended(j.queue, 0) = pg_catalog.hashtextextended(q.name, 0)
+          AND j.state = 'scheduled') s
     CROSS JOIN LATERAL (
         SELECT count(*) AS running FROM ONLY jq.jobs j WHERE j.queue = q.name AND j.state = 'running') r
     CROSS JOIN LATERAL (

@@ -74,19 +74,11 @@ AS $$
 DECLARE
     v_caller oid := jq._redeem(overview.caller_ticket);
     v_cap    integer := overview.depth_cap;
-    v_sched  jsonb;
 BEGIN
     PERFORM jq._refuse_collation(overview.only_queue);
     IF v_cap IS NULL OR v_cap < 1 OR v_cap > 10000000 THEN
         RAISE EXCEPTION 'depth_cap must be between 1 and 10000000, got %', v_cap USING ERRCODE = '22023';
     END IF;
-    -- Scheduled jobs per queue from one walk of jobs_scheduled_idx, at most 100 x depth_cap
-    -- entries (beyond that a queue's count is a lower bound).
-    SELECT coalesce(jsonb_object_agg(x.queue, x.n), '{}') INTO v_sched FROM (
-        SELECT s.queue, count(*) AS n FROM (
-            SELECT j.queue FROM ONLY jq.jobs j WHERE j.state = 'scheduled'
-            ORDER BY j.run_at, j.id LIMIT 100 * v_cap::bigint) s
-        GROUP BY s.queue) x;
     RETURN QUERY
     -- Each count reads at most v_cap + 1 entries of its state's index, in the index's order (the
     -- ORDER BY keeps the planner from a sequential scan that would filter the whole table).
@@ -95,8 +87,10 @@ BEGIN
                                   WHERE hashtextextended(j.queue, 0) = hashtextextended(t.name, 0)
                                     AND j.state = 'ready'
                                   ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_cap + 1) x),
-           -- jobs_scheduled_idx has no queue column: counted once for all queues (below).
-           least(coalesce((v_sched ->> t.name)::bigint, 0), v_cap + 1),
+           (SELECT count(*) FROM (SELECT 1 FROM ONLY jq.jobs j  -- jobs_scheduled_queue_idx
+                                  WHERE hashtextextended(j.queue, 0) = hashtextextended(t.name, 0)
+                                    AND j.state = 'scheduled'
+                                  ORDER BY j.run_at, j.id LIMIT v_cap + 1) x),
            (SELECT count(*) FROM (SELECT 1 FROM ONLY jq.jobs j  -- jobs_running_idx
                                   WHERE j.queue = t.name AND j.state = 'running'
                                   ORDER BY j.lease_expires_at LIMIT v_cap + 1) x),
@@ -118,8 +112,7 @@ COMMENT ON FUNCTION jq.overview(text, integer, bigint) IS
 'One row per queue the caller holds any jq privilege on (or just only_queue, when given): claimable '
 '(ready), scheduled, running, blocked and dead job counts, each capped: a value of depth_cap + 1 '
 'means "more than depth_cap" (default 10,000; counted over LIMIT depth_cap + 1, so a deep queue '
-'costs the same on every call; scheduled jobs are counted in one pass over at most 100 x '
-'depth_cap of them for all queues, beyond which the counts are lower bounds); oldest_claimable_age (interval since the oldest ready job became '
+'costs the same on every call); oldest_claimable_age (interval since the oldest ready job became '
 'due, over the 100 highest priorities; NULL when none); paused; settings: the queue''s options as '
 'in jq.queues (JSON object: max_attempts, lease, backoff, flow control: max_concurrency, '
 'key_concurrency, rate_limit, rate_period, rate_burst, priority_aging, ...). A queue the caller '
@@ -223,7 +216,7 @@ AS $$
                    ' AND j.priority <= $5 AND (j.priority < $5 OR (j.run_at, j.id) > ($6, $9))' ELSE '' END
                || ' ORDER BY j.priority DESC, j.run_at, j.id'
            WHEN 'scheduled' THEN
-               'j.state = ''scheduled'' AND j.queue = $1'
+               'hashtextextended(j.queue, 0) = hashtextextended($1, 0) AND j.state = ''scheduled'''
                || CASE WHEN has_cursor THEN ' AND (j.run_at, j.id) > ($6, $9)' ELSE '' END
                || ' ORDER BY j.run_at, j.id'
            WHEN 'running' THEN

@@ -407,3 +407,60 @@ fn a_base_path_prefixes_every_link() {
     let r = d.post("/queues/pfx/pause", &[("csrf", &csrf)], &[]);
     assert_eq!(r.header("location"), Some("/ops/jq/queues/pfx"));
 }
+
+/// Backends of the dashboard (application_name "jqctl dashboard") in `cond`.
+fn dashboard_backends(c: &mut Client, cond: &str) -> i64 {
+    c.query_one(
+        &format!("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'jqctl dashboard' AND {cond}"),
+        &[],
+    )
+    .unwrap()
+    .get(0)
+}
+
+/// A page whose query waits behind another session's lock fails with 503 (57014) after
+/// --query-timeout, and the other pages answer meanwhile: with the single pipelined connection
+/// of before, the stuck query had no timeout and every later request queued behind it. A
+/// request whose HTTP client goes away mid-query leaves no dashboard connection inside a
+/// transaction (db.rs, Checkout). Negative controls (`--features test-breaks`): JQ_CLIENT_BREAK=
+/// dashboard_no_timeout fails the 503 (the page still waits at 30 s); dashboard_keeps_dirty
+/// fails the last wait (a connection idles in a transaction, holding its locks).
+#[test]
+fn a_page_behind_a_lock_fails_after_its_timeout_and_others_answer() {
+    let db = TestDb::new("dash_lock");
+    let mut c = db.connect();
+    let d = Dashboard::start(&db, &["--query-timeout", "15"]);
+    assert_eq!(d.get("/schedules").status, 200);
+    let mut locker = db.connect();
+    locker.batch_execute("BEGIN; LOCK TABLE jq.schedules IN ACCESS EXCLUSIVE MODE").unwrap();
+    let (addr, base) = (d.addr.clone(), d.base.clone());
+    let t0 = Instant::now();
+    let stuck = std::thread::spawn(move || {
+        let other = Dashboard { child: std::process::Command::new("true").spawn().unwrap(), addr, base };
+        other.get("/schedules")
+    });
+    wait_until(Duration::from_secs(30), "the schedules page waits for the lock", || {
+        dashboard_backends(&mut c, "wait_event_type = 'Lock'") == 1
+    });
+    let r = d.get("/workers");
+    assert_eq!(r.status, 200, "another page answers while one waits: {}", r.body);
+    assert!(!stuck.is_finished(), "the stuck page was still waiting when the other answered");
+    let r = stuck.join().unwrap();
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert!(r.body.contains("57014") && r.body.contains("--query-timeout"), "{}", r.body);
+    assert!(t0.elapsed() < Duration::from_secs(60), "ended by its timeout, took {:?}", t0.elapsed());
+
+    // A request dropped by its client while its query waits.
+    let mut s = TcpStream::connect(&d.addr).unwrap();
+    s.write_all(format!("GET {}/schedules HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", d.base, d.addr).as_bytes())
+        .unwrap();
+    wait_until(Duration::from_secs(30), "the dropped request's query waits for the lock", || {
+        dashboard_backends(&mut c, "wait_event_type = 'Lock'") == 1
+    });
+    drop(s);
+    locker.batch_execute("ROLLBACK").unwrap();
+    wait_until(Duration::from_secs(30), "no dashboard connection is left active or in a transaction", || {
+        dashboard_backends(&mut c, "state <> 'idle'") == 0
+    });
+    assert_eq!(d.get("/schedules").status, 200, "the page answers once the lock is gone");
+}

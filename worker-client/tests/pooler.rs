@@ -192,16 +192,40 @@ fn every_jqctl_command_through_pgbouncer() {
         run(&["unschedule", "nightly"]);
     }
     assert!(run(&["metrics", "--once"]).contains("jq_queue_depth"));
-    // The scrape's statement_timeout (--scrape-timeout) ended with its transaction: the pool's
-    // one server connection, which the next client gets, has none. Seen failing with a
-    // session-wide SET: "10s".
+    // The dashboard's pages, each query in a transaction of its own under SET LOCAL
+    // statement_timeout (--query-timeout), on the pool's server connection.
+    let dash = common::dashboard::DashboardProc::start(&url, "pool_cmds_dashboard", &[]);
+    for path in ["/".to_string(), "/queues/cmds".to_string(), format!("/jobs/{id}"), "/schedules".into(), "/workers".into()] {
+        let (status, body) = http_get(&dash.base, &path);
+        assert_eq!(status, 200, "GET {path} through pgbouncer: {body}");
+    }
+    drop(dash);
+    // The scrape's statement_timeout (--scrape-timeout) and the dashboard's ended with their
+    // transactions: the pool's one server connection, which the next client gets, has none.
+    // Seen failing with a session-wide SET in the scrape, and in the dashboard
+    // (JQ_CLIENT_BREAK=dashboard_session_timeout): "10s".
     let mut next = Client::connect(&url, NoTls).unwrap();
     let shown = next.simple_query("SHOW statement_timeout").unwrap();
     let timeout = shown.iter().find_map(|m| match m {
         postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
         _ => None,
     });
-    assert_eq!(timeout.as_deref(), Some("0"), "a scrape left its statement_timeout on the pooled connection");
+    assert_eq!(timeout.as_deref(), Some("0"), "a scrape or the dashboard left its statement_timeout on the pooled connection");
     assert!(run(&["workers"]).contains("(0 rows)"));
     assert_eq!(db.count(&mut c, "SELECT count(*) FROM jq.jobs WHERE queue = 'cmds' AND state = 'ready'"), 3);
+}
+
+/// GET `base` + `path` (base: `http://HOST:PORT[/prefix]`) on a fresh connection: the status and
+/// the body.
+fn http_get(base: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let rest = base.strip_prefix("http://").expect("an http:// URL");
+    let (addr, prefix) = rest.split_once('/').map_or((rest, String::new()), |(a, p)| (a, format!("/{p}")));
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(s, "GET {prefix}{path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    let status = raw.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (status, raw.split_once("\r\n\r\n").map_or(String::new(), |(_, b)| b.to_string()))
 }

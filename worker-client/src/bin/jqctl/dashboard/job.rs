@@ -58,7 +58,7 @@ fn pretty(v: Option<serde_json::Value>) -> Option<String> {
 
 const TS: &str = "'YYYY-MM-DD HH24:MI:SS.MS'";
 
-async fn live(app: &AppRef, id: i64) -> Result<Option<Live>, tokio_postgres::Error> {
+async fn live(app: &AppRef, id: i64) -> Result<Option<Live>, super::db::Error> {
     let sql = format!(
         "SELECT id, queue, kind, state::text, priority, attempt, max_attempts, claims, lease_expiries,
                 to_char(run_at, {TS}), to_char(created_at, {TS}), to_char(started_at, {TS}),

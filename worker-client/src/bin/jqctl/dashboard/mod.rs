@@ -59,6 +59,11 @@ pub struct DashboardArgs {
     /// grow with the queue.
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     pub depth_cap: i32,
+    /// Seconds each of the dashboard's queries may run (statement_timeout of its transaction; 0 =
+    /// no limit). A query waiting behind another session's lock on a jq table then fails with a
+    /// 503 page instead of hanging; other requests use other connections meanwhile.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=2_147_483))]
+    pub query_timeout: u32,
 }
 
 /// Shared by every handler.
@@ -129,7 +134,7 @@ pub async fn run(cli: &Cli, args: &DashboardArgs) -> CliResult {
         return Err("--depth-cap must be at least 1".into());
     }
     let base = normalise_base(&args.base_path)?;
-    let db = db::Db::connect(cli).await?;
+    let db = db::Db::connect(cli, args.query_timeout).await?;
     let mut args = args.clone();
     args.token = token;
     let app = Arc::new(App { db, args, base: base.clone(), csrf: security::random_hex(16)? });

@@ -97,7 +97,7 @@ pub fn flow_summary(s: &serde_json::Value) -> String {
 
 /// The per-minute throughput of a queue: (completed, failed, dead) series and whether any
 /// minute is partial.
-pub async fn throughput(app: &AppRef, queue: &str) -> Result<(Vec<f64>, Vec<f64>, Vec<f64>, bool), tokio_postgres::Error> {
+pub async fn throughput(app: &AppRef, queue: &str) -> Result<(Vec<f64>, Vec<f64>, Vec<f64>, bool), super::db::Error> {
     let rows = app
         .db
         .rows(
@@ -130,7 +130,7 @@ pub struct Rates {
 /// per queue (a busier hour shows its older minutes as partial, in the chart's title).
 pub type Throughput = (Vec<f64>, Vec<f64>, Vec<f64>, bool);
 
-async fn throughput_all(app: &AppRef) -> Result<HashMap<String, Throughput>, tokio_postgres::Error> {
+async fn throughput_all(app: &AppRef) -> Result<HashMap<String, Throughput>, super::db::Error> {
     let rows = app
         .db
         .rows("SELECT queue, completed::float8, failed::float8, dead::float8, partial FROM jq.throughput(max_rows => 2000)", &[])
@@ -167,7 +167,7 @@ pub fn rates(c: &[f64], f: &[f64], d: &[f64], partial: bool) -> Rates {
     Rates { chart, per_minute: format!("{} / {} / {}", last(c), last(f), last(d)), failure_rate }
 }
 
-async fn live(app: &AppRef) -> Result<Live, tokio_postgres::Error> {
+async fn live(app: &AppRef) -> Result<Live, super::db::Error> {
     let a = &app.args;
     let cap = a.depth_cap;
     let rows = app
@@ -254,7 +254,7 @@ async fn live(app: &AppRef) -> Result<Live, tokio_postgres::Error> {
 }
 
 /// jq.table_health (SELECT is jq_admin's): None when the role may not read it.
-async fn table_health(app: &AppRef, signals: &mut Vec<Signal>) -> Result<(Option<Vec<HealthRow>>, String), tokio_postgres::Error> {
+async fn table_health(app: &AppRef, signals: &mut Vec<Signal>) -> Result<(Option<Vec<HealthRow>>, String), super::db::Error> {
     let rows = match app
         .db
         .rows(
@@ -267,7 +267,7 @@ async fn table_health(app: &AppRef, signals: &mut Vec<Signal>) -> Result<(Option
         .await
     {
         Ok(rows) => rows,
-        Err(e) if e.as_db_error().is_some_and(|d| d.code().code() == "42501") => return Ok((None, String::new())),
+        Err(e) if e.code() == Some("42501") => return Ok((None, String::new())),
         Err(e) => return Err(e),
     };
     let max = app.args.max_dead_ratio;
@@ -307,7 +307,7 @@ async fn table_health(app: &AppRef, signals: &mut Vec<Signal>) -> Result<(Option
 /// A signal for each history table due for truncation that other sessions' locks keep from it,
 /// naming them (jq.history_tables(): nothing when the role may not call it). Each call is a
 /// transaction of its own, so its locks end with it.
-async fn history_signals(app: &AppRef, signals: &mut Vec<Signal>) -> Result<(), tokio_postgres::Error> {
+async fn history_signals(app: &AppRef, signals: &mut Vec<Signal>) -> Result<(), super::db::Error> {
     let callable = app.db.opt(crate::metrics::HISTORY_TABLES_CALLABLE, &[]).await?;
     if !callable.is_some_and(|r| r.get::<_, bool>(0)) {
         return Ok(());

@@ -105,7 +105,7 @@ fn text(v: Option<String>) -> String {
 }
 
 async fn jobs(app: &AppRef, queue: &str, state: &str, q: &HashMap<String, String>, after: Option<i64>)
-    -> Result<(Vec<JobRow>, Option<i64>, bool), tokio_postgres::Error> {
+    -> Result<(Vec<JobRow>, Option<i64>, bool), super::db::Error> {
     let (kind, key, error) = (param(q, "kind"), param(q, "key"), param(q, "error"));
     let rows = app
         .db
@@ -248,7 +248,7 @@ pub async fn page(State(app): State<AppRef>, Path(queue): Path<String>, Query(q)
 }
 
 /// The queue's kinds from jq.kind_policies (which shows only the reader's queues).
-async fn kinds(app: &AppRef, queue: &str) -> Result<Vec<Vec<String>>, tokio_postgres::Error> {
+async fn kinds(app: &AppRef, queue: &str) -> Result<Vec<Vec<String>>, super::db::Error> {
     Ok(app
         .db
         .rows(

@@ -68,12 +68,22 @@ impl Page {
     }
 
     /// A database error: 42501 (jq refused the role) as 403 with jq's message, 22xxx / 42704
-    /// (bad input, unknown object) as 400, anything else 500.
-    pub fn db(app: &AppRef, e: &tokio_postgres::Error) -> Response {
-        let msg = crate::describe(e);
-        let status = match e.as_db_error().map(|d| d.code().code()) {
+    /// (bad input, unknown object) as 400; 57014 (the query ran past --query-timeout, most
+    /// often behind another session's lock) and no connection as 503; anything else 500.
+    pub fn db(app: &AppRef, e: &super::db::Error) -> Response {
+        let mut msg = e.describe();
+        let status = match e.code() {
             Some("42501") => StatusCode::FORBIDDEN,
             Some(c) if c.starts_with("22") || c == "42704" || c == "23505" => StatusCode::BAD_REQUEST,
+            Some("57014") => {
+                msg = format!(
+                    "{msg}: the query ran longer than --query-timeout ({} s), most often waiting for a lock another \
+                     session holds on a jq table (pg_locks); try again once it is released",
+                    app.args.query_timeout
+                );
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            None => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
         Page::error(app, status, &msg)

@@ -52,7 +52,7 @@ struct Full {
 
 const TS: &str = "'YYYY-MM-DD HH24:MI:SS'";
 
-async fn live(app: &AppRef) -> Result<Live, tokio_postgres::Error> {
+async fn live(app: &AppRef) -> Result<Live, super::db::Error> {
     let sql = format!(
         "SELECT name, cron, timezone, queue, coalesce(kind, ''), enabled, misfire || ', ' || overlap,
                 coalesce(to_char(next_run_at, {TS}), '-'), coalesce(to_char(last_fired_at, {TS}), '-'),

@@ -50,7 +50,7 @@ fn chart(samples: &str) -> String {
     sparkline(&[Series { values: &running, class: "running" }], 160, 28, &format!("running jobs per beat, max {max}"))
 }
 
-async fn live(app: &AppRef) -> Result<Live, tokio_postgres::Error> {
+async fn live(app: &AppRef) -> Result<Live, super::db::Error> {
     let exists: bool = app
         .db
         .opt("SELECT to_regclass('jq.fleet') IS NOT NULL", &[])
