@@ -196,24 +196,31 @@ COMMENT ON FUNCTION jq.throughput(text, interval, integer, bigint) IS
 -- The keyset of each state: the order of the state's index, and the condition "after the cursor
 -- job" in it ($5.. are the cursor job's key values). Ready jobs are listed in claim order, then by
 -- the order their index keeps (scheduled and blocked: due first; running: lease end first;
--- finished: newest first).
+-- finished: newest first). Every keyset condition is an index condition, so a page reads only
+-- its own entries however deep the cursor: a ready page after the cursor is the rest of the
+-- cursor's priority from the cursor on, then the lower priorities: two ordered index scans
+-- under one Append, which returns its first scan's rows before its second's (every row of the
+-- first sorts before every row of the second; an outer ORDER BY made the planner sort the
+-- first, whose priority it does not see as constant). One condition "priority <= $5 AND
+-- (priority < $5 OR (run_at, id) > ...)" read and filtered away every entry of the cursor's
+-- priority before the cursor (pg_test/tests/plans/observe.rs; the order across priorities:
+-- worker-client/tests/dashboard.rs, keyset_pages_cover_the_listing_once).
 CREATE OR REPLACE FUNCTION jq._list_jobs_sql(state jq.job_state, has_cursor boolean) RETURNS text
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, jq, pg_temp
 SET jit = off
 AS $$
-    SELECT 'SELECT j.id, j.state, j.kind, j.priority, j.attempt, j.max_attempts, j.run_at, j.created_at,'
-        || ' j.started_at, j.finished_at, j.lease_expires_at, j.worker, j.concurrency_key,'
-        || ' j.idempotency_key, left(j.last_error, 300) AS last_error,'
-        || ' (($2::text IS NULL OR j.kind = $2)'
-        || '  AND ($3::text IS NULL OR j.concurrency_key = $3 OR j.idempotency_key = $3)'
-        || '  AND ($4::text IS NULL OR strpos(lower(j.last_error), lower($4)) > 0)) AS matches'
-        || ' FROM jq.jobs j WHERE '
-        || CASE _list_jobs_sql.state
+    SELECT CASE
+           WHEN _list_jobs_sql.state = 'ready' AND has_cursor THEN
+               '(' || h.head
+               || 'hashtextextended(j.queue, 0) = hashtextextended($1, 0) AND j.state = ''ready'''
+               || ' AND j.priority = $5 AND (j.run_at, j.id) > ($6, $9) ORDER BY j.run_at, j.id LIMIT $11)'
+               || ' UNION ALL (' || h.head
+               || 'hashtextextended(j.queue, 0) = hashtextextended($1, 0) AND j.state = ''ready'''
+               || ' AND j.priority < $5 ORDER BY j.priority DESC, j.run_at, j.id LIMIT $11)'
+           ELSE h.head || CASE _list_jobs_sql.state
            WHEN 'ready' THEN
                'hashtextextended(j.queue, 0) = hashtextextended($1, 0) AND j.state = ''ready'''
-               || CASE WHEN has_cursor THEN
-                   ' AND j.priority <= $5 AND (j.priority < $5 OR (j.run_at, j.id) > ($6, $9))' ELSE '' END
                || ' ORDER BY j.priority DESC, j.run_at, j.id'
            WHEN 'scheduled' THEN
                'hashtextextended(j.queue, 0) = hashtextextended($1, 0) AND j.state = ''scheduled'''
@@ -231,8 +238,15 @@ AS $$
                'j.queue = $1 AND j.state = ' || quote_literal(_list_jobs_sql.state::text)
                || CASE WHEN has_cursor THEN ' AND (j.finished_at, j.id) < ($8, $9)' ELSE '' END
                || ' ORDER BY j.finished_at DESC, j.id DESC'
-           END
+           END END
         || ' LIMIT $11'
+    FROM (SELECT 'SELECT j.id, j.state, j.kind, j.priority, j.attempt, j.max_attempts, j.run_at, j.created_at,'
+        || ' j.started_at, j.finished_at, j.lease_expires_at, j.worker, j.concurrency_key,'
+        || ' j.idempotency_key, left(j.last_error, 300) AS last_error,'
+        || ' (($2::text IS NULL OR j.kind = $2)'
+        || '  AND ($3::text IS NULL OR j.concurrency_key = $3 OR j.idempotency_key = $3)'
+        || '  AND ($4::text IS NULL OR strpos(lower(j.last_error), lower($4)) > 0)) AS matches'
+        || ' FROM jq.jobs j WHERE ' AS head) h
 $$;
 COMMENT ON FUNCTION jq._list_jobs_sql(jq.job_state, boolean) IS
 'Internal: the statement jq.list_jobs runs for state (each along its state''s partial index, '

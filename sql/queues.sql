@@ -401,7 +401,9 @@ BEGIN
                    WHERE pg_catalog.hashtextextended(j.queue, 0) = pg_catalog.hashtextextended(drop_queue.name, 0)
                      AND j.state = 'ready')
         OR EXISTS (SELECT 1 FROM ONLY jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'running')
-        OR EXISTS (SELECT 1 FROM ONLY jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'scheduled')
+        OR EXISTS (SELECT 1 FROM ONLY jq.jobs j  -- jobs_scheduled_queue_idx: this queue's only
+                   WHERE pg_catalog.hashtextextended(j.queue, 0) = pg_catalog.hashtextextended(drop_queue.name, 0)
+                     AND j.state = 'scheduled')
         OR EXISTS (SELECT 1 FROM ONLY jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'blocked'))
     THEN
         RAISE EXCEPTION 'queue "%" still has ready, scheduled or running jobs', drop_queue.name
@@ -425,7 +427,8 @@ BEGIN
     GET DIAGNOSTICS v_count = ROW_COUNT; v_jobs := v_jobs + v_count;
     DELETE FROM ONLY jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'running';
     GET DIAGNOSTICS v_count = ROW_COUNT; v_jobs := v_jobs + v_count;
-    DELETE FROM ONLY jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'scheduled';
+    DELETE FROM ONLY jq.jobs j
+    WHERE pg_catalog.hashtextextended(j.queue, 0) = pg_catalog.hashtextextended(drop_queue.name, 0) AND j.state = 'scheduled';
     GET DIAGNOSTICS v_count = ROW_COUNT; v_jobs := v_jobs + v_count;
     DELETE FROM ONLY jq.jobs j WHERE j.queue = drop_queue.name AND j.state = 'blocked';
     GET DIAGNOSTICS v_count = ROW_COUNT; v_jobs := v_jobs + v_count;

@@ -198,9 +198,10 @@ CREATE INDEX jobs_scheduled_idx ON jq.jobs (run_at, id) WHERE state = 'scheduled
 -- jobs_claim_idx). jobs_scheduled_idx, which promotion walks across queues in due order, made
 -- each queue's count read every queue's scheduled jobs: queues x backlog per metrics scrape
 -- (pg_test/tests/plans/observe.rs). Only jobs entering the scheduled state (a future run_at, a
--- retry's backoff, a snooze) write an entry; the claim and the completion do not.
+-- retry's backoff, a snooze) write an entry; the claim and the completion do not. INCLUDE
+-- (queue), as jobs_claim_idx: the counts are index-only scans.
 CREATE INDEX jobs_scheduled_queue_idx ON jq.jobs (pg_catalog.hashtextextended(queue, 0), run_at, id)
-    WHERE state = 'scheduled';
+    INCLUDE (queue) WHERE state = 'scheduled';
 -- Reaping: WHERE state = 'running' AND lease_expires_at >= $last AND lease_expires_at < $now
 -- ORDER BY lease_expires_at (jq._reap). Without id: a wider key tipped the running count of a
 -- capped queue's claim (queue = $1 AND state = 'running', filtered from this index) into a

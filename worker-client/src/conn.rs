@@ -24,6 +24,35 @@ pub async fn connect(config: &ConnConfig) -> Result<Client, Error> {
     crate::tls::connect(config.pg(), config.tls()).await.map(|(client, _io)| client)
 }
 
+/// [`connect`], also returning the handle of the connection's I/O task, for a caller that may
+/// have to give the connection up in the middle of a call ([`abandon`]).
+///
+/// # Errors
+///
+/// As [`connect`].
+pub async fn connect_abortable(config: &ConnConfig) -> Result<(Client, AbortHandle), Error> {
+    crate::tls::connect(config.pg(), config.tls()).await
+}
+
+/// Gives up a connection whose statement may still be running: sends its cancel request on a
+/// task of its own (best effort, bounded by [`crate::cancel::CANCEL_WAIT`]; a backend waiting
+/// for a lock does not notice a closed socket, so without it the statement would run on) and
+/// closes the socket by aborting `io`. Needs a tokio runtime.
+pub fn abandon(client: Client, io: AbortHandle, config: std::sync::Arc<ConnConfig>) {
+    spawn_cancel(&client, config);
+    io.abort();
+}
+
+/// Sends `client`'s cancel request on a task of its own (best effort).
+fn spawn_cancel(client: &Client, config: std::sync::Arc<ConnConfig>) {
+    let token = client.cancel_token();
+    tokio::spawn(async move {
+        if let Err(e) = crate::tls::send_cancel(&token, config.pg(), config.tls()).await {
+            tracing::debug!(error = %e, "cancel request of an abandoned call failed");
+        }
+    });
+}
+
 /// [`Error::Connect`] for a failed connection attempt to `config`, as one line: the server's
 /// message with its SQLSTATE, or the chain of I/O causes.
 pub fn connect_error(config: &Config, e: &tokio_postgres::Error) -> Error {
@@ -201,13 +230,7 @@ impl Conn {
     /// forgets the client: the next call reconnects.
     fn abandon(&mut self) {
         if let Some(client) = self.client.take() {
-            let token = client.cancel_token();
-            let config = std::sync::Arc::clone(&self.config);
-            tokio::spawn(async move {
-                if let Err(e) = crate::tls::send_cancel(&token, config.pg(), config.tls()).await {
-                    tracing::debug!(error = %e, "cancel request of an abandoned call failed");
-                }
-            });
+            spawn_cancel(&client, std::sync::Arc::clone(&self.config));
         }
         if let Some(io) = self.io.take() {
             io.abort();

@@ -68,7 +68,7 @@ pub use config::{
     config_from_env, describe_target, ConnConfig, CALL_TIMEOUT_ENV, REGISTER_ENV, DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_KEEPALIVES_IDLE, DEFAULT_KEEPALIVES_INTERVAL, DEFAULT_KEEPALIVES_RETRIES, DEFAULT_TCP_USER_TIMEOUT,
 };
-pub use conn::{connect, connect_error};
+pub use conn::{abandon, connect, connect_abortable, connect_error};
 pub use statement::{StatementMode, STATEMENT_MODE_ENV};
 pub use tls::{RootCert, SslMode, TlsSettings};
 pub use worker::{RunStats, Worker, WorkerBuilder};

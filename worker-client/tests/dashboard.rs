@@ -361,9 +361,13 @@ fn bulk_actions_on_dead_jobs_follow_the_filters() {
 fn keyset_pages_cover_the_listing_once() {
     let db = TestDb::new("dash_paging");
     let mut c = db.connect();
+    // Three priorities of 60, 120 and 60 jobs: pages of 50 end inside a priority and cross
+    // from one to the next (jq._list_jobs_sql, the ready keyset).
     c.batch_execute("SELECT jq.create_queue('pq');
                      SELECT jq.enqueue_many('pq', (SELECT jsonb_agg(g) FROM generate_series(1, 120) g));
-                     SELECT jq.enqueue('pq', '{}', priority => 5)").unwrap();
+                     SELECT jq.enqueue_many('pq', (SELECT jsonb_agg(jsonb_build_object('payload', g, 'priority',
+                                                   CASE WHEN g % 2 = 0 THEN 5 ELSE -3 END)) FROM generate_series(1, 120) g),
+                                            specs => true)").unwrap();
     let d = Dashboard::start(&db, &[]);
     let mut seen = Vec::new();
     let mut path = "/queues/pq?state=ready".to_string();
@@ -388,7 +392,7 @@ fn keyset_pages_cover_the_listing_once() {
         .unwrap().iter().map(|r| r.get(0)).collect();
     assert_eq!(seen, want, "claim order, each job once");
     want.sort();
-    assert_eq!(want.len(), 121);
+    assert_eq!(want.len(), 240);
 }
 
 #[test]
@@ -422,9 +426,10 @@ fn dashboard_backends(c: &mut Client, cond: &str) -> i64 {
 /// --query-timeout, and the other pages answer meanwhile: with the single pipelined connection
 /// of before, the stuck query had no timeout and every later request queued behind it. A
 /// request whose HTTP client goes away mid-query leaves no dashboard connection inside a
-/// transaction (db.rs, Checkout). Negative controls (`--features test-breaks`): JQ_CLIENT_BREAK=
-/// dashboard_no_timeout fails the 503 (the page still waits at 30 s); dashboard_keeps_dirty
-/// fails the last wait (a connection idles in a transaction, holding its locks).
+/// transaction or waiting (db.rs, Checkout). Negative controls (`--features test-breaks`):
+/// JQ_CLIENT_BREAK=dashboard_no_timeout fails the 503 (the page still waits at 30 s);
+/// dashboard_keeps_dirty and dashboard_drop_without_cancel fail the wait for the dropped
+/// request's statement to end (it waits for the lock as long as it is held).
 #[test]
 fn a_page_behind_a_lock_fails_after_its_timeout_and_others_answer() {
     let db = TestDb::new("dash_lock");
@@ -450,7 +455,11 @@ fn a_page_behind_a_lock_fails_after_its_timeout_and_others_answer() {
     assert!(r.body.contains("57014") && r.body.contains("--query-timeout"), "{}", r.body);
     assert!(t0.elapsed() < Duration::from_secs(60), "ended by its timeout, took {:?}", t0.elapsed());
 
-    // A request dropped by its client while its query waits.
+    drop(d);
+
+    // A request dropped by its client while its query waits, with no timeout to end the wait:
+    // the dashboard cancels the statement and closes the connection.
+    let d = Dashboard::start(&db, &["--query-timeout", "0"]);
     let mut s = TcpStream::connect(&d.addr).unwrap();
     s.write_all(format!("GET {}/schedules HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", d.base, d.addr).as_bytes())
         .unwrap();
@@ -458,6 +467,9 @@ fn a_page_behind_a_lock_fails_after_its_timeout_and_others_answer() {
         dashboard_backends(&mut c, "wait_event_type = 'Lock'") == 1
     });
     drop(s);
+    wait_until(Duration::from_secs(30), "the dropped request's statement no longer waits, the lock still held", || {
+        dashboard_backends(&mut c, "wait_event_type = 'Lock'") == 0
+    });
     locker.batch_execute("ROLLBACK").unwrap();
     wait_until(Duration::from_secs(30), "no dashboard connection is left active or in a transaction", || {
         dashboard_backends(&mut c, "state <> 'idle'") == 0

@@ -120,6 +120,40 @@ fn a_scrape_behind_a_lock_fails_after_its_timeout() {
     assert!(out.status.success(), "the next scrape answers: {}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// --scrape-timeout never loosens a stricter statement_timeout of the database (or role): with
+/// the database's 1 s and --scrape-timeout 600, a scrape behind a lock fails after about 1 s.
+/// Seen failing with the scrape's `SET LOCAL statement_timeout` of before, which replaced the
+/// database's: still waiting after 60 s.
+#[test]
+fn a_stricter_database_statement_timeout_is_kept() {
+    let db = TestDb::new("metrics_strict");
+    let mut c = db.connect();
+    c.batch_execute("SELECT jq.create_queue('ms')").unwrap();
+    let name: String = c.query_one("SELECT current_database()", &[]).unwrap().get(0);
+    c.batch_execute(&format!("ALTER DATABASE \"{name}\" SET statement_timeout = '1s'")).unwrap();
+    let mut locker = db.connect();
+    locker.batch_execute("BEGIN; SET LOCAL statement_timeout = 0; REINDEX TABLE jq.jobs_done_2").unwrap();
+    let mut child = db
+        .jqctl()
+        .args(["metrics", "--once", "--scrape-timeout", "600"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed() > Duration::from_secs(60) {
+            child.kill().unwrap();
+            panic!("the scrape was still waiting after 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    locker.batch_execute("ROLLBACK").unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("statement timeout"), "{err}");
+}
+
 #[test]
 fn alter_queue_sets_flow_control_options() {
     let db = TestDb::new("alterq");

@@ -258,7 +258,7 @@ CREATE STATISTICS jq.jobs_queue_hash_stats ON (pg_catalog.hashtextextended(queue
 CREATE INDEX jobs_scheduled_idx ON jq.jobs (run_at, id) WHERE state = 'scheduled';
 
 CREATE INDEX jobs_scheduled_queue_idx ON jq.jobs (pg_catalog.hashtextextended(queue, 0), run_at, id)
-    WHERE state = 'scheduled';
+    INCLUDE (queue) WHERE state = 'scheduled';
 
 CREATE INDEX jobs_running_idx ON jq.jobs (lease_expires_at) WHERE state = 'running';
 

@@ -10,6 +10,7 @@ mod listings;
 mod metrics;
 mod progress_file;
 mod table;
+mod timeout;
 mod work;
 mod workers;
 

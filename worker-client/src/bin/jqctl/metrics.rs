@@ -20,8 +20,9 @@ pub struct MetricsArgs {
     /// Print the metrics once to stdout and exit.
     #[arg(long)]
     pub once: bool,
-    /// Seconds each query of a scrape may run (statement_timeout of the scrape's transaction;
-    /// 0: no limit; at most 2147483, PostgreSQL's largest). A scrape stuck behind a lock (a
+    /// Seconds each query of a scrape may run (statement_timeout of the scrape's transaction,
+    /// unless the role's own is stricter; 0: no limit of jqctl's; at most 2147483, PostgreSQL's
+    /// largest). A scrape stuck behind a lock (a
     /// migration holding a jq table) then fails, with HTTP 503, instead of holding the one
     /// connection every later scrape waits for.
     #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=2_147_483))]
@@ -54,13 +55,15 @@ where
     f
 }
 
-/// One scrape (the exposition text), in one transaction whose statement_timeout is `timeout_s`
-/// seconds (0: none): SET LOCAL, so that the limit ends with it, also on a server connection a
-/// transaction-mode pooler hands to other clients next. A failed query rolls it back (the
+/// One scrape (the exposition text), in one transaction whose statements may run `timeout_s`
+/// seconds each (0: no limit of its own; crate::timeout). A failed query rolls it back (the
 /// transaction's drop).
 async fn scrape(client: &mut tokio_postgres::Client, timeout_s: u32) -> Result<String, CliError> {
     let tx = client.transaction().await?;
-    tx.batch_execute(&format!("SET LOCAL statement_timeout = '{timeout_s}s'")).await?;
+    let limit = crate::timeout::limit_statements(timeout_s, true);
+    if !limit.is_empty() {
+        tx.batch_execute(&limit).await?;
+    }
     let mut reg = Registry::default();
     queues(&tx, &mut reg).await?;
     tables(&tx, &mut reg).await?;

@@ -59,9 +59,11 @@ pub struct DashboardArgs {
     /// grow with the queue.
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     pub depth_cap: i32,
-    /// Seconds each of the dashboard's queries may run (statement_timeout of its transaction; 0 =
-    /// no limit). A query waiting behind another session's lock on a jq table then fails with a
-    /// 503 page instead of hanging; other requests use other connections meanwhile.
+    /// Seconds each of the dashboard's queries may run (statement_timeout of its transaction,
+    /// unless the role's own is stricter; 0 = no limit of jqctl's). A query waiting behind
+    /// another session's lock on a jq table then fails with a 503 page instead of hanging; other
+    /// requests use other connections meanwhile, and one that finds all of them busy waits for
+    /// one at most this long (30 s with 0), then answers 503.
     #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=2_147_483))]
     pub query_timeout: u32,
 }

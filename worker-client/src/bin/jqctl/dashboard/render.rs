@@ -68,8 +68,8 @@ impl Page {
     }
 
     /// A database error: 42501 (jq refused the role) as 403 with jq's message, 22xxx / 42704
-    /// (bad input, unknown object) as 400; 57014 (the query ran past --query-timeout, most
-    /// often behind another session's lock) and no connection as 503; anything else 500.
+    /// (bad input, unknown object) as 400; 57014 (cancelled: most often the query ran past
+    /// --query-timeout behind another session's lock) and no connection as 503; anything else 500.
     pub fn db(app: &AppRef, e: &super::db::Error) -> Response {
         let mut msg = e.describe();
         let status = match e.code() {
@@ -77,13 +77,14 @@ impl Page {
             Some(c) if c.starts_with("22") || c == "42704" || c == "23505" => StatusCode::BAD_REQUEST,
             Some("57014") => {
                 msg = format!(
-                    "{msg}: the query ran longer than --query-timeout ({} s), most often waiting for a lock another \
-                     session holds on a jq table (pg_locks); try again once it is released",
+                    "{msg}: the query was cancelled, most often because it ran longer than --query-timeout \
+                     ({} s) waiting for a lock another session holds on a jq table (see pg_locks); try again \
+                     once it is released",
                     app.args.query_timeout
                 );
                 StatusCode::SERVICE_UNAVAILABLE
             }
-            None => StatusCode::SERVICE_UNAVAILABLE,
+            None if e.unavailable() => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
         Page::error(app, status, &msg)
