@@ -470,6 +470,20 @@ fn a_page_behind_a_lock_fails_after_its_timeout_and_others_answer() {
     wait_until(Duration::from_secs(30), "the dropped request's statement no longer waits, the lock still held", || {
         dashboard_backends(&mut c, "wait_event_type = 'Lock'") == 0
     });
+    // A connection lost mid-query (its backend terminated): 503, worth trying again. Seen
+    // failing with 57P01 left to the 500 of other errors.
+    let (addr, base) = (d.addr.clone(), d.base.clone());
+    let lost = std::thread::spawn(move || {
+        let other = Dashboard { child: std::process::Command::new("true").spawn().unwrap(), addr, base };
+        other.get("/schedules")
+    });
+    wait_until(Duration::from_secs(30), "the next request's query waits for the lock", || {
+        dashboard_backends(&mut c, "wait_event_type = 'Lock'") == 1
+    });
+    c.batch_execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                     WHERE application_name = 'jqctl dashboard' AND wait_event_type = 'Lock'").unwrap();
+    let r = lost.join().unwrap();
+    assert!(r.status == 503 && r.body.contains("57P01"), "{} {}", r.status, r.body);
     locker.batch_execute("ROLLBACK").unwrap();
     wait_until(Duration::from_secs(30), "no dashboard connection is left active or in a transaction", || {
         dashboard_backends(&mut c, "state <> 'idle'") == 0

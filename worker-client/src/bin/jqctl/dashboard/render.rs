@@ -68,8 +68,10 @@ impl Page {
     }
 
     /// A database error: 42501 (jq refused the role) as 403 with jq's message, 22xxx / 42704
-    /// (bad input, unknown object) as 400; 57014 (cancelled: most often the query ran past
-    /// --query-timeout behind another session's lock) and no connection as 503; anything else 500.
+    /// (bad input, unknown object) as 400; 57014 (cancelled: most often the query ran past its
+    /// statement timeout behind another session's lock), a connection lost or refused (class 08,
+    /// 57P01..57P03: terminated, shutting down, starting up) and no connection as 503: worth
+    /// trying again; anything else 500.
     pub fn db(app: &AppRef, e: &super::db::Error) -> Response {
         let mut msg = e.describe();
         let status = match e.code() {
@@ -77,13 +79,14 @@ impl Page {
             Some(c) if c.starts_with("22") || c == "42704" || c == "23505" => StatusCode::BAD_REQUEST,
             Some("57014") => {
                 msg = format!(
-                    "{msg}: the query was cancelled, most often because it ran longer than --query-timeout \
-                     ({} s) waiting for a lock another session holds on a jq table (see pg_locks); try again \
-                     once it is released",
+                    "{msg}: the query was cancelled, most often because it ran longer than its statement \
+                     timeout (--query-timeout, {} s, or the role's or database's own when stricter) waiting \
+                     for a lock another session holds on a jq table (see pg_locks); try again once it is released",
                     app.args.query_timeout
                 );
                 StatusCode::SERVICE_UNAVAILABLE
             }
+            Some(c) if c.starts_with("08") || ["57P01", "57P02", "57P03"].contains(&c) => StatusCode::SERVICE_UNAVAILABLE,
             None if e.unavailable() => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
