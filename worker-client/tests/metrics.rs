@@ -87,33 +87,40 @@ fn metrics_answer_while_a_table_is_locked() {
     assert!(text.contains("jq_table_dead_tuples{table=\"cron_runs\"}"), "{text}");
 }
 
-/// A scrape stuck behind a lock fails after --scrape-timeout instead of waiting for as long as
-/// the lock is held (an open REINDEX of a history table: every read of jq.jobs waits for its
-/// indexes). Seen failing with the timeout not set: the scrape was still waiting after 30 s.
-#[test]
-fn a_scrape_behind_a_lock_fails_after_its_timeout() {
-    let db = TestDb::new("metrics_timeout");
-    let mut c = db.connect();
-    c.batch_execute("SELECT jq.create_queue('mt')").unwrap();
+/// `jqctl metrics --once --scrape-timeout SECS` while another session holds an open REINDEX of a
+/// history table (every read of jq.jobs waits for its indexes); its output once it exits. Panics
+/// if it still waits after `limit`.
+fn scrape_behind_a_lock(db: &TestDb, secs: &str, limit: Duration) -> std::process::Output {
     let mut locker = db.connect();
-    locker.batch_execute("BEGIN; REINDEX TABLE jq.jobs_done_2").unwrap();
+    locker.batch_execute("BEGIN; SET LOCAL statement_timeout = 0; REINDEX TABLE jq.jobs_done_2").unwrap();
     let mut child = db
         .jqctl()
-        .args(["metrics", "--once", "--scrape-timeout", "2"])
+        .args(["metrics", "--once", "--scrape-timeout", secs])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let t0 = std::time::Instant::now();
     while child.try_wait().unwrap().is_none() {
-        if t0.elapsed() > Duration::from_secs(30) {
+        if t0.elapsed() > limit {
             child.kill().unwrap();
-            panic!("the scrape was still waiting after 30 s");
+            panic!("the scrape was still waiting after {limit:?}");
         }
         std::thread::sleep(Duration::from_millis(50));
     }
     let out = child.wait_with_output().unwrap();
     locker.batch_execute("ROLLBACK").unwrap();
+    out
+}
+
+/// A scrape stuck behind a lock fails after --scrape-timeout instead of waiting for as long as
+/// the lock is held. Seen failing with the timeout not set: the scrape was still waiting after
+/// 30 s.
+#[test]
+fn a_scrape_behind_a_lock_fails_after_its_timeout() {
+    let db = TestDb::new("metrics_timeout");
+    db.connect().batch_execute("SELECT jq.create_queue('mt')").unwrap();
+    let out = scrape_behind_a_lock(&db, "2", Duration::from_secs(30));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("statement timeout"), "{err}");
     let out = db.jqctl().args(["metrics", "--once", "--scrape-timeout", "2"]).output().unwrap();
@@ -131,25 +138,7 @@ fn a_stricter_database_statement_timeout_is_kept() {
     c.batch_execute("SELECT jq.create_queue('ms')").unwrap();
     let name: String = c.query_one("SELECT current_database()", &[]).unwrap().get(0);
     c.batch_execute(&format!("ALTER DATABASE \"{name}\" SET statement_timeout = '1s'")).unwrap();
-    let mut locker = db.connect();
-    locker.batch_execute("BEGIN; SET LOCAL statement_timeout = 0; REINDEX TABLE jq.jobs_done_2").unwrap();
-    let mut child = db
-        .jqctl()
-        .args(["metrics", "--once", "--scrape-timeout", "600"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let t0 = std::time::Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if t0.elapsed() > Duration::from_secs(60) {
-            child.kill().unwrap();
-            panic!("the scrape was still waiting after 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let out = child.wait_with_output().unwrap();
-    locker.batch_execute("ROLLBACK").unwrap();
+    let out = scrape_behind_a_lock(&db, "600", Duration::from_secs(60));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("statement timeout"), "{err}");
 }
